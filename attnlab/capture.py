@@ -95,6 +95,26 @@ class CaptureState:
         self.records: dict[int, dict[str, torch.Tensor]] = {}
         self.normalizers: dict[int, object] = {}
         self.mask_seen: Optional[torch.Tensor] = None
+        self.buffers: dict[str, torch.Tensor] = {}   # name -> [layer, head, query, key], written in place
+
+    def start(self, keep: set[str], layers: list[int], heads: Optional[list[int]]) -> None:
+        self.records, self.buffers, self.keep = {}, {}, set(keep)
+        self.layers, self.heads, self.layer_order = set(layers), heads, {l: i for i, l in enumerate(layers)}
+        self.recording = True
+
+    def has_buffer(self, name: str) -> bool:
+        return name in self.buffers
+
+    def slot(self, name: str, layer: int, shape, device) -> Optional[torch.Tensor]:
+        """A [1, head, query, key] view of the buffer for `name` at `layer`, or None when writing in
+        place is not possible (not kept, a head subset, batch > 1, not on the CPU, a swapped normalizer)."""
+        if (name not in self.keep or self.heads is not None or shape[0] != 1 or device.type != "cpu"
+                or layer in self.normalizers):
+            return None
+        if name not in self.buffers:
+            self.buffers[name] = torch.empty((len(self.layer_order), *shape[1:]), dtype=torch.float32)
+        i = self.layer_order[layer]
+        return self.buffers[name][i:i + 1]
 
 
 def _visible_from_mask(mask: Optional[torch.Tensor], q_len: int, k_len: int) -> torch.Tensor:
@@ -110,6 +130,8 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
     """Eager attention (same ops, same result) + optional recording + optional normalizer swap.
 
     query/key/value: [batch, head, token, d_head]; returns ([batch, token, head, d_head], probs).
+    While recording on the CPU, scores and probs are written straight into the Trace's buffers
+    (`out=`), so capturing costs no extra copy of the [head, query, key] matrices.
     """
     state: Optional[CaptureState] = getattr(module, "_attnlab", None)
     layer = getattr(module, "_attnlab_layer", None)
@@ -120,31 +142,42 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
         scaling = query.size(-1) ** -0.5
     if attention_mask is not None:
         attention_mask = attention_mask[..., : key.shape[-2]]
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    recording = state is not None and state.recording and (state.layers is None or layer in state.layers)
+    shape = (*query.shape[:-1], key.shape[-2])  # [batch, head, query, key]
+    slot = (lambda name: state.slot(name, layer, shape, query.device)) if recording else (lambda name: None)
+    scores_out = slot("scores")
+    scores = torch.matmul(query, key.transpose(2, 3), out=scores_out)
+    scores = scores.mul_(scaling) if scores_out is not None else scores * scaling
     swap = state.normalizers.get(layer) if state is not None else None
     if swap is None:
         masked = scores + attention_mask if attention_mask is not None else scores
-        probs = torch.nn.functional.softmax(masked, dim=-1)
+        probs = torch.softmax(masked, dim=-1, out=slot("probs"))
     else:
         visible = _visible_from_mask(attention_mask, scores.shape[-2], scores.shape[-1])
         probs = swap(scores, visible).to(value.dtype)
     probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
     output = torch.matmul(probs, value).transpose(1, 2).contiguous()
-    if state is not None and state.recording and (state.layers is None or layer in state.layers):
-        _record(state, layer, query, key, value, scores, probs, attention_mask)
+    if recording:
+        _record(state, layer, query, key, value, scores, probs, attention_mask, direct=scores_out is not None)
     return output, probs
 
 
-def _record(state, layer, query, key, value, scores, probs, attention_mask):
+def _record(state, layer, query, key, value, scores, probs, attention_mask, direct: bool):
     heads = state.heads
     pick = (lambda t: t[0].detach().float()) if heads is None else (lambda t: t[0, heads].detach().float())
     rec = state.records.setdefault(layer, {})
-    tensors = {"q": query, "k": key, "v": value, "probs": probs}
-    for name in state.keep & tensors.keys():
-        rec[name] = pick(tensors[name]).cpu()
+    for name, tensor in (("q", query), ("k", key), ("v", value)):
+        if name in state.keep:
+            rec[name] = pick(tensor).cpu()
+    if "probs" in state.keep and not state.has_buffer("probs"):
+        rec["probs"] = pick(probs).cpu()
     if "scores" in state.keep:
         visible = _visible_from_mask(attention_mask, scores.shape[-2], scores.shape[-1])
-        rec["scores"] = pick(scores.masked_fill(~visible, float("-inf"))).cpu()
+        if direct:
+            if not bool(visible.all()):
+                scores.masked_fill_(~visible, float("-inf"))
+        else:
+            rec["scores"] = pick(scores.masked_fill(~visible, float("-inf"))).cpu()
 
 
 def hidden_pre_hook(module, args, kwargs):
@@ -174,6 +207,9 @@ def stack_records(state: CaptureState, layers: list[int], keep) -> dict[str, tor
     """Stack per-layer records into [layer, ...] tensors, in the order of `layers`."""
     out = {}
     for name in keep:
+        if name in state.buffers:
+            out[name] = state.buffers[name]
+            continue
         missing = [l for l in layers if name not in state.records.get(l, {})]
         if missing:
             raise RuntimeError(f"no {name!r} recorded for layers {missing}: does the model use the attention interface?")

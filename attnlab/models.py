@@ -189,16 +189,14 @@ class AttnModel:
         if any(not 0 <= h < self.n_heads for h in head_list) or not head_list:
             raise ValueError(f"heads must be in [0, {self.n_heads}), got {head_list}")
         st = self.state
-        st.records, st.keep, st.layers = {}, keep, set(layer_list)
-        st.heads = None if heads is None else head_list
-        st.recording = True
+        st.start(keep, layer_list, None if heads is None else head_list)
         try:
             with torch.no_grad():
                 self.hf(input_ids=ids[None].to(self.device))
         finally:
             st.recording = False
         tensors = cap.stack_records(st, layer_list, sorted(keep))
-        st.records = {}
+        st.records, st.buffers = {}, {}
         scaling = float(getattr(self._modules[0], "scaling", self.d_head ** -0.5))
         return Trace(model_name=self.name, token_ids=ids.cpu(), layers=layer_list, heads=head_list,
                      causal=self.causal, scaling=scaling, text_sha256=text_sha256,
