@@ -292,7 +292,7 @@ def load_pretrained(source: str, device: str = "cpu", name: Optional[str] = None
     src = str(local_dir) if is_dir else source
     try:
         hf = _from_pretrained(src, local_only=not online)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         if is_dir:
             raise ModelUnavailable(f"{src} holds no loadable model (config.json + model.safetensors): {exc}") from exc
         raise ModelUnavailable(

@@ -26,7 +26,7 @@ def _prepare(scores: torch.Tensor, visible: Optional[torch.Tensor], T: float):
         raise ValueError("scores must be a tensor [..., keys]")
     if not (isinstance(T, (int, float)) and math.isfinite(T) and T > 0):
         raise ValueError(f"temperature T must be a finite number > 0, got {T!r}")
-    z = scores.float()
+    z = scores if scores.dtype == torch.float64 else scores.float()  # float32 unless given float64
     if visible is None:
         visible = torch.isfinite(z)
     else:

@@ -1,0 +1,38 @@
+"""Shared fixtures. Data comes from ATTNLAB_DATA_DIR (the Makefile points it at ../shared/data)."""
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if "ATTNLAB_DATA_DIR" not in os.environ and (ROOT.parent / "shared" / "data").is_dir():
+    os.environ["ATTNLAB_DATA_DIR"] = str(ROOT.parent / "shared" / "data")
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    from attnlab.models import load_model
+
+    return load_model("tiny-gpt2")
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    from attnlab.models import load_model
+
+    return load_model("minilm")
+
+
+@pytest.fixture(scope="session")
+def war_and_peace():
+    from attnlab.text import load_corpus
+
+    return load_corpus("war_and_peace", allow_download=False)
+
+
+@pytest.fixture(autouse=True)
+def _no_warning_noise():
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        yield

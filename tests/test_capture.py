@@ -1,0 +1,119 @@
+"""Capture equals the model's own eager attention; outputs unchanged; transformers traps stay caught."""
+import pytest
+import torch
+
+from attnlab import capture as cap
+from attnlab.normalizers import NORMALIZERS, get_normalizer
+
+
+def eager_attentions(model, ids):
+    with model.implementation("eager"), torch.no_grad():
+        out = model.hf(input_ids=ids[None], output_attentions=True)
+    return out, torch.stack([a[0] for a in out.attentions])
+
+
+@pytest.mark.parametrize("name", ["tiny", "minilm"])
+def test_capture_equals_eager_and_leaves_outputs_unchanged(name, request, war_and_peace):
+    model = request.getfixturevalue(name)
+    ids = model.window(war_and_peace.text, 96)
+    trace = model.capture(ids, keep=("q", "k", "v", "scores", "probs", "hidden"), text_sha256=war_and_peace.sha256)
+    out_eager, probs_eager = eager_attentions(model, ids)
+    assert (trace.probs - probs_eager).abs().max() <= 1e-6
+    assert trace.probs.dtype == torch.float32
+    L, H = model.n_layers, model.n_heads
+    assert trace.q.shape == (L, H, 96, model.d_head) and trace.scores.shape == (L, H, 96, 96)
+    # scores are the pre-normalisation logits: softmax of them is the captured weights
+    assert torch.allclose(torch.softmax(trace.scores, -1), trace.probs, atol=1e-6)
+    # scores == scaling * q.k on visible keys
+    qk = trace.q @ trace.k.transpose(-1, -2) * trace.scaling
+    vis = trace.visible()
+    assert torch.allclose(qk[..., vis], trace.scores[..., vis], atol=1e-4)
+    assert torch.isinf(trace.scores[..., ~vis]).all()
+    assert trace.causal == (name == "tiny")
+    first = out_eager.logits if hasattr(out_eager, "logits") else out_eager.last_hidden_state
+    now = model.forward(ids)
+    again = now.logits if hasattr(now, "logits") else now.last_hidden_state
+    assert torch.equal(first, again)
+    assert trace.text_sha256 == war_and_peace.sha256
+
+
+def test_capture_subset_of_layers_and_heads(tiny):
+    ids = torch.arange(1000, 1040)
+    full = tiny.capture(ids, keep=("probs", "scores"))
+    part = tiny.capture(ids, layers=[1], heads=[3, 0], keep=("probs", "scores"))
+    assert part.probs.shape == (1, 2, 40, 40) and part.layers == [1] and part.heads == [3, 0]
+    assert torch.equal(part.probs, full.probs[1:2, [3, 0]])
+    assert torch.equal(part.scores, full.scores[1:2, [3, 0]])
+
+
+def test_causal_prefix_is_exact(tiny):
+    ids = torch.arange(2000, 2064)
+    long = tiny.capture(ids, keep=("probs", "v"))
+    short = tiny.capture(ids[:20], keep=("probs", "v"))
+    cut = long.prefix(20)
+    assert torch.allclose(cut.probs, short.probs, atol=1e-6) and torch.allclose(cut.v, short.v, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(NORMALIZERS))
+def test_swapped_normalizer_preserves_causality(tiny, name):
+    fn = get_normalizer(name)
+    ids = torch.arange(3000, 3032)
+    changed = ids.clone()
+    changed[20] = 5
+    with tiny.normalizer(fn):
+        a = tiny.forward(ids).logits[0]
+        b = tiny.forward(changed).logits[0]
+        swapped = tiny.capture(ids, keep=("probs",)).probs
+    assert torch.allclose(a[:20], b[:20], atol=1e-5), "an earlier position saw a later token"
+    assert not torch.allclose(a[20:], b[20:])
+    assert torch.all(swapped[..., torch.triu(torch.ones(32, 32, dtype=torch.bool), 1)] == 0)
+    if name != "softmax":
+        assert not torch.allclose(swapped, tiny.capture(ids, keep=("probs",)).probs)
+
+
+def test_swap_in_chosen_layers_only(tiny):
+    ids = torch.arange(100, 130)
+    base = tiny.capture(ids, keep=("probs",)).probs
+    with tiny.normalizer(get_normalizer("sparsemax"), layers=[1]):
+        sw = tiny.capture(ids, keep=("probs",)).probs
+    assert torch.equal(sw[0], base[0]) and not torch.allclose(sw[1], base[1])
+
+
+def test_custom_function_without_mask_function_is_not_causal(tiny):
+    """The trap: a function registered with AttentionInterface alone receives no mask."""
+    from transformers import AttentionInterface
+
+    seen = {}
+
+    def probe(module, query, key, value, attention_mask, **kwargs):
+        seen["mask"] = attention_mask
+        return cap.attnlab_attention(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register("attnlab_probe_nomask", probe)
+    tiny.hf.set_attn_implementation("attnlab_probe_nomask")
+    try:
+        with torch.no_grad():
+            tiny.hf(input_ids=torch.arange(5)[None])
+    finally:
+        tiny.hf.set_attn_implementation(cap.IMPLEMENTATION)
+    assert seen["mask"] is None  # hence attnlab registers its mask function too
+    assert tiny.causal  # and learned causality from the mask it receives
+
+
+def test_sdpa_output_attentions_trap(tiny):
+    """With sdpa, output_attentions returns nothing useful; attnlab never relies on it."""
+    with tiny.implementation("sdpa"), torch.no_grad():
+        out = tiny.hf(input_ids=torch.arange(6)[None], output_attentions=True)
+    assert not out.attentions or all(a is None for a in out.attentions)
+    assert tiny.capture(torch.arange(6)).probs.shape[-1] == 6
+
+
+def test_bad_inputs(tiny):
+    with pytest.raises(ValueError, match="exceeds"):
+        tiny.capture(torch.zeros(1025, dtype=torch.long))
+    with pytest.raises(ValueError, match="keep"):
+        tiny.capture(torch.arange(4), keep=("nonsense",))
+    with pytest.raises(ValueError, match="layers"):
+        tiny.capture(torch.arange(4), layers=[7])
+    with pytest.raises(ValueError, match="1-D"):
+        tiny.capture(torch.zeros(2, 3, dtype=torch.long))

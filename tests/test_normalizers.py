@@ -1,0 +1,101 @@
+"""Every normalizer: a distribution over visible keys (SA-Softmax excepted, by its definition),
+masked keys 0, fully masked rows 0, gradients against finite differences; softmax Jacobian."""
+import math
+
+import pytest
+import torch
+
+from attnlab import normalizers as nz
+
+PROB = sorted(nz.SUMS_TO_ONE)
+
+
+def rows(seed=0, shape=(4, 7, 9)):
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(*shape, generator=g) * 3
+    vis = torch.rand(*shape, generator=g) > 0.3
+    vis[..., 0] = True
+    vis[0, 0] = False  # one fully masked row
+    return z, vis
+
+
+@pytest.mark.parametrize("name", PROB)
+def test_distribution_over_visible_keys(name):
+    z, vis = rows()
+    p = nz.get_normalizer(name)(z, vis)
+    assert p.dtype == torch.float32 and torch.isfinite(p).all()
+    assert (p >= 0).all() and (p[~vis] == 0).all()
+    sums = p.sum(-1)
+    assert torch.allclose(sums[vis.any(-1)], torch.ones(()), atol=1e-5)
+    assert (p[0, 0] == 0).all()
+
+
+def test_sa_softmax_is_not_a_distribution_by_definition():
+    z, vis = rows()
+    plain = nz.sa_softmax(z, vis, variant="plain")
+    normd = nz.sa_softmax(z, vis)
+    soft = nz.softmax(z, vis)
+    assert torch.allclose(plain, torch.where(vis, z, 0) * soft)
+    assert (normd >= 0).all() and (normd <= soft + 1e-7).all() and (normd[~vis] == 0).all()
+    with pytest.raises(ValueError, match="variant"):
+        nz.sa_softmax(z, vis, variant="x")
+
+
+@pytest.mark.parametrize("name", sorted(nz.NORMALIZERS))
+def test_gradients_match_finite_differences(name):
+    z, vis = rows(1, (2, 6))
+    z = z.double().requires_grad_(True)
+    fn = nz.get_normalizer(name)
+    w = torch.randn(2, 6, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda x: (fn(x, vis) * w).sum(), (z,), eps=1e-6, atol=1e-4)
+
+
+def test_softmax_jacobian_analytic_equals_autograd():
+    z = torch.randn(8)
+    for T in (0.1, 1.0, 3.0):
+        p = nz.softmax(z, T=T)
+        auto = nz.jacobian(lambda s, v: nz.softmax(s, v, T=T), z)
+        assert torch.allclose(nz.softmax_jacobian(p, T), auto, atol=1e-5)
+        assert nz.spectral_norm(nz.softmax_jacobian(p, T)) <= 1 / (2 * T) + 1e-6
+
+
+def test_softmax_low_temperature_is_finite():
+    z = torch.randn(3, 50) * 20
+    p = nz.softmax(z, T=1e-4)
+    assert torch.isfinite(p).all() and torch.allclose(p.sum(-1), torch.ones(3))
+    assert torch.equal(p.argmax(-1), z.argmax(-1))
+
+
+def test_ssmax_uses_each_rows_visible_length():
+    z = torch.randn(6, 6)
+    vis = torch.tril(torch.ones(6, 6, dtype=torch.bool))
+    p = nz.ssmax(z, vis, s=0.7)
+    for t in range(1, 6):
+        expect = torch.softmax(0.7 * math.log(t + 1) * z[t, : t + 1], -1)
+        assert torch.allclose(p[t, : t + 1], expect, atol=1e-6)
+    ref = nz.ssmax(z, None, ref_length=6)
+    assert torch.allclose(ref, torch.softmax(z, -1), atol=1e-6)  # matches softmax at the reference length
+
+
+def test_entmax_methods_agree():
+    z, vis = rows(2)
+    exact = nz.entmax(z, vis, alpha=1.5, method="sort")
+    bis = nz.entmax(z, vis, alpha=1.5, method="bisect")
+    assert torch.allclose(exact, bis, atol=1e-4)
+    assert torch.allclose(nz.entmax(z, vis, alpha=2.0), nz.sparsemax_(z, vis), atol=1e-6)
+    assert (nz.sparsemax_(z * 5, vis) == 0).any()  # exact zeros
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf")])
+def test_bad_temperature(bad):
+    with pytest.raises(ValueError, match="temperature"):
+        nz.softmax(torch.randn(3), T=bad)
+
+
+def test_bad_scores_and_names():
+    with pytest.raises(ValueError, match="NaN"):
+        nz.softmax(torch.tensor([0.0, float("nan")]))
+    with pytest.raises(ValueError, match="unknown normalizer"):
+        nz.get_normalizer("softermax")
+    with pytest.raises(ValueError, match="alpha"):
+        nz.entmax(torch.randn(3), alpha=0.5)
