@@ -106,6 +106,8 @@ class Result:
 
 
 def _parse(text: str) -> Any:
+    if text == "":
+        return None
     for cast in (int, float):
         try:
             return cast(text)
