@@ -1,0 +1,131 @@
+"""attnlab.widgets: frames, kernel-free sliders (jslinked, no kernel), live sliders, static figures."""
+import base64
+import warnings
+
+import ipywidgets as widgets
+from ipywidgets.widgets.widget_link import Link
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from attnlab import widgets as aw  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _fig(value=0.0):
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    ax.plot([0, 1], [0, value])
+    return fig
+
+
+def _links(box):
+    """jslinks whose both ends are inside `box` (Link widgets are not children, so search)."""
+    ids = set()
+
+    def walk(w):
+        ids.add(w.model_id)
+        for c in getattr(w, "children", ()):
+            walk(c)
+
+    walk(box)
+    instances = getattr(widgets.widget, "_instances", None) or widgets.Widget.widgets
+    return [w for w in list(instances.values())
+            if isinstance(w, Link) and w.source[0].model_id in ids and w.target[0].model_id in ids]
+
+
+def test_fig_to_png_closes_and_is_fixed_size():
+    fig = _fig()
+    n_open = len(plt.get_fignums())
+    png = aw.fig_to_png(fig, dpi=50)
+    assert png.startswith(PNG_MAGIC)
+    assert len(plt.get_fignums()) == n_open - 1
+    assert aw.fig_to_png(png) == png  # bytes pass through
+    assert b"Software" not in png[:200]  # no matplotlib version in the file
+    # same figure size -> same pixel size, whatever is drawn
+    a, b = aw.fig_to_png(_fig(0), dpi=50), aw.fig_to_png(_fig(1e6), dpi=50)
+    assert a[16:24] == b[16:24]  # IHDR width and height
+
+
+def test_frames_from_renders_each_value():
+    frames = aw.frames_from(_fig, [0, 1, 2], dpi=40)
+    assert len(frames) == 3 and all(f.startswith(PNG_MAGIC) for f in frames)
+
+
+def test_frame_slider_is_jslinked_stack_of_images():
+    box = aw.frame_slider([_fig(v) for v in (0, 1, 2)], [0.5, 1.0, 2.0], "T", readout_format=".1f")
+    slider, stack = box.children
+    assert isinstance(slider, widgets.SelectionSlider)
+    assert slider.label == "0.5" and slider.index == 0
+    assert [label for label, _ in slider.options] == ["0.5", "1.0", "2.0"]
+    assert isinstance(stack, widgets.Stack) and stack.selected_index == 0
+    assert all(isinstance(c, widgets.Image) and bytes(c.value).startswith(PNG_MAGIC) for c in stack.children)
+    links = _links(box)
+    assert [(l.source[0], l.source[1], l.target[0], l.target[1]) for l in links] == [
+        (slider, "index", stack, "selected_index")]
+    assert aw.KERNEL_FREE_CLASS in box._dom_classes
+
+
+def test_frame_slider_offers_a_png_fallback():
+    box = aw.frame_slider([_fig(0)], [1], "T")
+    bundle = box._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert base64.b64decode(bundle["image/png"]).startswith(PNG_MAGIC)
+
+
+def test_frame_slider_2d_links_both_sliders():
+    grid = [[_fig(i + j) for j in range(3)] for i in range(2)]
+    box = aw.frame_slider_2d(grid, [64, 128], [1, 2, 4], "L", "N")
+    s1, s2, outer = box.children
+    assert len(outer.children) == 2 and all(len(inner.children) == 3 for inner in outer.children)
+    pairs = {(l.source[0].model_id, l.target[0].model_id) for l in _links(box)}
+    assert (s1.model_id, outer.model_id) in pairs
+    assert all((s2.model_id, inner.model_id) in pairs for inner in outer.children)
+    assert len(pairs) == 1 + 2
+
+
+def test_frame_slider_input_errors():
+    with pytest.raises(ValueError, match="2 frames for 3 values"):
+        aw.frame_slider([b"x", b"y"], [1, 2, 3], "T")
+    with pytest.raises(ValueError, match="not unique"):
+        aw.frame_slider([b"x", b"y"], [1.01, 1.02], "T", readout_format=".1f")
+    with pytest.raises(ValueError, match="grid"):
+        aw.frame_slider_2d([[b"x"], [b"y", b"z"]], [1, 2], [1], "L", "N")
+
+
+def test_frame_slider_warns_over_budget(monkeypatch):
+    monkeypatch.setattr(aw, "FRAME_BUDGET", 10)
+    with pytest.warns(UserWarning, match="budget"):
+        aw.frame_slider([PNG_MAGIC + b"0" * 20], [1], "T")
+
+
+def test_live_slider_redraws_on_change():
+    calls = []
+
+    def update(T, L):
+        calls.append((T, L))
+        return _fig(T)
+
+    box = aw.live_slider(update, T=(0.5, 2.0, 0.5), L=[8, 16])
+    controls, image, note = box.children
+    assert calls and isinstance(image, widgets.Image) and bytes(image.value).startswith(PNG_MAGIC)
+    t_slider = controls.children[0]
+    assert t_slider.description == "T" and t_slider.continuous_update is False
+    before = bytes(image.value)
+    t_slider.value = 2.0
+    assert calls[-1][0] == 2.0 and bytes(image.value) != before
+    assert aw.LIVE_CLASS in box._dom_classes
+    with pytest.raises(ValueError):
+        aw.live_slider(update)
+
+
+def test_static_figure_and_model_note():
+    img = aw.static_figure(_fig())
+    assert img.data.startswith(PNG_MAGIC)
+    html = aw.model_note("gpt2", "cuda")._repr_html_()
+    assert 'data-attnlab-model="gpt2"' in html and "cuda" in html
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert '"&lt;x&gt;"' in aw.model_note("<x>")._repr_html_()
