@@ -604,10 +604,17 @@ def local_slopes(n, err) -> np.ndarray:
 # Monte Carlo engine (vectorised over replicates)
 # --------------------------------------------------------------------------------------------------
 
-def replicate_batch(n: int, k: int, max_scores: int = MAX_SCORES) -> int:
-    """Replicates processed together for n tokens: as many full n x n score matrices as fit in
-    ``max_scores`` (at least 1, at most k)."""
-    return max(1, min(int(k), max_scores // max(1, n * n)))
+#: replicate-batching budget on the CPU (score entries): batching many small problems saves python
+#: and dispatch overhead, but batches of large n x n score matrices fall out of cache and run slower
+#: than a loop (measured by tsc_experiments.bench_monte_carlo on 2 cores).
+CPU_BATCH_SCORES = 2 ** 20
+
+
+def replicate_batch(n: int, k: int, max_scores: int = MAX_SCORES, device="cpu", heads: int = 1) -> int:
+    """Replicates processed together for n tokens: as many full ``heads x n x n`` score tensors as
+    fit in the budget (``max_scores``, capped at ``CPU_BATCH_SCORES`` on the CPU); in [1, k]."""
+    budget = max_scores if str(device).startswith("cuda") else min(max_scores, CPU_BATCH_SCORES)
+    return max(1, min(int(k), budget // max(1, heads * n * n)))
 
 
 def mc_moment_errors(draw: Callable[[int, int, torch.Generator], torch.Tensor], A, V,
@@ -629,7 +636,7 @@ def mc_moment_errors(draw: Callable[[int, int, torch.Generator], torch.Tensor], 
     for n in n_values:
         n = check_positive_int(n, "n")
         gen = make_generator(derive_seed(seed, n), device)
-        b = replicate_batch(n, k, max_scores) if batch is None else check_positive_int(batch, "batch")
+        b = replicate_batch(n, k, max_scores, device) if batch is None else check_positive_int(batch, "batch")
         errs = {(r, mom): [] for r in references for mom in ("mean", "cov")}
         done = 0
         while done < k:
