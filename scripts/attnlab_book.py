@@ -1,0 +1,66 @@
+"""Sphinx extension for the attnlab book (loaded by _config.yml: sphinx.local_extensions).
+
+- One jupyter-cache per model and device (``_build/.jupyter_cache/<ATTNLAB_MODEL>-<ATTNLAB_DEVICE>``):
+  the cache keys notebooks by their code only, so without this a build with ATTNLAB_MODEL=gpt2 would
+  reuse outputs computed with another model.
+- The footer says which model setting built the site.
+- MPLBACKEND=Agg (exported by the Makefile for the CLI) is dropped, so notebook kernels keep the
+  inline backend and show their figures.
+- After the build, ``_static/attnlab-build.json`` records the setting and the models the chapters
+  reported (``attnlab.widgets.model_note`` tags pages with ``data-attnlab-model``);
+  ``python scripts/book_info.py`` prints it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+_TAG = re.compile(r'data-attnlab-model="([^"]*)"')
+
+
+def _setting() -> tuple[str, str]:
+    return os.environ.get("ATTNLAB_MODEL", "auto"), os.environ.get("ATTNLAB_DEVICE", "cpu")
+
+
+def _config_inited(app, config) -> None:
+    model, device = _setting()
+    if not config.nb_execution_cache_path:
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{model}-{device}")
+        config.nb_execution_cache_path = str(Path(app.outdir).parent / ".jupyter_cache" / slug)
+    options = dict(config.html_theme_options or {})
+    note = f"Figures computed with ATTNLAB_MODEL=<code>{model}</code> on <code>{device}</code>."
+    options["extra_footer"] = (options.get("extra_footer") or "") + f"<p>{note}</p>"
+    config.html_theme_options = options
+
+
+def _build_finished(app, exception) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    outdir = Path(app.outdir)
+    pages = {}
+    for page in sorted(outdir.rglob("*.html")):
+        found = sorted(set(_TAG.findall(page.read_text(encoding="utf-8", errors="replace"))))
+        if found:
+            pages[page.relative_to(outdir).as_posix()] = found
+    model, device = _setting()
+    info = {
+        "model_setting": model,
+        "device": device,
+        "models_in_pages": pages,
+        "models": sorted({m for found in pages.values() for m in found}),
+    }
+    static = outdir / "_static"
+    static.mkdir(exist_ok=True)
+    (static / "attnlab-build.json").write_text(json.dumps(info, indent=1) + "\n")
+
+
+def setup(app):
+    # A Makefile's MPLBACKEND=Agg would reach the notebook kernels and stop the inline backend
+    # from showing figures; kernels started by myst-nb inherit this process's environment.
+    if os.environ.get("MPLBACKEND", "").lower() == "agg":
+        del os.environ["MPLBACKEND"]
+    app.connect("config-inited", _config_inited)
+    app.connect("build-finished", _build_finished)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Execute book notebooks in place, from book/ (as jupyter-book and nbval run them), so that their
+stored outputs (what nbval compares) and widget state (what the static site shows) are refreshed.
+
+    python scripts/execute_notebooks.py               # every book/*.ipynb
+    python scripts/execute_notebooks.py book/03_six_percent.ipynb
+
+Model and device come from ATTNLAB_MODEL / ATTNLAB_DEVICE, like everywhere else.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+BOOK = Path(__file__).resolve().parent.parent / "book"
+MAX_BYTES = 1_000_000
+
+
+def execute(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    start = time.time()
+    NotebookClient(
+        nb, timeout=1800, kernel_name="python3", allow_errors=False, record_timing=False,
+        store_widget_state=True, resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
+    nbformat.write(nb, path)
+    size = path.stat().st_size
+    print(f"{path.relative_to(BOOK.parent)}: {time.time() - start:.1f} s, {size / 1e3:.0f} KB"
+          + ("  <-- over 1 MB: lighten its frames" if size > MAX_BYTES else ""), flush=True)
+
+
+def main(argv: list[str]) -> int:
+    # MPLBACKEND=Agg (the Makefile exports it for the CLI) would stop kernels showing figures.
+    if os.environ.get("MPLBACKEND", "").lower() == "agg":
+        del os.environ["MPLBACKEND"]
+    paths = [Path(a).resolve() for a in argv] or sorted(BOOK.glob("*.ipynb"))
+    for path in paths:
+        execute(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

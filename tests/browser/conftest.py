@@ -1,0 +1,89 @@
+"""Browser test of the built site (needs `make book` first and Debian's chromium).
+
+Not part of `pytest tests` (the unit run): it is collected only when named explicitly
+(`pytest tests/browser`, which `make browser` does) or with ATTNLAB_BROWSER=1.
+Settings: ATTNLAB_SITE (default _build/html), CHROMIUM (default /usr/bin/chromium),
+ATTNLAB_SCREENSHOTS (default _build/screenshots).
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+
+
+def _named_explicitly(config) -> bool:
+    for arg in config.args:
+        path = Path(str(arg).split("::")[0]).resolve()
+        if path == HERE or HERE in path.parents:
+            return True
+    return False
+
+
+def pytest_ignore_collect(collection_path, config):
+    if os.environ.get("ATTNLAB_BROWSER") == "1" or _named_explicitly(config):
+        return None
+    return collection_path.name.startswith("test_") or None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(scope="session")
+def site() -> Path:
+    path = Path(os.environ.get("ATTNLAB_SITE", ROOT / "_build" / "html")).resolve()
+    if not (path / "index.html").is_file():
+        pytest.fail(f"no built site at {path}: run `make book` first")
+    return path
+
+
+@pytest.fixture(scope="session")
+def screenshots() -> Path:
+    path = Path(os.environ.get("ATTNLAB_SCREENSHOTS", ROOT / "_build" / "screenshots"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep pytest output clean
+        pass
+
+
+@pytest.fixture(scope="session")
+def server(site):
+    """The built site over HTTP on 127.0.0.1, a free port."""
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    executable = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    if not Path(executable).exists():
+        pytest.fail(f"{executable} not found: `apt-get install -y chromium` (or set CHROMIUM)")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=executable,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"],
+        )
+        yield browser
+        browser.close()
