@@ -48,7 +48,7 @@ Tensorish = "torch.Tensor | np.ndarray | Sequence[float] | float"
 def _t(x, *, dtype=torch.float64, device=None) -> torch.Tensor:
     """Any array-like -> torch tensor of `dtype` on `device` (keeps the tensor's device if None)."""
     if isinstance(x, torch.Tensor):
-        return x.to(dtype=dtype, device=device if device is not None else x.device)
+        return x.detach().to(dtype=dtype, device=device if device is not None else x.device)
     return torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=dtype, device=device)
 
 

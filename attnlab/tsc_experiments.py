@@ -810,7 +810,8 @@ CLAIM_TEXT = {
     "uniform_rate": ("The attention map converges uniformly on a ball of radius R at rate C(R)/sqrt(n): "
                      "fitted slope of the sup-error within 0.1 of -1/2 for every R",
                      "abstract: 'converges uniformly on a ball of radius R at rate C(R)/sqrt(n)'"),
-    "uniform_constant": ("C(R) grows fast with R (faster than linearly over the tested radii)",
+    "uniform_constant": ("C(R) increases with R and tracks, within a factor 2, the exponentially growing "
+                         "delta-method constant [DERIVED] at every tested R",
                          "abstract: 'C(R) grows exponentially with R'"),
     "moments_beta": ("Moment errors decay as n^-beta with beta < 1/2 depending on H; read as an "
                      "upper-bound exponent, fitted |beta| lie at or above beta(H) = 1/(2(1+H^2))",
@@ -833,13 +834,14 @@ def _claim_uniform(res: Optional[Result]) -> list[dict]:
     meas = "; ".join(f"R={f['R']:g}: {f['slope']:.3f}±{f['slope_se']:.3f}" for f in fits)
     rows = [_row("tsc-uniform-rate", c1, p1, meas, "holds" if ok else "does not hold")]
     C = [f["C"] for f in fits]
-    Rs = [f["R"] for f in fits]
+    ratio = [f["C"] / f["C_pred"] for f in fits]
     grows = all(b > a for a, b in zip(C, C[1:]))
-    fast = len(C) >= 2 and Rs[0] > 0 and C[-1] / C[0] > Rs[-1] / Rs[0]
-    meas2 = ", ".join(f"C({f['R']:g})={f['C']:.3g}" for f in fits) + \
-        f"; C(R_max)/C(R_min)={C[-1] / C[0]:.3g} vs R_max/R_min={Rs[-1] / max(Rs[0], 1e-300):.3g}"
-    rows.append(_row("tsc-uniform-constant", c2, p2, meas2,
-                     "holds" if (grows and fast) else "does not hold"))
+    tracks = all(0.5 <= r <= 2.0 for r in ratio)
+    meas2 = (", ".join(f"C({f['R']:g})={f['C']:.3g}" for f in fits)
+             + "; delta-method constant exp(||Sigma^1/2 A x||^2/2)-type [DERIVED]: "
+             + ", ".join(f"{f['C_pred']:.3g}" for f in fits)
+             + f"; measured/derived in [{min(ratio):.2f}, {max(ratio):.2f}]")
+    rows.append(_row("tsc-uniform-constant", c2, p2, meas2, "holds" if (grows and tracks) else "does not hold"))
     return rows
 
 
@@ -877,6 +879,9 @@ def _claim_moments(res: Optional[Result]) -> list[dict]:
 
 
 def _claim_hardmax(res: Optional[Result]) -> list[dict]:
+    """Verdict on the covariance error at the largest scale.  The mean is not used: m_n is an odd
+    function of the tokens and the sphere is symmetric, so E[m_n] = 0 = m_inf exactly and the mean
+    error is pure fluctuation (near n^-1/2 at every scale); the hardmax bias shows in the covariance."""
     c, p = CLAIM_TEXT["hardmax"]
     if res is None:
         return [_row("tsc-hardmax", c, p, "not run", "not applicable")]
@@ -884,13 +889,14 @@ def _claim_hardmax(res: Optional[Result]) -> list[dict]:
     ref = "exact" if any(f["reference"] == "exact" for f in fits) else fits[0]["reference"]
     fits = [f for f in fits if f["reference"] == ref]
     smax = max(f["scale"] for f in fits)
-    top = [f for f in fits if f["scale"] == smax]
-    ok = all(np.isfinite(f["slope"]) and abs(f["slope"]) < 0.1 for f in top)
+    top = [f for f in fits if f["scale"] == smax and f["moment"] == "cov"]
+    ok = bool(top) and all(np.isfinite(f["slope"]) and abs(f["slope"]) < 0.1 for f in top)
     meas = "; ".join(
         f"scale {f['scale']:g} (H={f['horizon']:.3g}) {f['moment']}: slope {f['slope']:.3f}±{f['slope_se']:.3f}"
         + (f", curvature {f['curvature']:.3f}±{f['curvature_se']:.3f}" if "curvature" in f else "")
         for f in sorted(fits, key=lambda f: (f["scale"], f["moment"])))
-    return [_row("tsc-hardmax", c + f" (largest scale, {ref} reference)", p, meas,
+    meas += " (verdict on the covariance; the mean's limit is 0 by symmetry, its error is fluctuation only)"
+    return [_row("tsc-hardmax", c + f" (covariance error, largest scale, {ref} reference)", p, meas,
                  "holds" if ok else "does not hold")]
 
 
@@ -905,10 +911,11 @@ def _claim_real(res: Optional[Result]) -> list[dict]:
 def tsc_claims(results: dict) -> list[dict]:
     """Claim rows (id, claim, paper, measured, verdict) from Results keyed by experiment name:
     "uniform_map", "moment_convergence", "hardmax", "real_encoder" (missing -> "not applicable").
-    Verdicts: uniform-map slopes within 0.1 of -1/2 (and C(R) growing faster than R); every fitted
+    Verdicts: uniform-map slopes within 0.1 of -1/2 (and C(R) increasing, within a factor 2 of the
+    [DERIVED] delta-method constant, which grows like exp(||Sigma^1/2 A x||^2 / 2)); every fitted
     moment |beta| at or above beta(H) within 2 standard errors (the upper-bound reading; our H with
-    the temperature inside A, the authors' H reported beside it); hardmax: |slope| < 0.1 at the
-    largest scale for both moments."""
+    the temperature inside A, the authors' H reported beside it); hardmax: |slope| < 0.1 for the
+    covariance error at the largest scale (the mean error is fluctuation only, see _claim_hardmax)."""
     def get(key):
         return results.get(key) or results.get(f"tsc_{key}")
     return (_claim_uniform(get("uniform_map")) + _claim_moments(get("moment_convergence"))
