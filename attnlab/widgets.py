@@ -1,58 +1,61 @@
-"""Sliders and figures for the book: kernel-free sliders (precomputed frames), live sliders (kernel),
+r"""Sliders and figures for the book: kernel-free sliders (precomputed frames), live sliders (kernel),
 static figures. Views only: no science here.
 
 How to write a chapter
 ======================
-A chapter is ``book/NN_name.ipynb`` (run from ``book/``, like jupyter-book and nbval do). It imports
-the package, computes through it, and shows results with the helpers below::
+A chapter is ``book/NN_name.ipynb``; it runs from ``book/`` (as jupyter-book and nbval run it). It
+imports the package, computes through it, and shows results with the helpers below::
 
-    import os
-    from attnlab.widgets import frame_slider, frame_slider_2d, frames_from, live_slider, static_figure
-    MODEL = os.environ.get("ATTNLAB_MODEL", "auto")     # the Makefile/CI set these two
-    DEVICE = os.environ.get("ATTNLAB_DEVICE", "cpu")
+    import matplotlib.pyplot as plt
+    from attnlab import load_model
+    from attnlab.models import default_device, default_model_name   # ATTNLAB_MODEL / ATTNLAB_DEVICE
+    from attnlab.widgets import (frame_slider, frame_slider_2d, frames_from, live_slider,
+                                 model_note, static_figure)
+    model = load_model(default_model_name(), default_device())
+    model_note(model)            # "Computed with model ... on ..."; `make book` reports it
 
-Kernel-free slider (works on the static site; **every chapter needs at least one**: the browser test
-checks that moving it changes the figure). Draw one Figure per slider value, keep them light
-(a few hundred KB in all per slider; a warning tells you when frames get heavy)::
+Kernel-free slider: works on the static site, offline, no kernel. **Every chapter needs at least
+one**; the browser test checks that moving each one changes the figure. Draw one Figure per value
+(return it, do not ``plt.show()`` it); the helpers render it to PNG and close it::
 
-    def draw(T):                      # returns a matplotlib Figure; do not plt.show() it
-        fig, ax = plt.subplots(figsize=(5, 3))
+    def draw(T):
+        fig, ax = plt.subplots(figsize=(5, 3), layout="constrained")
         ...
         return fig
     Ts = [0.25, 0.5, 1, 2, 4]
-    frame_slider(frames_from(draw, Ts), Ts, "T", readout_format=".2f")   # last line of the cell
+    frame_slider(frames_from(draw, Ts), Ts, r"\(T\)", readout_format=".2f")   # last line of the cell
 
 Two sliders (e.g. L and N): ``frames[i][j]`` is the frame for ``values1[i]``, ``values2[j]``::
 
     frame_slider_2d([[draw(L, N) for N in Ns] for L in Ls], Ls, Ns, "L", "N")
 
-Budget: a grid of 6 x 6 frames at the default dpi is about 1 MB; use fewer values or a smaller
-``figsize`` / ``dpi``.
+Keep pages light: frames are embedded in the page and in the notebook. At the default 72 dpi a
+5 x 3 inch frame is 20-40 KB, so a 6 x 6 grid is about 1 MB: use fewer values, a smaller figsize or
+``dpi=``; a warning says when a slider passes ``FRAME_BUDGET``. Math in a slider description needs
+``\(..\)``, not ``$..$``.
 
-Live slider (for readers running the notebook: Colab, Jupyter; it does not move on the static site,
-and says so). ``update_fn`` must be cheap (recompute from a cached Trace, never a forward pass)::
+Live slider: for readers running the notebook (Jupyter, Colab); on the static site it does not move,
+and says so. ``update_fn`` returns a Figure and must be cheap (recompute from a cached Trace, never a
+forward pass). Specs are ipywidgets ``interact`` abbreviations: ``(min, max, step)``, a list, a widget::
 
     live_slider(lambda L, T: draw_from_trace(trace, L, T), L=(64, 1024, 64), T=(0.1, 4.0, 0.1))
 
-Slider specs are ipywidgets ``interact`` abbreviations: ``(min, max, step)``, a list of values, or a
-widget.
+Static figure (print/PDF, readers without JavaScript): ``static_figure(fig)`` as the last line of a
+cell or in ``display(...)``. Figures left open after ``plt.subplots`` are shown by the inline backend
+as usual.
 
-Static figure (for print/PDF and readers without JavaScript): ``static_figure(fig)`` as the last line
-of a cell (or inside ``display(...)``). Figures made with ``plt.subplots`` and left open are shown by
-the inline backend as usual; the helpers here close the figures they render.
+Checked numbers: make ``# NBVAL_CHECK_OUTPUT`` the first line of a cell whose output is small and
+deterministic (``print(f"{x:.3f}")``, a verdict, a short table). ``make nbval`` (``pytest
+--nbval-lax book/``) re-runs every chapter and compares only those cells with their stored outputs.
+They are compared on the CPU CI (ATTNLAB_MODEL=minilm) *and* on the GPU job (GPT-2), so check what
+holds on both models (bounds, synthetic checks, verdicts, coarse roundings); print model-specific
+numbers in unchecked cells.
 
-Which model: ``model_note(name, device)`` as a cell's output prints "Computed with ..." and tags the
-page, so ``make book`` can say which model produced the site.
-
-Checked numbers: put ``# NBVAL_CHECK_OUTPUT`` as the first line of a cell whose output is a small,
-deterministic, rounded number or table (``print(f"{x:.3f}")``); ``make nbval`` (``pytest --nbval-lax
-book/``) re-runs every chapter and compares only those cells with their stored outputs. So commit
-notebooks WITH outputs (at least of the checked cells), and keep each notebook small: < 1 MB (the
-repository's hook rejects files > 3 MB). ``make notebooks`` (scripts/execute_notebooks.sh) re-executes
-the chapters in place from ``book/``, refreshing stored outputs and widget state. Add a new chapter
-to ``_toc.yml`` (``- file: book/NN_name``).
-
-Math in a slider description: use ``\\(..\\)``, not ``$..$``.
+Committing: notebooks are committed WITH outputs (nbval compares against them) and must stay small
+(< 1 MB each; the repository's hook rejects files > 3 MB). Refresh them with ``make notebooks
+MODEL=minilm`` (scripts/execute_notebooks.sh: executes in place from ``book/``, storing outputs and
+widget state); one chapter: ``scripts/execute_notebooks.sh book/NN_name.ipynb``. Then list the
+chapter in ``_toc.yml`` (``- file: book/NN_name``) or it is not built (the browser test fails).
 """
 from __future__ import annotations
 
@@ -223,12 +226,17 @@ def static_figure(fig: Any, dpi: int = 100):
     return Image(data=fig_to_png(fig, dpi), format="png")
 
 
-def model_note(model: str, device: str | None = None):
+def model_note(model: Any, device: str | None = None):
     """'Computed with model X on device Y' as a cell output; tags the page with the model so that
-    ``make book`` can report which model produced the site."""
+    ``make book`` can report which model produced the site. ``model``: a name, or an object with
+    ``.name`` (and ``.device``), e.g. an ``AttnModel``."""
     from html import escape
 
     from IPython.display import HTML
+
+    if not isinstance(model, str):
+        device = device or (str(model.device) if getattr(model, "device", None) is not None else None)
+        model = model.name
 
     where = f" on <code>{escape(device)}</code>" if device else ""
     return HTML(f'<p class="attnlab-model" data-attnlab-model="{escape(model, quote=True)}">'

@@ -1,8 +1,9 @@
 """Sphinx extension for the attnlab book (loaded by _config.yml: sphinx.local_extensions).
 
-- One jupyter-cache per model and device (``_build/.jupyter_cache/<ATTNLAB_MODEL>-<ATTNLAB_DEVICE>``):
-  the cache keys notebooks by their code only, so without this a build with ATTNLAB_MODEL=gpt2 would
-  reuse outputs computed with another model.
+- One jupyter-cache per model, device and version of the package sources
+  (``_build/.jupyter_cache/<ATTNLAB_MODEL>-<ATTNLAB_DEVICE>-<hash of attnlab/*.py>``): jupyter-cache
+  keys notebooks by their code cells only, so without this a build with ATTNLAB_MODEL=gpt2, or after
+  a change in attnlab/, would reuse outputs computed with another model or older code.
 - The footer says which model setting built the site.
 - MPLBACKEND=Agg (exported by the Makefile for the CLI) is dropped, so notebook kernels keep the
   inline backend and show their figures.
@@ -12,9 +13,12 @@
 """
 from __future__ import annotations
 
+import glob
+import hashlib
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 _TAG = re.compile(r'data-attnlab-model="([^"]*)"')
@@ -24,11 +28,25 @@ def _setting() -> tuple[str, str]:
     return os.environ.get("ATTNLAB_MODEL", "auto"), os.environ.get("ATTNLAB_DEVICE", "cpu")
 
 
+def _package_digest(root: Path) -> str:
+    """Short hash of the attnlab package sources: chapter outputs depend on them too."""
+    digest = hashlib.sha256()
+    for path in sorted((root / "attnlab").rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def _config_inited(app, config) -> None:
     model, device = _setting()
     if not config.nb_execution_cache_path:
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{model}-{device}")
-        config.nb_execution_cache_path = str(Path(app.outdir).parent / ".jupyter_cache" / slug)
+        caches = Path(app.outdir).parent / ".jupyter_cache"
+        current = caches / f"{slug}-{_package_digest(Path(app.srcdir))}"
+        # Caches of older package versions for this model/device are stale: drop them.
+        for old in caches.glob(f"{glob.escape(slug)}-*"):
+            if old != current and old.is_dir() and re.fullmatch(r"[0-9a-f]{12}", old.name[len(slug) + 1:]):
+                shutil.rmtree(old, ignore_errors=True)
+        config.nb_execution_cache_path = str(current)
     options = dict(config.html_theme_options or {})
     note = f"Figures computed with ATTNLAB_MODEL=<code>{model}</code> on <code>{device}</code>."
     options["extra_footer"] = (options.get("extra_footer") or "") + f"<p>{note}</p>"

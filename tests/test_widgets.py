@@ -129,3 +129,9 @@ def test_static_figure_and_model_note():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert '"&lt;x&gt;"' in aw.model_note("<x>")._repr_html_()
+
+    class Model:
+        name, device = "minilm", "cpu"
+
+    html = aw.model_note(Model())._repr_html_()
+    assert 'data-attnlab-model="minilm"' in html and "<code>cpu</code>" in html
