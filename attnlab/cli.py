@@ -10,7 +10,7 @@ import importlib
 import sys
 import warnings
 
-SUBCOMMAND_MODULES = ["attnlab.cli_info", "attnlab.cli_paper1", "attnlab.diagnose"]
+SUBCOMMAND_MODULES = ["attnlab.cli_info", "attnlab.cli_figures", "attnlab.diagnose"]
 
 
 def model_args(parser: argparse.ArgumentParser, default: str = "auto") -> None:

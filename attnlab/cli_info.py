@@ -28,9 +28,9 @@ def _bench_capture_cli(args) -> list[dict]:
 # name -> "module:function" taking the parsed args, printing its table, returning rows
 BENCHES = {
     "capture": "attnlab.cli_info:_bench_capture_cli",
-    "figures": "attnlab.cli_paper1:bench_figures_cli",
+    "figures": "attnlab.cli_figures:bench_figures_cli",
     "normalizers": "attnlab.compare:bench_normalizers_cli",
-    "montecarlo": "attnlab.tsc_experiments:bench_monte_carlo_cli",
+    "montecarlo": "attnlab.cli_figures:bench_montecarlo_cli",
 }
 
 
