@@ -53,6 +53,14 @@ def _check_device(device) -> str:
     return device
 
 
+def _preset(table: dict, quick: bool, preset: str) -> dict:
+    """A copy of the preset's settings (``quick=True`` selects "quick" whatever `preset` says)."""
+    name = "quick" if quick else preset
+    if name not in table:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(table)}")
+    return dict(table[name])
+
+
 def _grid(values, name: str, *, integer: bool = False) -> list:
     vals = list(np.atleast_1d(np.asarray(values, dtype=np.float64)))
     if not vals:
@@ -142,7 +150,7 @@ def uniform_map(*, quick: bool = False, preset: str = "default", d: Optional[int
     (:func:`sc.map_error_constant`) maximised over the probes.
     """
     t0 = time.perf_counter()
-    cfg = dict(UNIFORM_MAP_PRESETS["quick" if quick else preset])
+    cfg = _preset(UNIFORM_MAP_PRESETS, quick, preset)
     for key, val in dict(d=d, rho=rho, H=H, radii=radii, n_values=n_values, k=k,
                          n_random_probes=n_random_probes).items():
         if val is not None:
@@ -205,7 +213,7 @@ def uniform_map(*, quick: bool = False, preset: str = "default", d: Optional[int
         common_random_numbers="all radii share each replicate's keys", radii=radii, n_values=n_values, k=k,
         seed=seed, seeds=f"keys for each n from derive_seed({seed}, n)", error_bars=ERROR_BARS, fit=FIT,
         temperature_convention=sc.TEMPERATURE_CONVENTION, dtype=str(dt), device=device,
-        max_scores=max_scores, preset="quick" if quick else preset,
+        max_scores=max_scores, preset="quick" if quick else preset, torch_threads=torch.get_num_threads(),
         runtime_s=round(time.perf_counter() - t0, 3))
     return Result("tsc_uniform_map", rows, prov)
 
@@ -246,7 +254,7 @@ def moment_convergence(*, quick: bool = False, preset: str = "default", d: Optio
     in A) and for the authors' H (without it, sqrt(d) times larger).
     """
     t0 = time.perf_counter()
-    cfg = dict(MOMENT_PRESETS["quick" if quick else preset])
+    cfg = _preset(MOMENT_PRESETS, quick, preset)
     for key, val in dict(d=d, rho=rho, scales=scales, n_values=n_values, k=k, reference=reference,
                          n_ref=n_ref, seed=seed).items():
         if val is not None:
@@ -309,7 +317,7 @@ def moment_convergence(*, quick: bool = False, preset: str = "default", d: Optio
         "reference curve as encoded in their plotting code", temperature_convention=sc.TEMPERATURE_CONVENTION,
         horizon="horizon = ours (A with temperature); horizon_authors = ||Sigma^1/2 (s W_k^T W_q) Sigma^1/2||_2",
         dtype=str(dt), moments_dtype="float64", device=device, max_scores=max_scores,
-        runtime_s=round(time.perf_counter() - t0, 3))
+        torch_threads=torch.get_num_threads(), runtime_s=round(time.perf_counter() - t0, 3))
     return Result("tsc_moment_convergence", rows, prov)
 
 
@@ -345,7 +353,7 @@ def hardmax(*, quick: bool = False, preset: str = "default", d: Optional[int] = 
     quadratic-in-log-n fit (curvature > 0: bends away from a power law) and the first/last local slopes.
     """
     t0 = time.perf_counter()
-    cfg = dict(HARDMAX_PRESETS["quick" if quick else preset])
+    cfg = _preset(HARDMAX_PRESETS, quick, preset)
     for key, val in dict(d=d, radius=radius, scales=scales, n_values=n_values, k=k,
                          n_dirichlet=n_dirichlet, seed=seed).items():
         if val is not None:
@@ -414,7 +422,8 @@ def hardmax(*, quick: bool = False, preset: str = "default", d: Optional[int] = 
         n_dirichlet=int(cfg["n_dirichlet"]), n_ref=n_ref if reference != "exact" else None, cov_norm=cov_norm,
         error_bars=ERROR_BARS, fit=FIT + "; curvature: quadratic fit in centred log n with the same weights",
         temperature_convention=sc.TEMPERATURE_CONVENTION, dtype=str(dt), moments_dtype="float64",
-        device=device, max_scores=max_scores, runtime_s=round(time.perf_counter() - t0, 3))
+        device=device, max_scores=max_scores, torch_threads=torch.get_num_threads(),
+        runtime_s=round(time.perf_counter() - t0, 3))
     return Result("tsc_hardmax", rows, prov)
 
 
@@ -474,10 +483,12 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
     ``horizon_authors`` omits ``scaling`` (the authors' code).
 
     ``model``: a name for :func:`attnlab.models.load_model` or an object with ``hf``, ``name``,
-    ``max_positions``, ``capture(ids, keep=...)`` and ``window(text, L, offset)``.
+    ``max_positions``, ``capture(ids, keep=...)`` and ``window(text, L, offset)``.  When ``ids``
+    (token ids ``[L]``) are given, ``text``/``corpus``/``L``/``offset`` are not used.
+    ``quick=True`` caps the window at 64 tokens and uses n = 8, 16, 32 with k = 4.
     """
     t0 = time.perf_counter()
-    cfg = dict(REAL_PRESETS["quick" if quick else preset])
+    cfg = _preset(REAL_PRESETS, quick, preset)
     if n_values is not None:
         cfg["n_values"] = n_values
     if k is not None:
@@ -504,8 +515,6 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
         ids = model.window(text, L, offset)
     ids = torch.as_tensor(ids).long()
     Lw = int(ids.numel())
-    if max(n_values) > 4 * Lw:
-        raise ValueError(f"n up to {max(n_values)} against a window of {Lw} tokens: use n <= L-ish")
     trace = model.capture(ids, keep=("q", "k", "v", "hidden"))
     scaling = float(trace.scaling)
     wanted = list(trace.layers) if layers is None else [int(l) for l in layers]
@@ -570,7 +579,8 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
                     "horizon_authors without scaling",
         scaling=scaling, cov_norm=cov_norm, error_bars=ERROR_BARS, fit=FIT,
         temperature_convention=sc.TEMPERATURE_CONVENTION, dtype=str(dt), moments_dtype="float64",
-        device=device, max_scores=max_scores, runtime_s=round(time.perf_counter() - t0, 3))
+        device=device, max_scores=max_scores, torch_threads=torch.get_num_threads(),
+        runtime_s=round(time.perf_counter() - t0, 3))
     return Result("tsc_real_encoder", rows, prov)
 
 

@@ -330,6 +330,8 @@ def test_bad_input_raises_clear_errors():
         sc.self_attention(torch.zeros(5, 3), A, V=torch.zeros(2, 4))
     with pytest.raises(ValueError, match="at least 2 points"):
         sc.fit_loglog([10], [0.1])
+    with pytest.raises(ValueError, match="unknown preset"):
+        te.hardmax(preset="huge")
     with pytest.raises(ValueError, match="reference must be"):
         te.moment_convergence(quick=True, reference="population")
     with pytest.raises(ValueError, match="cov_norm"):
