@@ -499,7 +499,7 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
     if isinstance(model, str):
         from attnlab.models import load_model
 
-        model = load_model(model)
+        model = load_model(model, device=device)
     text_prov: dict = {}
     if ids is None:
         if text is None:
