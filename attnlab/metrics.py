@@ -1,0 +1,723 @@
+"""Per-row attention metrics of arXiv 2508.17821, vectorised over heads and query rows.
+
+Inputs (all torch tensors):
+
+- `probs [..., Q, K]`: attention weights (0 on masked keys), leading dims e.g. [layer, head];
+- `x [..., K, D]`: the vectors x_i of the paper (per-head value vectors by default); its leading dims
+  broadcast against those of probs (layer-input hidden states `[layer, 1, K, D]` serve every head);
+- `visible bool [Q, K]`: keys each query row counts (default: all). A row's length is
+  `L_t = visible[t].sum()`; rows with `L_t <= N` are skipped (NaN in per-row outputs).
+  Protocol "masked keys included" = pass `visible=None` (all keys, weight 0 where masked).
+
+Everything is computed in float64 on blocks of (head, query rows) small enough to bound memory
+(`chunk` = elements of one [heads, rows, K] block). Top-N = the first N keys of each row sorted by
+weight, descending, ties broken by lower key index (stable sort), so one sort serves every N.
+
+Distances use `||a_i x_i - s||^2 = a_i^2 ||x_i||^2 - 2 a_i x_i.s + ||s||^2`, with `x_i.s` updated from
+the Gram matrix as N grows (no [rows, K, D] tensors). `attnlab.oracle` recomputes all of it row by
+row, directly from the formulas; the tests check both agree to 1e-5 relative.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Iterable, Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+
+from attnlab import bounds
+
+DEFAULT_CHUNK = 1 << 18          # elements of one float64 [heads, rows, K] block (2 MiB: stays in cache)
+DISTANCE_STATS = ("dtilde_b", "dtilde_a", "E", "jensen", "abar", "d1", "R", "dmax_B", "dmax_R", "dmax_a")
+SEPARABILITY_STATS = ("ns_frac", "r", "delta", "xi_row", "xi_pair", "xi_delta",
+                      "lower_row", "lower_pair", "lower_delta",
+                      "upper_B_row", "upper_B_pair", "upper_B_delta",
+                      "upper_R_row", "upper_R_pair", "upper_R_delta")
+_PAIR_STATS = {"xi_pair", "lower_pair", "upper_B_pair", "upper_R_pair"}
+_DELTA_STATS = {"delta", "xi_delta", "lower_delta", "upper_B_delta", "upper_R_delta"}
+
+
+# ----------------------------------------------------------------------------------------- checking
+
+def check_inputs(probs: torch.Tensor, x: Optional[torch.Tensor] = None,
+                 visible: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Validate shapes and values; return `visible` as bool [Q, K]. Raises ValueError with the fix."""
+    if not isinstance(probs, torch.Tensor) or probs.dim() < 2:
+        raise ValueError(f"probs must be a tensor [..., Q, K], got {getattr(probs, 'shape', type(probs))}")
+    Q, K = probs.shape[-2:]
+    if torch.isnan(probs).any():
+        raise ValueError("probs contain NaN: check the model's attention (fully masked rows?)")
+    if x is not None:
+        if x.dim() < 2 or x.shape[-2] != K:
+            raise ValueError(f"x must be [..., K={K}, D] to match probs [..., Q, K]; got {tuple(x.shape)}")
+        try:
+            torch.broadcast_shapes(x.shape[:-2], probs.shape[:-2])
+        except RuntimeError as exc:
+            raise ValueError(f"leading dims of x {tuple(x.shape[:-2])} do not broadcast to those of "
+                             f"probs {tuple(probs.shape[:-2])}") from exc
+        if len(x.shape[:-2]) > len(probs.shape[:-2]):
+            raise ValueError("x has more leading dims than probs")
+        if torch.isnan(x).any():
+            raise ValueError("x contains NaN")
+    if visible is None:
+        return torch.ones(Q, K, dtype=torch.bool)
+    if visible.shape != (Q, K):
+        raise ValueError(f"visible must be bool [Q={Q}, K={K}], got {tuple(visible.shape)}")
+    return visible.to(torch.bool)
+
+
+def _check_ns(ns: Iterable[int], K: int) -> list[int]:
+    ns = sorted({int(n) for n in ns})
+    if not ns:
+        raise ValueError("need at least one N")
+    if ns[0] < 1:
+        raise ValueError(f"N must be >= 1, got {ns[0]}")
+    if ns[-1] >= K:
+        raise ValueError(f"N must be < L (the number of keys, {K}): got N={ns[-1]}; "
+                         "choose a smaller top-N or a longer window")
+    return ns
+
+
+def row_lengths(visible: torch.Tensor) -> torch.Tensor:
+    """L_t = number of visible keys of each row: bool [Q, K] -> long [Q]."""
+    return visible.sum(-1)
+
+
+# --------------------------------------------------------------------------------------- chunking
+
+def _flat(probs: torch.Tensor, x: Optional[torch.Tensor]):
+    """probs -> [B, Q, K]; x -> [Bx, K, D] plus xmap long [B] (which x serves each flattened row)."""
+    lead = probs.shape[:-2]
+    P = probs.reshape(-1, *probs.shape[-2:])
+    if x is None:
+        return lead, P, None, None
+    xlead = (1,) * (len(lead) - len(x.shape[:-2])) + tuple(x.shape[:-2])
+    X = x.reshape(-1, *x.shape[-2:])
+    xmap = torch.arange(X.shape[0]).reshape(xlead).expand(lead).reshape(-1) if lead else torch.zeros(1, dtype=torch.long)
+    return lead, P, X, xmap
+
+
+def _blocks(B: int, Q: int, K: int, chunk: int) -> Iterator[tuple[slice, slice]]:
+    """(heads, rows) slices with heads * rows * K <= chunk (at least one row)."""
+    if Q * K <= chunk:
+        nb = max(1, chunk // (Q * K))
+        for b0 in range(0, B, nb):
+            yield slice(b0, min(B, b0 + nb)), slice(0, Q)
+    else:
+        nq = max(1, chunk // K)
+        for b0 in range(B):
+            for q0 in range(0, Q, nq):
+                yield slice(b0, b0 + 1), slice(q0, min(Q, q0 + nq))
+
+
+def _sort(a: torch.Tensor, vis: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """order, rank [b, q, K]: keys by weight descending (visible first, ties -> lower index)."""
+    key = a.masked_fill(~vis, float("-inf"))
+    order = torch.sort(key, dim=-1, descending=True, stable=True).indices
+    rank = torch.empty_like(order).scatter_(-1, order, torch.arange(a.shape[-1]).expand_as(order))
+    return order, rank
+
+
+def sort_rows(probs: torch.Tensor, visible: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(order, rank) [..., Q, K]: keys of each row by weight, descending, visible keys first, ties broken
+    by the lower key index; `rank[..., t, i]` is the position of key i in row t's order."""
+    vis = check_inputs(probs, None, visible)
+    return _sort(probs, vis)
+
+
+def top_n(probs: torch.Tensor, n: int, visible: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Indices [..., Q, n] of the n largest visible weights of each row (ties -> lower index)."""
+    vis = check_inputs(probs, None, visible)
+    _check_ns([n], probs.shape[-1] + 1)
+    return _sort(probs, vis)[0][..., :n]
+
+
+def context_vector(probs: torch.Tensor, x: torch.Tensor, n: int, visible: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Paper Eq. 6: `s = sum_{i in I_N} a_i x_i` for every row -> [..., Q, D] float64."""
+    vis = check_inputs(probs, x, visible)
+    _check_ns([n], probs.shape[-1] + 1)
+    _, rank = _sort(probs, vis)
+    sel = (rank < n) & vis
+    return torch.matmul((probs.double() * sel), x.double())
+
+
+# ------------------------------------------------------------------------------- distance engine
+
+class _Block:
+    """One (heads, rows) block: sorted rows, Gram matrix, running context vector s and x.s.
+
+    Xu [u, K, D] are the distinct x of the block (one per head for value vectors, one per layer for
+    hidden states) and inv [b] says which one each head uses, so the Gram matrix and pairwise
+    distances are computed once per distinct x. Big per-N work is done in place in `buf`.
+    """
+
+    def __init__(self, probs, vis, Xu, inv):
+        self.vis = vis                               # [q, K]
+        self.order, self.rank = _sort(probs, vis)    # sort the input dtype (same order as float64)
+        a = probs.double() * vis
+        self.a = a                                   # [b, q, K] float64, 0 on invisible keys
+        self.Xu, self.inv = Xu, inv
+        self.X = Xu[inv]                             # [b, K, D]
+        self.Lt = vis.sum(-1).double()               # [q]
+        self.n_hidden = (vis.shape[-1] - self.Lt).unsqueeze(-1)   # invisible keys per row [q, 1]
+        self.xn2 = (self.X * self.X).sum(-1)         # [b, K]
+        self.A = a * a * self.xn2.unsqueeze(1)       # ||y_i||^2  [b, q, K]
+        self.Gu = Xu @ Xu.transpose(1, 2)            # [u, K, K]
+        b, q, K = a.shape
+        self.s = torch.zeros(b, q, Xu.shape[-1], dtype=torch.float64)
+        self.xs = torch.zeros(b, q, K, dtype=torch.float64)
+        self.buf = torch.empty(b, q, K, dtype=torch.float64)
+        self.n = 0
+        self.bidx = torch.arange(b).unsqueeze(1)     # [b, 1]
+        self.gflat = (inv.unsqueeze(1) * K)          # [b, 1] row offset into Gu viewed [u*K, K]
+        self.jump = max(2, Xu.shape[-1] // 8)        # stepping N costs ~2 passes, a jump ~2 D flops
+
+    def advance(self, N: int) -> None:
+        """Move s (top-N context vector) and xs = X s to N."""
+        if N < self.n or N - self.n > self.jump:
+            sel = (self.rank < N).double()
+            self.s = torch.matmul(self.a * sel, self.X)
+            torch.matmul(self.s, self.X.transpose(1, 2), out=self.xs)
+        else:
+            G = self.Gu.reshape(-1, self.Gu.shape[-1])
+            for m in range(self.n, N):
+                j = self.order[..., m]                                   # [b, q]
+                aj = self.a.gather(-1, j.unsqueeze(-1))                  # [b, q, 1]
+                self.s += aj * self.X[self.bidx, j]
+                torch.index_select(G, 0, (self.gflat + j).reshape(-1), out=self.buf.view(-1, G.shape[-1]))
+                self.xs.addcmul_(self.buf, aj)
+        self.n = N
+
+    def dist(self) -> torch.Tensor:
+        """||a_i x_i - s|| for every key, written into and returned as `self.buf` [b, q, K].
+        Invisible keys (a = 0) hold exactly ||s||."""
+        s2 = (self.s * self.s).sum(-1, keepdim=True)
+        buf = torch.mul(self.a, self.xs, out=self.buf)
+        torch.add(self.A, buf, alpha=-2, out=buf)
+        return buf.add_(s2).clamp_min_(0).sqrt_()
+
+    def out_sum(self, dist: torch.Tensor, N: int) -> torch.Tensor:
+        """sum over visible non-selected keys of `dist` [b, q, K] (invisible entries = ||s||)."""
+        top = self.order[..., :N]
+        s_norm = self.s.norm(dim=-1)
+        return dist.sum(-1) - self.n_hidden.squeeze(-1) * s_norm - dist.gather(-1, top).sum(-1)
+
+    def sel_dist(self, N: int, chunk: int) -> torch.Tensor:
+        """||a_i x_i - s|| for the top-N keys, computed directly (no cancellation): [b, q, N]."""
+        b, q, K = self.a.shape
+        top = self.order[..., :N]
+        res = torch.empty(b, q, N, dtype=torch.float64)
+        step = max(1, chunk // max(1, b * N * self.X.shape[-1]))
+        for q0 in range(0, q, step):
+            qs = slice(q0, min(q, q0 + step))
+            t = top[:, qs]
+            y = self.a[:, qs].gather(-1, t).unsqueeze(-1) * self.X[torch.arange(b)[:, None, None], t]
+            res[:, qs] = (y - self.s[:, qs].unsqueeze(2)).norm(dim=-1)
+        return res
+
+    def pair_xi(self, N: int, chunk: int) -> torch.Tensor:
+        """Mean over the other selected j of ||a_j x_j - a_i x_i|| for each selected i: [b, q, N]."""
+        b, q, K = self.a.shape
+        top = self.order[..., :N]
+        if N == 1:
+            return torch.zeros(b, q, 1, dtype=torch.float64)
+        res = torch.empty(b, q, N, dtype=torch.float64)
+        step = max(1, chunk // max(1, b * N * max(N, self.X.shape[-1])))
+        for q0 in range(0, q, step):
+            qs = slice(q0, min(q, q0 + step))
+            t = top[:, qs]                                               # [b, qq, N]
+            y = self.a[:, qs].gather(-1, t).unsqueeze(-1) * self.X[torch.arange(b)[:, None, None], t]
+            g = y @ y.transpose(-1, -2)                                  # [b, qq, N, N]
+            y2 = torch.diagonal(g, dim1=-2, dim2=-1)
+            d2 = y2.unsqueeze(-1) + y2.unsqueeze(-2) - 2 * g
+            res[:, qs] = d2.clamp_min(0).sqrt().sum(-1) / (N - 1)
+        return res
+
+
+def _unique_x(X: torch.Tensor, xmap: torch.Tensor, bs: slice) -> tuple[torch.Tensor, torch.Tensor, tuple]:
+    """Distinct x of a heads block: Xu [u, K, D] float64, inv [b], and a hashable key."""
+    uniq, inv = torch.unique(xmap[bs], return_inverse=True)
+    return X[uniq].double(), inv, tuple(uniq.tolist())
+
+
+def _nan_rows(value: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
+    return value.masked_fill(~ok, float("nan"))
+
+
+def _d1(block: "_Block", N: int, D: torch.Tensor, out: torch.Tensor, chunk: int) -> torch.Tensor:
+    """max_{j in top-N, i out, visible} ||x_i - x_j|| per row, [b, q]; D [b, K, K] pairwise distances."""
+    b, q, K = block.a.shape
+    res = torch.empty(b, q, dtype=torch.float64)
+    step = max(1, chunk // max(1, b * N * K))
+    for q0 in range(0, q, step):
+        qs = slice(q0, min(q, q0 + step))
+        j = block.order[:, qs, :N]                                       # [b, qq, N]
+        rows = D[torch.arange(b)[:, None, None], j]                      # [b, qq, N, K]
+        m = rows.masked_fill(~out[:, qs].unsqueeze(2), float("-inf"))
+        res[:, qs] = m.amax(dim=(-1, -2))
+    return res
+
+
+def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visible: Optional[torch.Tensor] = None,
+                   *, stats: Sequence[str] = ("dtilde_b", "dtilde_a", "E", "jensen", "dmax_B", "dmax_R"),
+                   chunk: int = DEFAULT_CHUNK) -> dict[str, torch.Tensor]:
+    """Theorem-1 quantities of every row for each N in `ns`: dict stat -> float64 [..., Q, len(ns)].
+
+    stats (any of `DISTANCE_STATS`):
+      dtilde_b  reading (b) [R, default]: `sum_{i out} ||a_i x_i - s||`
+      dtilde_a  reading (a) [S]: `||sum_{i out} a_i x_i - s||`
+      E         random-set main sum (`bounds.theorem1_random_main`), over the row's L_t keys
+      jensen    its Jensen-gap bound (`bounds.theorem1_jensen_bound`)
+      abar, d1, R   top-N mass, max out-to-selected distance, max selected norm
+      dmax_B, dmax_R, dmax_a   Theorem 1 fixed-set bounds ([B], [R], reading-(a) [R])
+    Rows with L_t <= N are NaN. `ns` are sorted ascending in the output.
+    """
+    vis = check_inputs(probs, x, visible)
+    K = probs.shape[-1]
+    ns = _check_ns(ns, K)
+    stats = list(stats)
+    bad = set(stats) - set(DISTANCE_STATS)
+    if bad:
+        raise ValueError(f"unknown stats {sorted(bad)}; choose from {DISTANCE_STATS}")
+    lead, P, X, xmap = _flat(probs, x)
+    B, Q, _ = P.shape
+    out = {k: torch.empty(B, Q, len(ns), dtype=torch.float64) for k in stats}
+    need_d1 = bool({"d1", "dmax_B", "dmax_R", "dmax_a"} & set(stats))
+    need_R = need_d1 or "R" in stats
+    need_E = bool({"E", "jensen"} & set(stats))
+    for bs, qs in _blocks(B, Q, K, chunk):
+        v = vis[qs]
+        Xu, inv, _ = _unique_x(X, xmap, bs)
+        blk = _Block(P[bs, qs], v, Xu, inv)
+        a = blk.a
+        o = torch.matmul(a, blk.X)                                       # full output [b, q, D]
+        Lt = blk.Lt
+        if need_E:
+            Bterm = torch.matmul(o, blk.X.transpose(1, 2)).mul_(a)       # a_i x_i.o
+            o2 = (o * o).sum(-1, keepdim=True)
+            S2 = blk.A.sum(-1, keepdim=True)
+            Lm1 = (Lt - 1).clamp_min(1).unsqueeze(-1)
+            V = torch.add(o2, Bterm, alpha=-2).add_(blk.A).div_(Lm1)     # ||o - y_i||^2 / (L-1)
+            V = torch.sub(S2, blk.A).sub_(V).clamp_min_(0).sqrt_()       # sqrt(sum_{j!=i} ||y_j - mu_i||^2)
+            # invisible keys have y_i = 0: their V is sqrt(S2 - o2/(L-1)); remove them exactly
+            V0 = (S2 - o2 / Lm1).clamp_min(0).sqrt().squeeze(-1)
+            SV = V.sum(-1) - blk.n_hidden.squeeze(-1) * V0
+            del V
+        if need_R:
+            xn_sorted = blk.xn2.sqrt()[blk.bidx.unsqueeze(-1), blk.order]  # [b, q, K]
+            Rcum = torch.cummax(xn_sorted, dim=-1).values
+            acum = torch.cumsum(a.gather(-1, blk.order), dim=-1)
+            del xn_sorted
+        if need_d1:
+            Dm = torch.cdist(Xu, Xu)[inv]                                # [b, K, K]
+        for c, N in enumerate(ns):
+            ok = (Lt > N).expand(a.shape[:2])
+            blk.advance(N)
+            res = {}
+            if "dtilde_b" in stats:
+                res["dtilde_b"] = blk.out_sum(blk.dist(), N)
+            if "dtilde_a" in stats:
+                res["dtilde_a"] = (o - 2 * blk.s).norm(dim=-1)
+            if need_E:
+                cN = N / Lm1                                             # [q, 1]
+                if "E" in stats:
+                    buf = torch.mul(blk.A, (1 + cN) ** 2, out=blk.buf)
+                    buf.addcmul_(Bterm, -2 * (1 + cN) * cN).add_(cN ** 2 * o2).clamp_min_(0).sqrt_()
+                    hidden = blk.n_hidden * cN * o2.sqrt()               # invisible keys: c ||o|| each
+                    res["E"] = (Lt - N) / Lt * (buf.sum(-1) - hidden.squeeze(-1))
+                if "jensen" in stats:
+                    coef = (N * (Lt - 1 - N) / ((Lt - 1) * (Lt - 2))).clamp_min(0)
+                    coef = torch.where(Lt > 2, coef, torch.zeros_like(coef))
+                    res["jensen"] = (Lt - N) / Lt * coef.sqrt() * SV
+            if need_R:
+                abar = acum[..., N - 1]
+                R = Rcum[..., N - 1]
+                res["abar"], res["R"] = abar, R
+            if need_d1:
+                outk = v & (blk.rank >= N)
+                d1 = _d1(blk, N, Dm, outk, chunk)
+                res["d1"] = d1
+                res["dmax_B"] = bounds.theorem1_fixed_bound(abar, d1, R, Lt, N, "B")
+                res["dmax_R"] = bounds.theorem1_fixed_bound(abar, d1, R, Lt, N, "R")
+                res["dmax_a"] = bounds.theorem1_fixed_bound_a(abar, d1, R)
+            for k in stats:
+                out[k][bs, qs, c] = _nan_rows(res[k], ok)
+    return {k: t.reshape(*lead, Q, len(ns)) for k, t in out.items()}
+
+
+def dtilde(probs, x, n: int, visible=None, *, reading: str = "b", chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """Representation distance d~ (paper Eq. 7) of every row, [..., Q]. reading "b" (default, [R]):
+    `sum_{i out} ||a_i x_i - s||`; "a" ([S]): `||sum_{i out} a_i x_i - s||`."""
+    if reading not in ("a", "b"):
+        raise ValueError(f"reading must be 'a' or 'b', got {reading!r}")
+    key = f"dtilde_{reading}"
+    return distance_stats(probs, x, [n], visible, stats=[key], chunk=chunk)[key][..., 0]
+
+
+def expectation(probs, x, n: int, visible=None, *, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """Random-set expectation E (main sum, [R]/[B]) of every row, [..., Q]."""
+    return distance_stats(probs, x, [n], visible, stats=["E"], chunk=chunk)["E"][..., 0]
+
+
+def jensen_gap_bound(probs, x, n: int, visible=None, *, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """Bound on the Jensen gap of E ([R]) of every row, [..., Q]."""
+    return distance_stats(probs, x, [n], visible, stats=["jensen"], chunk=chunk)["jensen"][..., 0]
+
+
+def dmax(probs, x, n: int, visible=None, *, form: str = "B", chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """Theorem 1 fixed-set bound d_max of every row ([B] default, or "R"), [..., Q]."""
+    key = {"B": "dmax_B", "R": "dmax_R", "A": "dmax_a"}.get(form.upper())
+    if key is None:
+        raise ValueError(f"form must be 'B', 'R' or 'a', got {form!r}")
+    return distance_stats(probs, x, [n], visible, stats=[key], chunk=chunk)[key][..., 0]
+
+
+# ------------------------------------------------------------------------------------ separability
+
+def unit_vectors(x: torch.Tensor, M: float = 1.0) -> torch.Tensor:
+    """x_i / ||x_i|| * M in float64 (zero vectors stay zero): Assumption 1 of Theorem 2."""
+    x = x.double()
+    n = x.norm(dim=-1, keepdim=True)
+    return torch.where(n > 0, x / n.clamp_min(1e-300), torch.zeros_like(x)) * M
+
+
+def _prefix_lengths(vis: torch.Tensor) -> Optional[torch.Tensor]:
+    """If every row's visible set is {0..n_t-1}, return n_t [q]; else None."""
+    n = vis.sum(-1)
+    ar = torch.arange(vis.shape[-1])
+    return n if bool(torch.equal(vis, ar.unsqueeze(0) < n.unsqueeze(-1))) else None
+
+
+def min_pairwise_distance(x: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    """delta: min_{i != j visible} ||x_i - x_j|| for each row. x [b, K, D], visible [q, K] -> [b, q]
+    (NaN for rows with fewer than 2 visible keys). Fast path for prefix-shaped visibility
+    (bidirectional or causal rows); other masks go row by row."""
+    x = x.double()
+    D = torch.cdist(x, x, compute_mode="donot_use_mm_for_euclid_dist")  # [b, K, K]
+    K = x.shape[-2]
+    D = D + torch.diag_embed(torch.full((K,), float("inf"), dtype=torch.float64))
+    n = _prefix_lengths(visible)
+    if n is not None:
+        upper = torch.triu(torch.ones(K, K, dtype=torch.bool), diagonal=1)       # i < j
+        m = D.masked_fill(~upper, float("inf")).amin(dim=-2)                     # [b, K]: min_{i<j}
+        cm = torch.cummin(m, dim=-1).values                                      # delta of prefix j+1
+        out = cm[:, (n - 1).clamp_min(0)]
+    else:
+        out = torch.empty(x.shape[0], visible.shape[0], dtype=torch.float64)
+        for t in range(visible.shape[0]):
+            idx = visible[t].nonzero().squeeze(-1)
+            out[:, t] = D[:, idx][:, :, idx].flatten(1).amin(-1)
+    return out.masked_fill(~torch.isfinite(out), float("nan"))
+
+
+def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visible: Optional[torch.Tensor] = None,
+                       *, M: float = 1.0, normalize: bool = True,
+                       stats: Sequence[str] = ("ns_frac", "r", "lower_row", "upper_B_row", "upper_R_row"),
+                       chunk: int = DEFAULT_CHUNK) -> dict[str, torch.Tensor]:
+    """Theorem 2 / Fig. 3 quantities of every row for each N: dict stat -> float64 [..., Q, len(ns)].
+
+    x is put on the sphere of radius M first (`normalize`; Assumption 1). Per row:
+    `dist_i = ||a_i x_i - s||`, `r = min_{i out} dist_i` (every non-selected token outside the ball),
+    `N_s = #{i in I_N : dist_i < r}` (strict, [R]/[G10]), `ns_frac = N_s / N`.
+    Spread estimators xi_i ([B] text, "show both"): `row` = the row's own `dist_i`;
+    `pair` = mean over the other selected j of `||a_j x_j - a_i x_i||` (0 when N = 1);
+    `delta` = `bounds.theorem2_xi_delta` from delta = min pairwise distance of the row's visible
+    vectors ([R]). For each: lower = `1 - sum xi / (r N)`, upper_B / upper_R as in
+    `bounds.theorem2_bounds`. Stats named `*_row`... `xi_*` are means over the selected tokens.
+    """
+    vis = check_inputs(probs, x, visible)
+    K = probs.shape[-1]
+    ns = _check_ns(ns, K)
+    stats = list(stats)
+    bad = set(stats) - set(SEPARABILITY_STATS)
+    if bad:
+        raise ValueError(f"unknown stats {sorted(bad)}; choose from {SEPARABILITY_STATS}")
+    xu = unit_vectors(x, M) if normalize else x.double()
+    lead, P, X, xmap = _flat(probs, xu)
+    B, Q, _ = P.shape
+    out = {k: torch.empty(B, Q, len(ns), dtype=torch.float64) for k in stats}
+    need_pair = bool(_PAIR_STATS & set(stats))
+    need_delta = bool(_DELTA_STATS & set(stats))
+    delta_cache: dict[tuple, torch.Tensor] = {}
+    for bs, qs in _blocks(B, Q, K, chunk):
+        v = vis[qs]
+        Xu, inv, key = _unique_x(X, xmap, bs)
+        blk = _Block(P[bs, qs], v, Xu, inv)
+        a = blk.a
+        Lt = blk.Lt
+        if need_delta:
+            if key not in delta_cache:
+                delta_cache = {key: min_pairwise_distance(Xu, vis)}      # [u, Q]
+            delta = delta_cache[key][inv][:, qs]
+        for c, N in enumerate(ns):
+            ok = (Lt > N).expand(a.shape[:2])
+            blk.advance(N)
+            top = blk.order[..., :N]                                     # [b, q, N]
+            dist = blk.dist().masked_fill_(~v, float("inf")).scatter_(-1, top, float("inf"))
+            near = dist.argmin(-1, keepdim=True)                         # nearest non-selected key
+            y_near = a.gather(-1, near) * blk.X[blk.bidx, near.squeeze(-1)]          # [b, q, D]
+            r = (y_near - blk.s).norm(dim=-1)                            # recomputed directly [b, q]
+            ok = ok & (r > 0)
+            dsel = blk.sel_dist(N, chunk)                                # [b, q, N]
+            res = {"ns_frac": (dsel < r.unsqueeze(-1)).sum(-1).double() / N, "r": r}
+            a_sel = a.gather(-1, top)
+            xis = {"row": dsel}
+            if need_pair:
+                xis["pair"] = blk.pair_xi(N, chunk)
+            if need_delta:
+                res["delta"] = delta
+                xis["delta"] = bounds.theorem2_xi_delta(a_sel, delta, M)
+            for name, xi in xis.items():
+                lo, up_b = bounds.theorem2_bounds(xi, r, M, form="B")
+                _, up_r = bounds.theorem2_bounds(xi, r, M, form="R")
+                res[f"xi_{name}"] = xi.mean(-1)
+                res[f"lower_{name}"], res[f"upper_B_{name}"], res[f"upper_R_{name}"] = lo, up_b, up_r
+            for k in stats:
+                out[k][bs, qs, c] = _nan_rows(res[k], ok)
+    return {k: t.reshape(*lead, Q, len(ns)) for k, t in out.items()}
+
+
+def separability(probs, x, n: int, visible=None, *, M: float = 1.0, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """N_s / N of every row (paper Eq. 10, r = nearest non-selected distance, strict <), [..., Q]."""
+    return separability_stats(probs, x, [n], visible, M=M, stats=["ns_frac"], chunk=chunk)["ns_frac"][..., 0]
+
+
+# ------------------------------------------------------------------------------- row statistics
+
+def entropy(probs: torch.Tensor, visible: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Shannon entropy (nats) of each row over its visible keys, [..., Q] float64 (0 log 0 = 0)."""
+    vis = check_inputs(probs, None, visible)
+    a = probs.double() * vis
+    return -(torch.special.xlogy(a, a)).sum(-1)
+
+
+def max_weight(probs: torch.Tensor, visible: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Largest visible weight of each row, [..., Q]."""
+    vis = check_inputs(probs, None, visible)
+    return probs.double().masked_fill(~vis, float("-inf")).amax(-1)
+
+
+def log_weights(scores: torch.Tensor, T: float = 1.0, visible: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """log softmax(scores / T) over the visible keys (exact even where the weight underflows), [..., Q, K]
+    float64, -inf on invisible keys."""
+    bounds._check_T(T)
+    vis = _visible_scores(scores, visible)
+    return torch.log_softmax((scores.double() / T).masked_fill(~vis, float("-inf")), dim=-1)
+
+
+def _visible_scores(scores: torch.Tensor, visible: Optional[torch.Tensor]) -> torch.Tensor:
+    if not isinstance(scores, torch.Tensor) or scores.dim() < 2:
+        raise ValueError(f"scores must be a tensor [..., Q, K], got {getattr(scores, 'shape', type(scores))}")
+    if torch.isnan(scores).any():
+        raise ValueError("scores contain NaN; masked keys must be -inf, not NaN")
+    Q, K = scores.shape[-2:]
+    if visible is not None and visible.shape != (Q, K):
+        raise ValueError(f"visible must be bool [Q={Q}, K={K}], got {tuple(visible.shape)}")
+    vis = torch.isfinite(scores).reshape(-1, Q, K).all(0)          # a key counts if finite in every head
+    return vis if visible is None else vis & visible.to(torch.bool)
+
+
+def row_summary(scores: torch.Tensor, probs: torch.Tensor, q: torch.Tensor, k: torch.Tensor, scaling: float,
+                visible: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+    """Fig. 1 per-row quantities, each [..., Q] float64:
+
+    max_weight, entropy, entropy_norm (H / log L_t), log_min_w / log_max_w (natural-log extreme
+    weights from the scores, exact under underflow), cor1_lo / cor1_hi (log Corollary-1 band with
+    T = 1/scaling, Delta = ||q_t|| max_i ||k_i||), lemma1_lo / lemma1_hi (log Lemma-1 band for
+    softmax with a = max_i |scores_i|, i.e. C = exp(-+2a)), L (row length), logit_err (max |scores -
+    scaling q.k| over the row: 0 when Corollary 1 applies to the model's logits).
+    """
+    vis = check_inputs(probs, None, visible) & _visible_scores(scores, visible)
+    Lt = vis.sum(-1).double()
+    lw = log_weights(scores, 1.0, vis)
+    T = 1.0 / scaling
+    delta = bounds.corollary1_delta(q, k, vis)
+    cor_lo, cor_hi = bounds.corollary1_log_band(Lt, delta, T)
+    amax = scores.double().abs().masked_fill(~vis, 0).amax(-1)
+    logits = scaling * torch.matmul(q.double(), k.double().transpose(-1, -2))
+    err = (logits - scores.double()).abs().masked_fill(~vis, 0).amax(-1)
+    ent = entropy(probs, vis)
+    return {
+        "max_weight": max_weight(probs, vis), "entropy": ent,
+        "entropy_norm": torch.where(Lt > 1, ent / Lt.log().clamp_min(1e-300), torch.zeros_like(ent)),
+        "log_min_w": lw.masked_fill(~vis, float("inf")).amin(-1), "log_max_w": lw.amax(-1),
+        "cor1_lo": cor_lo, "cor1_hi": cor_hi,
+        "lemma1_lo": -Lt.log() - 2 * amax, "lemma1_hi": -Lt.log() + 2 * amax,
+        "L": Lt.expand_as(ent), "logit_err": err,
+    }
+
+
+# ------------------------------------------------------------------------------------ gradients
+
+def _direction(b: int, vis: torch.Tensor, seed: int) -> torch.Tensor:
+    """Random unit direction over the visible keys of each row, for flattened head index b: [Q, K] float64.
+    One generator per (seed, head): results do not depend on chunking."""
+    g = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(b))
+    z = torch.randn(vis.shape, generator=g, dtype=torch.float64) * vis
+    n = z.norm(dim=-1, keepdim=True)
+    return torch.where(n > 0, z / n.clamp_min(1e-300), z)
+
+
+def random_directions(lead: Sequence[int], visible: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """Seeded random unit directions over the visible keys, [*lead, Q, K] float64 (v of Alg. 5)."""
+    B = int(np.prod(lead)) if len(lead) else 1
+    return torch.stack([_direction(b, visible, seed) for b in range(B)]).reshape(*lead, *visible.shape)
+
+
+def fd_grad_norms(scores: torch.Tensor, temperatures: Sequence[float], epsilons: Sequence[float],
+                  visible: Optional[torch.Tensor] = None, *, seed: int = 0,
+                  chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """Finite-difference Jacobian norm of Alg. 5 for every row, T and eps: [..., Q, len(T), len(eps)].
+
+    `g(T, eps) = ||softmax((l + eps v)/T) - softmax(l/T)||_2 / eps` with l = the row's scores over its
+    visible keys (finite scores & visible), v a seeded random unit vector over those keys (one per
+    row, the same for every T and eps; `random_directions`). Rows with < 2 keys are NaN.
+    """
+    vis = _visible_scores(scores, visible)
+    Ts = [float(t) for t in temperatures]
+    Es = [float(e) for e in epsilons]
+    if not Ts or min(Ts) <= 0:
+        raise ValueError(f"temperatures must be > 0, got {Ts}")
+    if not Es or min(Es) <= 0:
+        raise ValueError(f"epsilons must be > 0, got {Es}")
+    lead = scores.shape[:-2]
+    S = scores.reshape(-1, *scores.shape[-2:])
+    B, Q, K = S.shape
+    out = torch.empty(B, Q, len(Ts), len(Es), dtype=torch.float64)
+    ok = vis.sum(-1) >= 2
+    for bs, qs in _blocks(B, Q, K, chunk):
+        l = S[bs, qs].double().masked_fill(~vis[qs], float("-inf"))
+        l = l - l.amax(-1, keepdim=True)                                 # softmax is shift-invariant
+        v = torch.stack([_direction(b, vis, seed)[qs] for b in range(bs.start, bs.stop)])
+        base = torch.empty_like(l)
+        buf = torch.empty_like(l)
+        for ti, T in enumerate(Ts):
+            torch.softmax(l / T, dim=-1, out=base)
+            for ei, eps in enumerate(Es):
+                torch.add(l, v, alpha=eps, out=buf).div_(T)
+                buf.sub_(buf.amax(-1, keepdim=True)).exp_()
+                buf.div_(buf.sum(-1, keepdim=True)).sub_(base)
+                out[bs, qs, ti, ei] = torch.linalg.vector_norm(buf, dim=-1) / eps
+    out[:, ~ok] = float("nan")
+    return out.reshape(*lead, Q, len(Ts), len(Es))
+
+
+def softmax_jacobian_norm(probs: torch.Tensor, T: float = 1.0, visible: Optional[torch.Tensor] = None,
+                          *, method: str = "eigvalsh", chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """Exact spectral norm of the softmax Jacobian `(diag(a) - a a^T) / T` for every row, [..., Q].
+
+    `probs` are the weights at temperature T (a = softmax(l/T)). The matrix is symmetric PSD, so its
+    norm is its largest eigenvalue: method "eigvalsh" (reference, O(K^3) per row) or "secular"
+    (same value, O(K) per row and iteration: bisection of `1 = sum_i a_i^2/(a_i - lam)` on
+    `[a_(2), a_(1)]`, where interlacing puts the top eigenvalue).
+    """
+    bounds._check_T(T)
+    vis = check_inputs(probs, None, visible)
+    a = probs.double() * vis
+    if method == "eigvalsh":
+        lead = a.shape[:-1]
+        A = a.reshape(-1, a.shape[-1])
+        res = torch.empty(A.shape[0], dtype=torch.float64)
+        step = max(1, chunk // (A.shape[-1] ** 2))
+        for i in range(0, A.shape[0], step):
+            p = A[i:i + step]
+            J = torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
+            res[i:i + step] = torch.linalg.eigvalsh(J)[..., -1]
+        return res.reshape(lead) / T
+    if method == "secular":
+        return _secular_top(a) / T
+    raise ValueError(f"method must be 'eigvalsh' or 'secular', got {method!r}")
+
+
+def _secular_top(a: torch.Tensor, iters: int = 64) -> torch.Tensor:
+    """Largest eigenvalue of diag(a) - a a^T per row by bisection of the secular equation, [...]."""
+    top2 = a.topk(min(2, a.shape[-1]), dim=-1).values
+    hi = top2[..., 0].clone()
+    lo = top2[..., -1].clone() if a.shape[-1] > 1 else torch.zeros_like(hi)
+    a2 = a * a
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        f = 1 - (a2 / (a - mid.unsqueeze(-1))).sum(-1)                  # decreasing in lam on (lo, hi)
+        pos = f > 0
+        lo = torch.where(pos, mid, lo)
+        hi = torch.where(pos, hi, mid)
+    return (lo + hi) / 2
+
+
+# ------------------------------------------------------------------------------------ aggregation
+
+def row_mean(values: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Mean over query rows ignoring skipped (NaN) rows; pass `dim` of the row axis."""
+    return torch.nanmean(values, dim=dim)
+
+
+def ks_first_indistinguishable(d_heads: np.ndarray, e_heads: np.ndarray, ns: Sequence[int],
+                               alpha: float = 0.01) -> tuple[int, list[float], list[float]]:
+    """First N whose per-head samples are not rejected by a two-sample KS test (p > alpha).
+
+    d_heads, e_heads [heads, len(ns)] per-head token means of d~ and E. Returns (N or -1, p-values,
+    KS statistics) of the N scanned up to and including the first non-rejection.
+    """
+    from scipy.stats import ks_2samp
+
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    d_heads, e_heads = np.asarray(d_heads, float), np.asarray(e_heads, float)
+    if d_heads.shape != e_heads.shape or d_heads.shape[-1] != len(ns):
+        raise ValueError(f"d_heads {d_heads.shape} and e_heads {e_heads.shape} must both be [heads, {len(ns)}]")
+    ps, ks = [], []
+    for c, N in enumerate(ns):
+        d, e = d_heads[:, c], e_heads[:, c]
+        d, e = d[np.isfinite(d)], e[np.isfinite(e)]
+        if len(d) == 0 or len(e) == 0:
+            break
+        with warnings.catch_warnings():         # exact p-value fails on heavy ties: scipy falls back itself
+            warnings.filterwarnings("ignore", message="ks_2samp: Exact calculation unsuccessful")
+            res = ks_2samp(d, e)
+        ps.append(float(res.pvalue))
+        ks.append(float(res.statistic))
+        if res.pvalue > alpha:
+            return int(N), ps, ks
+    return -1, ps, ks
+
+
+def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Tensor] = None, *,
+               alpha: float = 0.01, n_max: Optional[int] = None, block: int = 8, reading: str = "b",
+               chunk: int = DEFAULT_CHUNK, progress=None) -> dict:
+    """Critical top-N (Alg. 3): the first N = 1, 2, 3, ... whose per-head token-mean d~ (reading b) and
+    per-head token-mean E are indistinguishable by `scipy.stats.ks_2samp` (p > alpha).
+
+    Every N from 1 upward is tested (the paper asks for *the first* N that does not reject, so no N
+    may be skipped), in blocks of N that double in size (`block`, 2 block, ...) so that the sort and
+    Gram matrix are shared by many N and the scan stops soon after the answer. Heads = all leading
+    dims of probs. `reading` picks d~ (b, default, or a). Scans up to `n_max` (default L - 1). Returns dict(n=N or -1, ns, pvalues, ks,
+    d_mean, e_mean) (per scanned N; d_mean/e_mean = mean over heads).
+    """
+    vis = check_inputs(probs, x, visible)
+    if reading not in ("a", "b"):
+        raise ValueError(f"reading must be 'a' or 'b', got {reading!r}")
+    key = f"dtilde_{reading}"
+    K = probs.shape[-1]
+    n_max = K - 1 if n_max is None else min(int(n_max), K - 1)
+    if n_max < 1:
+        raise ValueError(f"need at least 2 keys for a top-N scan, got K={K}")
+    ns_all, ps_all, ks_all, dm, em = [], [], [], [], []
+    start, size = 1, block
+    while start <= n_max:
+        ns = list(range(start, min(n_max, start + size - 1) + 1))
+        st = distance_stats(probs, x, ns, vis, stats=(key, "E"), chunk=chunk)
+        d = row_mean(st[key], dim=-2).reshape(-1, len(ns)).numpy()
+        e = row_mean(st["E"], dim=-2).reshape(-1, len(ns)).numpy()
+        n, ps, ks = ks_first_indistinguishable(d, e, ns, alpha)
+        k = len(ps)
+        ns_all += ns[:k]
+        ps_all += ps
+        ks_all += ks
+        dm += np.nanmean(d[:, :k], axis=0).tolist()
+        em += np.nanmean(e[:, :k], axis=0).tolist()
+        if progress is not None:
+            progress.update(k)
+        if n != -1 or k < len(ns):
+            return {"n": n, "ns": ns_all, "pvalues": ps_all, "ks": ks_all, "d_mean": dm, "e_mean": em}
+        start, size = ns[-1] + 1, size * 2
+    return {"n": -1, "ns": ns_all, "pvalues": ps_all, "ks": ks_all, "d_mean": dm, "e_mean": em}

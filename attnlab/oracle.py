@@ -1,0 +1,246 @@
+"""Plain per-row reference implementation of the paper's Algorithms 1-5 (test oracle, benchmark baseline).
+
+Python loops over heads and query rows; numpy (float64) within a row, straight from the formulas
+(no expansion tricks, no reuse across rows). Same signatures and outputs as the vectorised functions
+in `attnlab.metrics`, which the tests check against this module to 1e-5 relative.
+
+Do not use it for real work: at L = 1024 on GPT-2 it takes hours (the paper reports 17 h for Alg. 3).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+from scipy.spatial.distance import cdist, pdist
+from scipy.stats import ks_2samp
+
+from attnlab import metrics
+
+
+def _rows(probs, x, visible):
+    """Flattened numpy views and a per-row iterator helper."""
+    vis = metrics.check_inputs(probs, x, visible).numpy()
+    lead, P, X, xmap = metrics._flat(probs, x)
+    return lead, P.double().numpy(), (None if X is None else X.double().numpy()), \
+        (None if xmap is None else xmap.numpy()), vis
+
+
+def _top(a: np.ndarray, N: int):
+    order = np.argsort(-a, kind="stable")           # descending, ties -> lower index
+    return order[:N], order[N:]
+
+
+# ----------------------------------------------------------------------------- Algorithms 1, 2, 3
+
+def row_distance(a: np.ndarray, X: np.ndarray, N: int) -> dict[str, float]:
+    """All Theorem-1 quantities of one row (its visible keys only): a [L], X [L, D]."""
+    L = len(a)
+    sel, out = _top(a, N)
+    y = a[:, None] * X
+    s = y[sel].sum(0)
+    res = {"dtilde_b": float(np.linalg.norm(y[out] - s, axis=1).sum()),
+           "dtilde_a": float(np.linalg.norm(y[out].sum(0) - s))}
+    o = y.sum(0)
+    others = o - y                                   # sum_{j != i} y_j, one row per i
+    c = N / (L - 1)
+    res["E"] = float((L - N) / L * np.linalg.norm(y - c * others, axis=1).sum())
+    if L > 2:
+        mu = others / (L - 1)
+        y2 = (y * y).sum(1)
+        spread = (y2.sum() - y2) - (L - 1) * (mu * mu).sum(1)     # sum_{j != i} ||y_j - mu_i||^2
+        coef = N * (L - 1 - N) / ((L - 1) * (L - 2))
+        res["jensen"] = float((L - N) / L * np.sqrt(np.maximum(coef * spread, 0)).sum())
+    else:
+        res["jensen"] = 0.0
+    abar = float(a[sel].sum())
+    R = float(np.linalg.norm(X[sel], axis=1).max())
+    d1 = float(cdist(X[out], X[sel]).max())
+    res.update(abar=abar, R=R, d1=d1,
+               dmax_B=(1 - abar) * d1 + R * (abar * (L - N) - (1 - abar)),
+               dmax_R=(1 - abar) * d1 + ((1 - abar) + (L - N) * abar) * R,
+               dmax_a=(1 - abar) * d1 + R)
+    return res
+
+
+def distance_stats(probs, x, ns: Sequence[int], visible=None, *, stats=("dtilde_b", "dtilde_a", "E", "jensen",
+                   "dmax_B", "dmax_R"), **_ignored) -> dict[str, torch.Tensor]:
+    """Per-row loop version of `metrics.distance_stats` (same output)."""
+    lead, P, X, xmap, vis = _rows(probs, x, visible)
+    ns = metrics._check_ns(ns, P.shape[-1])
+    B, Q, _ = P.shape
+    out = {k: np.full((B, Q, len(ns)), np.nan) for k in stats}
+    for b in range(B):
+        Xh = X[xmap[b]]
+        for t in range(Q):
+            idx = np.flatnonzero(vis[t])
+            a, Xr = P[b, t, idx], Xh[idx]
+            for c, N in enumerate(ns):
+                if len(idx) <= N:
+                    continue
+                res = row_distance(a, Xr, N)
+                for k in stats:
+                    out[k][b, t, c] = res[k]
+    return {k: torch.from_numpy(v).reshape(*lead, Q, len(ns)) for k, v in out.items()}
+
+
+def critical_n(probs, x, visible=None, *, alpha: float = 0.01, n_max: Optional[int] = None, reading: str = "b",
+               **_ignored) -> dict:
+    """Alg. 3: for N = 1, 2, ...: per head, token means of d~ and E; first N with KS p > alpha."""
+    lead, P, X, xmap, vis = _rows(probs, x, visible)
+    B, Q, K = P.shape
+    n_max = K - 1 if n_max is None else min(n_max, K - 1)
+    res = {"n": -1, "ns": [], "pvalues": [], "ks": [], "d_mean": [], "e_mean": []}
+    for N in range(1, n_max + 1):
+        d_heads, e_heads = [], []
+        for b in range(B):
+            ds, es = [], []
+            for t in range(Q):
+                idx = np.flatnonzero(vis[t])
+                if len(idx) <= N:
+                    continue
+                r = row_distance(P[b, t, idx], X[xmap[b]][idx], N)
+                ds.append(r[f"dtilde_{reading}"])
+                es.append(r["E"])
+            if ds:
+                d_heads.append(np.mean(ds))
+                e_heads.append(np.mean(es))
+        if not d_heads:
+            break
+        test = ks_2samp(d_heads, e_heads)
+        res["ns"].append(N)
+        res["pvalues"].append(float(test.pvalue))
+        res["ks"].append(float(test.statistic))
+        res["d_mean"].append(float(np.mean(d_heads)))
+        res["e_mean"].append(float(np.mean(e_heads)))
+        if test.pvalue > alpha:
+            res["n"] = N
+            break
+    return res
+
+
+# ------------------------------------------------------------------------------------- Algorithm 4
+
+def row_separability(a: np.ndarray, Xn: np.ndarray, N: int, delta: float, M: float = 1.0) -> dict[str, float]:
+    """Theorem-2 quantities of one row; Xn [L, D] already on the sphere of radius M."""
+    sel, out = _top(a, N)
+    y = a[:, None] * Xn
+    s = y[sel].sum(0)
+    dist = np.linalg.norm(y - s, axis=1)
+    r = float(dist[out].min())
+    res = {"ns_frac": float((dist[sel] < r).sum()) / N, "r": r, "delta": delta}
+    xis = {"row": dist[sel]}
+    xis["pair"] = np.zeros(N) if N == 1 else cdist(y[sel], y[sel]).sum(1) / (N - 1)
+    asel = a[sel]
+    A = asel.sum() - asel
+    A2 = (asel * asel).sum() - asel * asel
+    xis["delta"] = np.sqrt(np.maximum(M * M * A2 + (M * M - delta * delta / 2) * (A * A - A2), 0))
+    for name, xi in xis.items():
+        res[f"xi_{name}"] = float(xi.mean())
+        res[f"lower_{name}"] = float(1 - xi.sum() / (r * N)) if r > 0 else np.nan
+        res[f"upper_B_{name}"] = float(np.mean(np.exp(-((r - xi) ** 2) / (16 * M * M))))
+        res[f"upper_R_{name}"] = float(np.mean(np.exp(-(np.maximum(xi - r, 0) ** 2) / (2 * M * M))))
+    return res
+
+
+def separability_stats(probs, x, ns: Sequence[int], visible=None, *, M: float = 1.0, normalize: bool = True,
+                       stats=("ns_frac", "r", "lower_row", "upper_B_row", "upper_R_row"), **_ignored):
+    """Per-row loop version of `metrics.separability_stats` (same output)."""
+    lead, P, X, xmap, vis = _rows(probs, x, visible)
+    ns = metrics._check_ns(ns, P.shape[-1])
+    B, Q, _ = P.shape
+    out = {k: np.full((B, Q, len(ns)), np.nan) for k in stats}
+    for b in range(B):
+        Xh = X[xmap[b]]
+        if normalize:
+            nrm = np.linalg.norm(Xh, axis=1, keepdims=True)
+            Xh = np.where(nrm > 0, Xh / np.where(nrm > 0, nrm, 1), 0) * M
+        for t in range(Q):
+            idx = np.flatnonzero(vis[t])
+            Xr = Xh[idx]
+            delta = float(pdist(Xr).min()) if len(idx) > 1 else np.nan
+            for c, N in enumerate(ns):
+                if len(idx) <= N:
+                    continue
+                res = row_separability(P[b, t, idx], Xr, N, delta, M)
+                if not res["r"] > 0:
+                    continue
+                for k in stats:
+                    out[k][b, t, c] = res[k]
+    return {k: torch.from_numpy(v).reshape(*lead, Q, len(ns)) for k, v in out.items()}
+
+
+# ------------------------------------------------------------------------------------- Algorithm 5
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+def fd_grad_norms(scores, temperatures, epsilons, visible=None, *, seed: int = 0, **_ignored) -> torch.Tensor:
+    """Per-row loop version of `metrics.fd_grad_norms` (same directions, same output)."""
+    vis_t = metrics._visible_scores(scores, visible)
+    lead = scores.shape[:-2]
+    S = scores.reshape(-1, *scores.shape[-2:]).double().numpy()
+    B, Q, K = S.shape
+    V = metrics.random_directions((B,), vis_t, seed).numpy()
+    vis = vis_t.numpy()
+    out = np.full((B, Q, len(temperatures), len(epsilons)), np.nan)
+    for b in range(B):
+        for t in range(Q):
+            idx = np.flatnonzero(vis[t])
+            if len(idx) < 2:
+                continue
+            l, v = S[b, t, idx], V[b, t, idx]
+            for ti, T in enumerate(temperatures):
+                base = _softmax(l / T)
+                for ei, eps in enumerate(epsilons):
+                    out[b, t, ti, ei] = np.linalg.norm(_softmax((l + eps * v) / T) - base) / eps
+    return torch.from_numpy(out).reshape(*lead, Q, len(temperatures), len(epsilons))
+
+
+def softmax_jacobian_norm(probs, T: float = 1.0, visible=None, **_ignored) -> torch.Tensor:
+    """Largest eigenvalue of (diag(a) - a a^T)/T for each row (numpy eigvalsh per row)."""
+    vis = metrics.check_inputs(probs, None, visible).numpy()
+    lead = probs.shape[:-1]
+    P = probs.reshape(-1, probs.shape[-1]).double().numpy()
+    Qn = probs.shape[-2]
+    out = np.empty(P.shape[0])
+    for i, a in enumerate(P):
+        a = a[vis[i % Qn]]
+        out[i] = np.linalg.eigvalsh(np.diag(a) - np.outer(a, a))[-1] / T
+    return torch.from_numpy(out).reshape(lead)
+
+
+# ------------------------------------------------------------------------------------- Fig. 1 rows
+
+def row_summary(scores, probs, q, k, scaling: float, visible=None) -> dict[str, torch.Tensor]:
+    """Per-row loop version of `metrics.row_summary`."""
+    vis = (metrics.check_inputs(probs, None, visible) & metrics._visible_scores(scores, visible)).numpy()
+    lead = probs.shape[:-2]
+    Q, K = probs.shape[-2:]
+    S = scores.reshape(-1, Q, K).double().numpy()
+    P = probs.reshape(-1, Q, K).double().numpy()
+    Qv = q.reshape(-1, Q, q.shape[-1]).double().numpy()
+    Kv = k.reshape(-1, K, k.shape[-1]).double().numpy()
+    keys = ("max_weight", "entropy", "entropy_norm", "log_min_w", "log_max_w", "cor1_lo", "cor1_hi",
+            "lemma1_lo", "lemma1_hi", "L", "logit_err")
+    out = {key: np.full((P.shape[0], Q), np.nan) for key in keys}
+    for b in range(P.shape[0]):
+        for t in range(Q):
+            idx = np.flatnonzero(vis[t])
+            L = len(idx)
+            a, l = P[b, t, idx], S[b, t, idx]
+            lw = l - (np.log(np.exp(l - l.max()).sum()) + l.max())
+            nz = a[a > 0]
+            ent = float(-(nz * np.log(nz)).sum())
+            delta = np.linalg.norm(Qv[b, t]) * np.linalg.norm(Kv[b, idx], axis=1).max()
+            amax = np.abs(l).max()
+            vals = {"max_weight": a.max(), "entropy": ent, "entropy_norm": ent / np.log(L) if L > 1 else 0.0,
+                    "log_min_w": lw.min(), "log_max_w": lw.max(),
+                    "cor1_lo": -np.log(L) - 2 * delta * scaling, "cor1_hi": -np.log(L) + 2 * delta * scaling,
+                    "lemma1_lo": -np.log(L) - 2 * amax, "lemma1_hi": -np.log(L) + 2 * amax, "L": L,
+                    "logit_err": np.abs(scaling * Kv[b, idx] @ Qv[b, t] - l).max()}
+            for key, val in vals.items():
+                out[key][b, t] = val
+    return {key: torch.from_numpy(v).reshape(*lead, Q) for key, v in out.items()}

@@ -1,0 +1,246 @@
+"""Vectorised metrics == per-row oracle; edge cases; critical N; bad input."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab import bounds, metrics, oracle
+
+
+def _inputs(seed=0, layers=2, heads=2, L=12, D=4, sharp=2.0, causal=True):
+    g = torch.Generator().manual_seed(seed)
+    vis = torch.tril(torch.ones(L, L, dtype=torch.bool)) if causal else torch.ones(L, L, dtype=torch.bool)
+    scores = (torch.randn(layers, heads, L, L, generator=g) * sharp).masked_fill(~vis, float("-inf"))
+    probs = torch.softmax(scores, -1)
+    x = torch.randn(layers, heads, L, D, generator=g)
+    hidden = torch.randn(layers, 1, L, D + 3, generator=g)
+    return scores, probs, x, hidden, vis
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, rtol=1e-5, atol=1e-9):
+    assert a.shape == b.shape
+    assert torch.equal(torch.isnan(a), torch.isnan(b)), "different rows skipped"
+    m = ~torch.isnan(a)
+    assert torch.allclose(a[m], b[m], rtol=rtol, atol=atol), float(((a[m] - b[m]).abs() / (b[m].abs() + atol)).max())
+
+
+CASES = [dict(causal=True, keys="visible"), dict(causal=True, keys="all"), dict(causal=False, keys="visible")]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("chunk", [metrics.DEFAULT_CHUNK, 40])
+def test_distance_stats_equal_oracle(case, chunk):
+    _, probs, x, hidden, vis = _inputs(causal=case["causal"])
+    visible = vis if case["keys"] == "visible" else None
+    ns = [1, 2, 3, 5, 11]
+    for xx in (x, hidden):
+        a = metrics.distance_stats(probs, xx, ns, visible, stats=metrics.DISTANCE_STATS, chunk=chunk)
+        b = oracle.distance_stats(probs, xx, ns, visible, stats=metrics.DISTANCE_STATS)
+        for k in metrics.DISTANCE_STATS:
+            _close(a[k], b[k])
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_separability_stats_equal_oracle(case):
+    _, probs, x, hidden, vis = _inputs(seed=1, causal=case["causal"])
+    visible = vis if case["keys"] == "visible" else None
+    ns = [1, 2, 4, 8]
+    for xx, chunk in ((x, metrics.DEFAULT_CHUNK), (hidden, 30)):
+        a = metrics.separability_stats(probs, xx, ns, visible, stats=metrics.SEPARABILITY_STATS, chunk=chunk)
+        b = oracle.separability_stats(probs, xx, ns, visible, stats=metrics.SEPARABILITY_STATS)
+        for k in metrics.SEPARABILITY_STATS:
+            _close(a[k], b[k], atol=1e-7)
+
+
+def test_row_summary_fd_and_jacobian_equal_oracle():
+    g = torch.Generator().manual_seed(2)
+    L, D = 10, 4
+    vis = torch.tril(torch.ones(L, L, dtype=torch.bool))
+    q, k = torch.randn(2, 3, L, D, generator=g), torch.randn(2, 3, L, D, generator=g)
+    scores = (0.5 * q @ k.transpose(-1, -2)).masked_fill(~vis, float("-inf"))
+    probs = torch.softmax(scores, -1)
+    a, b = metrics.row_summary(scores, probs, q, k, 0.5, vis), oracle.row_summary(scores, probs, q, k, 0.5, vis)
+    for key in a:
+        _close(a[key].double(), b[key].double(), atol=1e-6)
+    Ts, Es = [0.003, 0.1, 1.0, 30.0], [1e-3, 0.1, 10.0]
+    _close(metrics.fd_grad_norms(scores, Ts, Es, vis, seed=5, chunk=25),
+           oracle.fd_grad_norms(scores, Ts, Es, vis, seed=5), atol=1e-9)
+    for T in (0.05, 1.0):
+        pT = torch.softmax((scores / T), -1)
+        ref = oracle.softmax_jacobian_norm(pT, T, vis)
+        _close(metrics.softmax_jacobian_norm(pT, T, vis), ref, atol=1e-10)
+        _close(metrics.softmax_jacobian_norm(pT, T, vis, method="secular"), ref, atol=1e-10)
+
+
+def test_metrics_match_bounds_formulas_row_by_row():
+    _, probs, x, _, _ = _inputs(seed=3, layers=1, heads=1, L=9, causal=False)
+    N = 3
+    E = metrics.expectation(probs, x, N)[0, 0]
+    J = metrics.jensen_gap_bound(probs, x, N)[0, 0]
+    for t in range(9):
+        a, xx = probs[0, 0, t].double(), x[0, 0].double()
+        assert float(E[t]) == pytest.approx(float(bounds.theorem1_random_main(a, xx, N)), rel=1e-9)
+        assert float(J[t]) == pytest.approx(float(bounds.theorem1_jensen_bound(a, xx, N)), rel=1e-9)
+        ing = bounds.fixed_set_ingredients(a, xx, N)
+        expect = bounds.theorem1_fixed_bound(ing["abar"], ing["d1"], ing["R"], 9, N, "B")
+        assert float(metrics.dmax(probs, x, N)[0, 0, t]) == pytest.approx(float(expect), rel=1e-9)
+
+
+def test_causal_prefix_rows_are_skipped_and_lengths_counted():
+    _, probs, x, _, vis = _inputs(layers=1, heads=1, L=8)
+    d = metrics.dtilde(probs, x, 3, vis)[0, 0]
+    assert torch.isnan(d[:3]).all() and not torch.isnan(d[3:]).any()      # rows t <= N (1-based) skipped
+    d_all = metrics.dtilde(probs, x, 3, None)[0, 0]
+    assert not torch.isnan(d_all).any()                                     # masked keys included: every row
+
+
+# ------------------------------------------------------------------------------------- edge cases
+
+def test_ties_break_to_lower_index_and_top_n():
+    p = torch.tensor([[0.1, 0.3, 0.3, 0.0, 0.3]])
+    assert metrics.top_n(p, 3).tolist() == [[1, 2, 4]]
+    vis = torch.tensor([[True, False, True, True, True]])
+    assert metrics.top_n(p, 2, vis).tolist() == [[2, 4]]
+    order, rank = metrics.sort_rows(p)
+    assert torch.equal(rank.gather(-1, order), torch.arange(5)[None])
+
+
+def test_one_hot_row():
+    L, D = 6, 3
+    probs = torch.zeros(1, L)
+    probs[0, 2] = 1
+    x = torch.randn(L, D)
+    s = metrics.context_vector(probs, x, 1)
+    assert torch.allclose(s[0].float(), x[2])
+    d = metrics.dtilde(probs, x, 1)
+    assert float(d) == pytest.approx((L - 1) * float(x[2].norm()), rel=1e-6)
+    assert float(metrics.dmax(probs, x, 1, form="B")) == pytest.approx(float(d), rel=1e-6)    # equality
+    assert float(metrics.entropy(probs)) == 0.0 and float(metrics.max_weight(probs)) == 1.0
+    assert float(metrics.softmax_jacobian_norm(probs.double(), 1.0, method="secular")) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_N_equals_L_minus_1():
+    _, probs, x, _, _ = _inputs(seed=4, layers=1, heads=1, L=7, causal=False)
+    N = 6
+    p, xx = probs[0, 0].double(), x[0, 0].double()
+    d = metrics.dtilde(probs, x, N)[0, 0]
+    for t in range(7):
+        last = int(torch.argmin(p[t]))                    # the single non-selected key
+        s = (p[t, :, None] * xx).sum(0) - p[t, last] * xx[last]
+        assert float(d[t]) == pytest.approx(float((p[t, last] * xx[last] - s).norm()), rel=1e-9)
+    with pytest.raises(ValueError, match="N must be < L"):
+        metrics.dtilde(probs, x, 7)
+
+
+def test_uniform_row_entropy_and_N1():
+    L = 16
+    probs = torch.full((1, L), 1.0 / L)
+    assert float(metrics.entropy(probs)) == pytest.approx(math.log(L))
+    x = torch.randn(L, 2)
+    sep = metrics.separability(probs, x, 1)
+    assert float(sep) in (0.0, 1.0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_finite_difference_bounded_by_theorems(seed):
+    scores, _, _, _, vis = _inputs(seed=seed, L=9, sharp=4.0)
+    Ts, Es = [0.01, 0.3, 3.0], [1e-3, 0.1, 10.0]
+    g = metrics.fd_grad_norms(scores, Ts, Es, vis, seed=seed)
+    for ti, T in enumerate(Ts):
+        for ei, e in enumerate(Es):
+            col = g[..., ti, ei]
+            col = col[~torch.isnan(col)]
+            assert bool((col <= 1 / (2 * T) * (1 + 1e-9)).all())
+            assert bool((col <= math.sqrt(2) / e * (1 + 1e-9)).all())
+    # small eps approximates ||J v|| <= ||J||
+    g0 = metrics.fd_grad_norms(scores, [1.0], [1e-6], vis, seed=seed)[..., 0, 0]
+    jn = metrics.softmax_jacobian_norm(torch.softmax(scores.double(), -1), 1.0, vis)
+    m = ~torch.isnan(g0)
+    assert bool((g0[m] <= jn[m] * (1 + 1e-4) + 1e-9).all())
+
+
+def test_directions_are_seeded_unit_vectors_on_visible_keys():
+    vis = torch.tril(torch.ones(5, 5, dtype=torch.bool))
+    v1 = metrics.random_directions((2,), vis, seed=7)
+    v2 = metrics.random_directions((2,), vis, seed=7)
+    assert torch.equal(v1, v2)
+    assert torch.allclose(v1.norm(dim=-1), torch.ones(2, 5, dtype=torch.float64))
+    assert bool((v1[:, ~vis] == 0).all())
+
+
+def test_min_pairwise_distance_prefix_and_general_agree():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 7, 3, generator=g, dtype=torch.float64)
+    vis = torch.tril(torch.ones(7, 7, dtype=torch.bool))
+    fast = metrics.min_pairwise_distance(x, vis)
+    odd = vis.clone()
+    odd[6, 0] = False                       # not prefix-shaped: general path
+    slow = metrics.min_pairwise_distance(x, odd)
+    assert torch.isnan(fast[:, 0]).all()
+    assert torch.allclose(fast[:, 1:6], slow[:, 1:6])
+    d = torch.cdist(x[0, 1:7], x[0, 1:7]) + torch.eye(6, dtype=torch.float64) * 1e9
+    assert float(slow[0, 6]) == pytest.approx(float(d.min()))
+
+
+# ------------------------------------------------------------------------------------- critical N
+
+def test_ks_first_indistinguishable_known_answer():
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(60, 1))
+    ns = list(range(1, 9))
+    shift = np.array([[10.0 if n < 4 else 0.0 for n in ns]])
+    d, e = base + shift, base.copy() + 0 * shift
+    n, ps, ks = metrics.ks_first_indistinguishable(d, e, ns, 0.01)
+    assert n == 4 and len(ps) == 4 and all(p <= 0.01 for p in ps[:3]) and ps[3] > 0.01
+    n, ps, _ = metrics.ks_first_indistinguishable(base + 10 + 0 * shift, e, ns, 0.01)
+    assert n == -1 and len(ps) == len(ns)
+    with pytest.raises(ValueError):
+        metrics.ks_first_indistinguishable(d, e[:, :3], ns)
+
+
+def test_critical_n_scans_every_N_and_matches_oracle():
+    _, probs, x, _, vis = _inputs(seed=5, layers=4, heads=5, L=14, sharp=1.0, causal=False)
+    res = metrics.critical_n(probs, x, vis, alpha=0.01, block=2)
+    ref = oracle.critical_n(probs, x, vis, alpha=0.01)
+    assert res["n"] == ref["n"]
+    assert res["ns"] == list(range(1, len(res["ns"]) + 1))         # dense scan, no gaps
+    np.testing.assert_allclose(res["pvalues"], ref["pvalues"], rtol=1e-6)
+    if res["n"] > 0:
+        assert res["pvalues"][-1] > 0.01 and all(p <= 0.01 for p in res["pvalues"][:-1])
+    # reading (a) is available too
+    ra = metrics.critical_n(probs, x, vis, reading="a")
+    assert ra["n"] == oracle.critical_n(probs, x, vis, reading="a")["n"]
+
+
+def test_critical_n_identical_samples_accept_at_N1():
+    """Bidirectional rows where d~ and E coincide for every head: uniform weights, L = 2 keys, N = 1:
+    d~ = ||a x_2 - a x_1|| and E = (1/2)(||a x_1 - a x_2|| + ||a x_2 - a x_1||): identical."""
+    g = torch.Generator().manual_seed(0)
+    probs = torch.full((30, 2, 2), 0.5)
+    x = torch.randn(30, 2, 3, generator=g)
+    res = metrics.critical_n(probs, x)
+    assert res["n"] == 1 and res["pvalues"][0] == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("call,match", [
+    (lambda p, x, s: metrics.dtilde(p, x, 12), "N must be < L"),
+    (lambda p, x, s: metrics.dtilde(p, x, 0), "N must be >= 1"),
+    (lambda p, x, s: metrics.fd_grad_norms(s, [0.0], [0.1]), "temperatures"),
+    (lambda p, x, s: metrics.fd_grad_norms(s, [1.0], [-1.0]), "epsilons"),
+    (lambda p, x, s: metrics.softmax_jacobian_norm(p, T=0), "temperature"),
+    (lambda p, x, s: metrics.fd_grad_norms(s.masked_fill(s > 1, float("nan")), [1.0], [0.1]), "NaN"),
+    (lambda p, x, s: metrics.dtilde(p.masked_fill(p > 0.5, float("nan")), x, 2), "NaN"),
+    (lambda p, x, s: metrics.dtilde(p, x[..., :5, :], 2), "x must be"),
+    (lambda p, x, s: metrics.dtilde(p, torch.randn(3, 2, 12, 4), 2), "broadcast"),
+    (lambda p, x, s: metrics.dtilde(p, x, 2, torch.ones(3, 3, dtype=torch.bool)), "visible"),
+    (lambda p, x, s: metrics.dtilde(p, x, 2, reading="c"), "reading"),
+    (lambda p, x, s: metrics.distance_stats(p, x, [2], stats=["nope"]), "unknown stats"),
+    (lambda p, x, s: metrics.critical_n(p, x, alpha=2.0), "alpha"),
+])
+def test_bad_input_raises_helpfully(call, match):
+    scores, probs, x, _, _ = _inputs()
+    with pytest.raises(ValueError, match=match):
+        call(probs, x, scores)
