@@ -1,0 +1,575 @@
+"""One function per figure of arXiv 2508.17821 ("Limitations of Normalization in Attention Mechanism").
+
+Each `figX(model, ids, *, quick=False, progress=True, **protocol) -> Result` runs the paper's
+recipe on a real model (`attnlab.models.AttnModel`) and returns tidy rows + provenance.
+
+`ids` is one window of token ids [L_max] (the largest length; shorter windows are `ids[:L]`), or a
+list of such windows (rows then carry `window` = 0, 1, ...; plots and claims use the mean and the
+spread over windows). Causal models: one forward pass at L_max serves every L (`Trace.prefix`);
+bidirectional models: one pass per L. `captures=` shares passes between figures (`run_figures`).
+
+Protocol switches (all recorded in provenance; defaults are the digest's best readings):
+
+- `x`: "v" (per-head value vectors, default) or "hidden" (layer-input hidden states, shared by the
+  heads of a layer);
+- `keys`: "visible" (each row counts its visible keys only, rows with L_t <= N skipped; default)
+  or "all" (masked keys included as zero-weight tokens, every row used);
+- `lengths`, `ns`, `temperatures`, `epsilons`: grids (defaults below; `quick` = small grids);
+- `seed` (directions of Fig. 4), `alpha` (KS level, 0.01), `n_max` (scan limit of Fig. 2c),
+  `jac_rows` (rows per head for the exact Jacobian curve of Fig. 4), `reading` (d~ of the KS
+  test of Fig. 2c: "b" default, "a"), `text` (dict of text
+  provenance: name, sha256, offset, ... recorded as given), `impl` ("vectorised" or "oracle").
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Iterable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from attnlab import bounds, metrics, oracle
+from attnlab.result import Result, provenance
+
+FIGURES = ("fig1", "fig2a", "fig2b", "fig2c", "fig3", "fig4")
+FIG2B_NS = (1, 5, 10, 20, 100)
+FIG2A_N = 5
+FIG3_NMAX = 32
+EPSILONS = (1e-3, 1e-1, 10.0)
+HOLD_RTOL = 1e-9          # a bound "holds" in a row if value <= bound * (1 + rtol) + atol
+HOLD_ATOL = 1e-12
+
+DEFAULTS = {"x": "v", "keys": "visible", "seed": 0, "alpha": 0.01, "n_max": None, "jac_rows": 16,
+            "lengths": None, "ns": None, "temperatures": None, "epsilons": None, "text": None,
+            "impl": "vectorised", "chunk": metrics.DEFAULT_CHUNK, "reading": "b"}
+
+
+def _protocol(quick: bool, protocol: dict) -> dict:
+    bad = set(protocol) - set(DEFAULTS)
+    if bad:
+        raise ValueError(f"unknown protocol option(s) {sorted(bad)}; known: {sorted(DEFAULTS)}")
+    p = dict(DEFAULTS, **protocol)
+    if p["x"] not in ("v", "hidden"):
+        raise ValueError(f"x must be 'v' (value vectors) or 'hidden' (layer inputs), got {p['x']!r}")
+    if p["keys"] not in ("visible", "all"):
+        raise ValueError(f"keys must be 'visible' or 'all', got {p['keys']!r}")
+    if p["reading"] not in ("a", "b"):
+        raise ValueError(f"reading must be 'a' or 'b' (d~ used by the KS test of Fig. 2c), got {p['reading']!r}")
+    if p["impl"] not in ("vectorised", "oracle"):
+        raise ValueError(f"impl must be 'vectorised' or 'oracle', got {p['impl']!r}")
+    if not 0 < float(p["alpha"]) < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {p['alpha']}")
+    if p["jac_rows"] is None:
+        p["jac_rows"] = 16
+    if quick and protocol.get("jac_rows") is None:
+        p["jac_rows"] = 4
+    p["quick"] = bool(quick)
+    return p
+
+
+def _impl(p: dict):
+    return metrics if p["impl"] == "vectorised" else oracle
+
+
+def _windows(ids) -> list[torch.Tensor]:
+    if isinstance(ids, torch.Tensor):
+        if ids.ndim == 1:
+            return [ids.long()]
+        if ids.ndim == 2:
+            return [w.long() for w in ids]
+        raise ValueError(f"ids must be [token] or [window, token], got shape {tuple(ids.shape)}")
+    wins = [torch.as_tensor(w).long() for w in ids]
+    if not wins or any(w.ndim != 1 for w in wins):
+        raise ValueError("ids must be a 1-D tensor of token ids or a non-empty list of them")
+    n = {len(w) for w in wins}
+    if len(n) != 1:
+        raise ValueError(f"all windows must have the same length, got {sorted(n)}")
+    return wins
+
+
+def _tqdm(iterable, progress: bool, desc: str, total=None):
+    if not progress:
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, desc=desc, total=total, leave=False)
+
+
+# --------------------------------------------------------------------------------------- captures
+
+class Captures:
+    """Traces of one window at every length a figure needs, made on demand and kept.
+
+    Causal models: one pass at the full window, shorter lengths are exact prefixes. Bidirectional
+    models: one pass per length (ids[:L]). `n_passes` and `seconds` record the cost.
+    """
+
+    def __init__(self, model, ids: torch.Tensor, keep: Iterable[str]):
+        self.model = model
+        self.ids = torch.as_tensor(ids).long()
+        self.keep = tuple(sorted(set(keep)))
+        self.traces: dict = {}
+        self.n_passes = 0
+        self.seconds = 0.0
+        self.last = None
+        if len(self.ids) > model.max_positions:
+            raise ValueError(f"the window has {len(self.ids)} tokens but {model.name} has only "
+                             f"{model.max_positions} positions: cut ids to <= {model.max_positions}")
+
+    def _pass(self, L: int):
+        if L not in self.traces:
+            t0 = time.perf_counter()
+            self.traces[L] = self.model.capture(self.ids[:L], keep=self.keep)
+            self.seconds += time.perf_counter() - t0
+            self.n_passes += 1
+        return self.traces[L]
+
+    def get(self, L: int):
+        n = len(self.ids)
+        if not 2 <= L <= n:
+            raise ValueError(f"L must be in [2, {n}] for this window, got {L}")
+        if self.model.causal:
+            full = self._pass(n)
+            self.last = full if L == n else full.prefix(L)
+        else:
+            self.last = self._pass(L)
+        return self.last
+
+    def require(self, keep: Iterable[str]) -> None:
+        missing = set(keep) - set(self.keep)
+        if missing:
+            raise ValueError(f"these captures kept {self.keep}; the figure also needs {sorted(missing)}")
+
+
+def _needs(fig: str, p: dict) -> set[str]:
+    xk = {"v"} if p["x"] == "v" else {"hidden"}
+    return {"fig1": {"probs", "scores", "q", "k"}, "fig2a": {"probs"} | xk, "fig2b": {"probs"} | xk,
+            "fig2c": {"probs"} | xk, "fig3": {"probs"} | xk, "fig4": {"scores"}}[fig]
+
+
+def _captures(model, ids, fig: str, p: dict, captures) -> list[Captures]:
+    need = _needs(fig, p)
+    if captures is None:
+        return [Captures(model, w, need) for w in _windows(ids)]
+    caps = list(captures) if isinstance(captures, (list, tuple)) else [captures]
+    for c in caps:
+        c.require(need)
+    return caps
+
+
+# ------------------------------------------------------------------------------------------- grids
+
+def length_grid(model, n_tokens: int, quick: bool = False, lengths: Optional[Sequence[int]] = None) -> list[int]:
+    """L grid: 32, 64, 128, ... up to min(window, model positions) (plus that maximum if it is not a
+    power of two); quick: up to 128. `lengths` overrides (checked)."""
+    top = min(int(n_tokens), int(model.max_positions))
+    if lengths is not None:
+        grid = sorted({int(L) for L in lengths})
+        if not grid or grid[0] < 2 or grid[-1] > top:
+            raise ValueError(f"lengths must be in [2, {top}] (window / model positions), got {grid}")
+        return grid
+    cap = min(top, 128) if quick else top
+    grid = [2 ** k for k in range(5, 31) if 2 ** k <= cap]
+    if not grid or grid[-1] != cap:
+        grid.append(cap)
+    return grid
+
+
+def _x(trace, p: dict) -> torch.Tensor:
+    """x [layer, head|1, token, D] for the chosen protocol."""
+    if p["x"] == "v":
+        if trace.v is None:
+            raise ValueError("the trace has no value vectors: capture with keep including 'v'")
+        return trace.v
+    if trace.hidden is None:
+        raise ValueError("the trace has no hidden states: capture with keep including 'hidden'")
+    return trace.hidden.unsqueeze(1)
+
+
+def _visible(trace, p: dict) -> Optional[torch.Tensor]:
+    return trace.visible() if p["keys"] == "visible" else None
+
+
+def _head_rows(trace, values: dict, **fixed) -> list[dict]:
+    """One row per (layer, head) of arrays values[name] [layer, head]."""
+    rows = []
+    for li, layer in enumerate(trace.layers):
+        for hi, head in enumerate(trace.heads):
+            row = dict(fixed, layer=int(layer), head=int(head))
+            for k, v in values.items():
+                row[k] = float(v[li, hi])
+            rows.append(row)
+    return rows
+
+
+def _hold_frac(value: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
+    """Fraction of (non-NaN) rows where value <= bound (with float tolerance); over the row axis -2."""
+    ok = ~torch.isnan(value)
+    holds = (value <= bound * (1 + HOLD_RTOL) + HOLD_ATOL) & ok
+    return holds.sum(-2).double() / ok.sum(-2).clamp_min(1)
+
+
+def _finish(name: str, model, caps: list[Captures], p: dict, grids: dict, rows: list[dict], t0: float) -> Result:
+    first = caps[0].last
+    text = p["text"] or {}
+    prov = provenance(
+        figure=name, model=model.name, causal=bool(model.causal), max_positions=int(model.max_positions),
+        device=str(getattr(model, "device", "cpu")),
+        model_info=(model.provenance() if hasattr(model, "provenance") else None),
+        text=text.get("text", text.get("name")), text_sha256=text.get("text_sha256") or
+        (first.text_sha256 if first is not None else None), text_meta=text,
+        window_offsets=text.get("offsets", text.get("offset")), n_windows=len(caps), window_tokens=len(caps[0].ids),
+        token_ids_sha256=[_ids_sha(c.ids) for c in caps],
+        scaling=(first.scaling if first is not None else None),
+        layers=(first.layers if first is not None else None), heads=(first.heads if first is not None else None),
+        x=p["x"], x_meaning={"v": "per-head value vectors", "hidden": "layer-input hidden states"}[p["x"]],
+        keys=p["keys"], keys_meaning={"visible": "visible keys only; rows with L_t <= N skipped",
+                                      "all": "masked keys included as zero-weight tokens; every row used"}[p["keys"]],
+        dtilde_reading=f"{p['reading']} in the KS test of fig2c; b = sum of per-token distances (default), "
+                       "a also reported",
+        dmax_form="B default, R reported",
+        xi_estimator="row (||a_i x_i - s||) default; pair and delta reported",
+        quick=p["quick"], impl=p["impl"], seed=p["seed"], alpha=p["alpha"], grids=grids,
+        n_passes=sum(c.n_passes for c in caps), capture_seconds=round(sum(c.seconds for c in caps), 3),
+        runtime_seconds=round(time.perf_counter() - t0, 3), torch_threads=torch.get_num_threads())
+    return Result(name=name, rows=rows, provenance=prov)
+
+
+def _ids_sha(ids: torch.Tensor) -> str:
+    import hashlib
+
+    return hashlib.sha256(ids.numpy().astype(np.int64).tobytes()).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------------ figure 1
+
+def fig1_rows(trace, p: dict, L: int, window: int = 0) -> list[dict]:
+    """Per head: mean max weight, entropy, Corollary-1 and Lemma-1 bands (log10) against L."""
+    impl = _impl(p)
+    vis = trace.visible()                      # Corollary 1 is about the row's own (visible) keys
+    st = impl.row_summary(trace.scores, trace.probs, trace.q, trace.k, trace.scaling, vis)
+    ln10 = math.log(10)
+    tol = 1e-9
+    cor_ok = ((st["log_min_w"] >= st["cor1_lo"] - tol) & (st["log_max_w"] <= st["cor1_hi"] + tol)).double()
+    lem_ok = ((st["log_min_w"] >= st["lemma1_lo"] - tol) & (st["log_max_w"] <= st["lemma1_hi"] + tol)).double()
+    values = {
+        "max_weight": st["max_weight"].mean(-1), "entropy": st["entropy"].mean(-1),
+        "entropy_norm": st["entropy_norm"].mean(-1),
+        "log10_min_w": st["log_min_w"].mean(-1) / ln10, "log10_max_w": st["log_max_w"].mean(-1) / ln10,
+        "log10_cor1_lo": st["cor1_lo"].mean(-1) / ln10, "log10_cor1_hi": st["cor1_hi"].mean(-1) / ln10,
+        "log10_lemma1_lo": st["lemma1_lo"].mean(-1) / ln10, "log10_lemma1_hi": st["lemma1_hi"].mean(-1) / ln10,
+        "cor1_holds": cor_ok.mean(-1), "lemma1_holds": lem_ok.mean(-1),
+        "logit_err": st["logit_err"].amax(-1), "mean_row_len": st["L"].mean(-1),
+    }
+    return _head_rows(trace, values, window=window, L=L, uniform=1.0 / L, n_rows=trace.probs.shape[-2])
+
+
+def fig1(model, ids, *, quick: bool = False, progress: bool = True, captures=None, **protocol) -> Result:
+    """Fig. 1 (quantitative counterpart): vanishing attention. For every L and head: mean max weight,
+    entropy (and entropy / log L_t), and the Corollary-1 band `log10(1/L) -+ 2 Delta/(T ln 10)` with
+    T = 1/scaling, Delta = ||q_t|| max ||k_i||; `cor1_holds` = fraction of rows inside the band."""
+    t0 = time.perf_counter()
+    p = _protocol(quick, protocol)
+    caps = _captures(model, ids, "fig1", p, captures)
+    grid = length_grid(model, len(caps[0].ids), quick, p["lengths"])
+    rows = []
+    for w, cap in enumerate(caps):
+        for L in _tqdm(grid, progress, f"fig1 w{w}"):
+            rows += fig1_rows(cap.get(L), p, L, w)
+    return _finish("fig1", model, caps, p, {"lengths": grid}, rows, t0)
+
+
+# --------------------------------------------------------------------------------------- figure 2a/b
+
+DIST_STATS = ("dtilde_b", "dtilde_a", "E", "jensen", "abar", "d1", "R", "dmax_B", "dmax_R", "dmax_a")
+
+
+def distance_rows(trace, p: dict, ns: Sequence[int], L: int, window: int = 0) -> list[dict]:
+    """Per (N, head): token means of d~ (a, b), E, Jensen bound, d_max ([B], [R], (a)) and the fraction
+    of rows in which each bound holds."""
+    impl = _impl(p)
+    ns = [n for n in ns if n < L]
+    st = impl.distance_stats(trace.probs, _x(trace, p), ns, _visible(trace, p), stats=DIST_STATS, chunk=p["chunk"])
+    hold = {"holds_B": _hold_frac(st["dtilde_b"], st["dmax_B"]), "holds_R": _hold_frac(st["dtilde_b"], st["dmax_R"]),
+            "holds_a": _hold_frac(st["dtilde_a"], st["dmax_a"])}
+    means = {k: metrics.row_mean(v, dim=-2) for k, v in st.items()}
+    n_rows = (~torch.isnan(st["dtilde_b"])).sum(-2)
+    rows = []
+    for c, N in enumerate(ns):
+        vals = {k: v[..., c] for k, v in means.items()}
+        vals.update({k: v[..., c] for k, v in hold.items()})
+        vals["n_rows"] = n_rows[..., c]
+        rows += _head_rows(trace, vals, window=window, L=L, N=N)
+    for r in rows:
+        r["n_rows"] = int(r["n_rows"])
+    return rows
+
+
+def fig2a(model, ids, *, quick: bool = False, progress: bool = True, captures=None, **protocol) -> Result:
+    """Fig. 2a: N = 5, L = 32, 64, ... : per head the true d~, the expectation E and d_max."""
+    t0 = time.perf_counter()
+    p = _protocol(quick, protocol)
+    caps = _captures(model, ids, "fig2a", p, captures)
+    grid = length_grid(model, len(caps[0].ids), quick, p["lengths"])
+    ns = list(p["ns"] or [FIG2A_N])
+    rows = []
+    for w, cap in enumerate(caps):
+        for L in _tqdm(grid, progress, f"fig2a w{w}"):
+            rows += distance_rows(cap.get(L), p, ns, L, w)
+    return _finish("fig2a", model, caps, p, {"lengths": grid, "ns": ns}, rows, t0)
+
+
+def fig2b(model, ids, *, quick: bool = False, progress: bool = True, captures=None, **protocol) -> Result:
+    """Fig. 2b: L = largest, N in {1, 5, 10, 20, 100} (those < L): d~, E, d_max per head."""
+    t0 = time.perf_counter()
+    p = _protocol(quick, protocol)
+    caps = _captures(model, ids, "fig2b", p, captures)
+    L = length_grid(model, len(caps[0].ids), quick, p["lengths"])[-1]
+    ns = [n for n in (p["ns"] or (FIG2B_NS[:4] if quick else FIG2B_NS)) if n < L]
+    rows = []
+    for w, cap in enumerate(_tqdm(caps, progress and len(caps) > 1, "fig2b")):
+        rows += distance_rows(cap.get(L), p, ns, L, w)
+    return _finish("fig2b", model, caps, p, {"L": L, "ns": ns}, rows, t0)
+
+
+# ------------------------------------------------------------------------------------------ figure 2c
+
+def critical_rows(trace, p: dict, L: int, window: int = 0) -> list[dict]:
+    """The KS scan of Alg. 3 at one L: one row per scanned N (p-value, KS statistic, mean d~ and E over
+    heads), each carrying the critical N (first N not rejected; -1 if none up to n_max)."""
+    impl = _impl(p)
+    res = impl.critical_n(trace.probs, _x(trace, p), _visible(trace, p), alpha=p["alpha"], n_max=p["n_max"],
+                          reading=p["reading"], chunk=p["chunk"])
+    crit = int(res["n"])
+    return [{"window": window, "L": L, "N": int(N), "pvalue": pv, "ks": ks, "d_mean": d, "e_mean": e,
+             "critical_n": crit, "critical_frac": (crit / L if crit > 0 else float("nan")),
+             "is_critical": int(N) == crit, "n_heads": int(np.prod(trace.probs.shape[:-2]))}
+            for N, pv, ks, d, e in zip(res["ns"], res["pvalues"], res["ks"], res["d_mean"], res["e_mean"])]
+
+
+def fig2c(model, ids, *, quick: bool = False, progress: bool = True, captures=None, **protocol) -> Result:
+    """Fig. 2c: for each L, the critical top-N (KS two-sample test of per-head mean d~ vs per-head mean
+    E, alpha = 0.01; every N from 1 upward, first non-rejection) and critical N / L vs 0.06."""
+    t0 = time.perf_counter()
+    p = _protocol(quick, protocol)
+    caps = _captures(model, ids, "fig2c", p, captures)
+    grid = length_grid(model, len(caps[0].ids), quick, p["lengths"])
+    rows = []
+    for w, cap in enumerate(caps):
+        for L in _tqdm(grid, progress, f"fig2c w{w}"):
+            rows += critical_rows(cap.get(L), p, L, w)
+    return _finish("fig2c", model, caps, p, {"lengths": grid, "n_scan": "every N from 1, stop at first p > alpha",
+                                             "n_max": p["n_max"] or "L-1"}, rows, t0)
+
+
+# ------------------------------------------------------------------------------------------ figure 3
+
+SEP_STATS = metrics.SEPARABILITY_STATS
+
+
+def separability_rows(trace, p: dict, ns: Sequence[int], L: int, window: int = 0) -> list[dict]:
+    """Per (N, head): token means of N_s/N, r, delta, the spreads and the Theorem-2 bounds, plus the
+    fraction of rows where the lower (row xi) and upper ([B], row xi) bounds hold."""
+    impl = _impl(p)
+    ns = [n for n in ns if n < L]
+    st = impl.separability_stats(trace.probs, _x(trace, p), ns, _visible(trace, p), stats=SEP_STATS,
+                                 chunk=p["chunk"])
+    hold = {"lower_holds": _hold_frac(st["lower_row"], st["ns_frac"]),
+            "upper_B_holds": _hold_frac(st["ns_frac"], st["upper_B_row"]),
+            "upper_R_holds": _hold_frac(st["ns_frac"], st["upper_R_row"])}
+    means = {k: metrics.row_mean(v, dim=-2) for k, v in st.items()}
+    rows = []
+    for c, N in enumerate(ns):
+        vals = {k: v[..., c] for k, v in means.items()}
+        vals.update({k: v[..., c] for k, v in hold.items()})
+        rows += _head_rows(trace, vals, window=window, L=L, N=N)
+    return rows
+
+
+def fig3(model, ids, *, quick: bool = False, progress: bool = True, captures=None, **protocol) -> Result:
+    """Fig. 3: L = largest, N = 1..32: N_s/N per head (x on the unit sphere) with the Theorem-2 bounds."""
+    t0 = time.perf_counter()
+    p = _protocol(quick, protocol)
+    caps = _captures(model, ids, "fig3", p, captures)
+    L = length_grid(model, len(caps[0].ids), quick, p["lengths"])[-1]
+    ns = [n for n in (p["ns"] or range(1, (8 if quick else FIG3_NMAX) + 1)) if n < L]
+    rows = []
+    for w, cap in enumerate(_tqdm(caps, progress and len(caps) > 1, "fig3")):
+        rows += separability_rows(cap.get(L), p, ns, L, w)
+    return _finish("fig3", model, caps, p, {"L": L, "ns": ns, "M": 1.0}, rows, t0)
+
+
+# ------------------------------------------------------------------------------------------ figure 4
+
+def temperature_grid(quick: bool = False) -> list[float]:
+    return [float(t) for t in np.logspace(-3, 2, 6 if quick else 26)]
+
+
+def gradient_rows(trace, p: dict, Ts: Sequence[float], Es: Sequence[float], L: int, window: int = 0) -> list[dict]:
+    """Per (T, eps): max over heads of the token-mean finite-difference norm g (Alg. 5), the head that
+    attains it, the mean over heads, the fraction of rows with g <= 1/(2T) (a theorem) and with
+    g <= min{1/(4T), sqrt 2} (the paper's curve), and the max over heads of the token-mean exact
+    Jacobian spectral norm on `jac_rows` evenly spaced rows per head."""
+    impl = _impl(p)
+    vis = trace.visible()
+    g = impl.fd_grad_norms(trace.scores, Ts, Es, vis, seed=p["seed"], chunk=p["chunk"])   # [l, h, Q, T, E]
+    gm = metrics.row_mean(g, dim=-3)                                                     # [l, h, T, E]
+    H = gm.shape[0] * gm.shape[1]
+    flat = gm.reshape(H, len(Ts), len(Es))
+    jac = None
+    if p["jac_rows"]:
+        Q = trace.scores.shape[-2]
+        rows_idx = torch.unique(torch.linspace(1, Q - 1, min(p["jac_rows"], Q - 1)).round().long())
+        sc = trace.scores[..., rows_idx, :]
+        vsub = metrics._visible_scores(sc, vis[rows_idx])
+        jac = []
+        for T in Ts:
+            a = torch.softmax((sc.double() / T).masked_fill(~vsub, float("-inf")), dim=-1)
+            if impl is metrics:
+                j = metrics.softmax_jacobian_norm(a, T, vsub, method="secular")
+            else:
+                j = oracle.softmax_jacobian_norm(a, T, vsub)
+            jac.append(float(j.mean(-1).max()))
+    rows = []
+    valid = ~torch.isnan(g)
+    for ti, T in enumerate(Ts):
+        for ei, eps in enumerate(Es):
+            col = flat[:, ti, ei]
+            best = int(torch.argmax(col))
+            gi = g[..., ti, ei]
+            ok = valid[..., ti, ei]
+            n_ok = max(int(ok.sum()), 1)
+            exact = float(bounds.softmax_jacobian_bound(T))
+            paper = float(bounds.corollary3_bound(T))
+            rows.append({
+                "window": window, "L": L, "T": float(T), "eps": float(eps), "g_max": float(col[best]),
+                "g_max_layer": int(trace.layers[best // len(trace.heads)]),
+                "g_max_head": int(trace.heads[best % len(trace.heads)]), "g_mean": float(col.mean()),
+                "bound_paper": paper, "bound_exact": exact, "cap_eps": float(bounds.finite_difference_cap(eps)),
+                "holds_exact": float(((gi <= exact * (1 + 1e-9)) & ok).sum()) / n_ok,
+                "holds_paper": float(((gi <= paper * (1 + 1e-9)) & ok).sum()) / n_ok,
+                "jac_max": (jac[ti] if jac is not None else float("nan")),
+            })
+    return rows
+
+
+def fig4(model, ids, *, quick: bool = False, progress: bool = True, captures=None, **protocol) -> Result:
+    """Fig. 4: T in logspace(-3, 2, 26), eps in {1e-3, 1e-1, 10}: max over heads of the token-mean g(T, eps)
+    with min{1/(4T), sqrt 2} (paper) and 1/(2T) (exact spectral bound). Logits = the model's own
+    pre-softmax scores over visible keys (T = 1 is the native model); one seeded unit direction per row."""
+    t0 = time.perf_counter()
+    p = _protocol(quick, protocol)
+    caps = _captures(model, ids, "fig4", p, captures)
+    L = length_grid(model, len(caps[0].ids), quick, p["lengths"])[-1]
+    Ts = list(p["temperatures"] or temperature_grid(quick))
+    Es = list(p["epsilons"] or EPSILONS)
+    rows = []
+    for w, cap in enumerate(_tqdm(caps, progress and len(caps) > 1, "fig4")):
+        rows += gradient_rows(cap.get(L), p, Ts, Es, L, w)
+    return _finish("fig4", model, caps, p, {"L": L, "temperatures": Ts, "epsilons": Es,
+                                            "direction": "z/||z||, z ~ N(0, I) over visible keys, one per row, "
+                                                         "shared by all (T, eps)", "jac_rows": p["jac_rows"]},
+                   rows, t0)
+
+
+# ---------------------------------------------------------------------------------------- entry points
+
+FIGURE_FUNCS: dict[str, Callable] = {"fig1": fig1, "fig2a": fig2a, "fig2b": fig2b, "fig2c": fig2c,
+                                     "fig3": fig3, "fig4": fig4}
+
+
+def _all_windows(ids, ids_list) -> list[torch.Tensor]:
+    wins = _windows(ids)
+    if ids_list is not None:
+        wins += _windows(ids_list)
+    return _windows(wins)
+
+
+def run_figures(model, ids, ids_list=None, *, quick: bool = False, progress: bool = True,
+                figures: Optional[Sequence[str]] = None, **protocol) -> dict[str, Result]:
+    """Every figure of the paper (or `figures`), sharing forward passes: dict name -> Result.
+
+    ids: the main window [L_max]; ids_list: optional further windows of the same length (rows carry
+    `window`; K windows give the mean and spread). Protocol switches as in the module docstring.
+    """
+    names = list(figures or FIGURES)
+    bad = set(names) - set(FIGURES)
+    if bad:
+        raise ValueError(f"unknown figures {sorted(bad)}; known: {FIGURES}")
+    p = _protocol(quick, protocol)
+    keep = set().union(*(_needs(n, p) for n in names))
+    caps = [Captures(model, w, keep) for w in _all_windows(ids, ids_list)]
+    out = {}
+    for name in _tqdm(names, progress, "figures"):
+        out[name] = FIGURE_FUNCS[name](model, None, quick=quick, progress=progress, captures=caps, **protocol)
+    return out
+
+
+def _subset(trace, n_layers: int):
+    """The first n_layers layers of a trace (all heads)."""
+    from dataclasses import replace
+
+    cut = {}
+    for name in ("q", "k", "v", "scores", "probs", "hidden"):
+        t = getattr(trace, name)
+        cut[name] = None if t is None else t[:n_layers]
+    return replace(trace, layers=trace.layers[:n_layers], **cut)
+
+
+class _Fixed(Captures):
+    """Captures over already made traces (bench: same inputs for both implementations)."""
+
+    def __init__(self, source: Captures, n_layers: Optional[int] = None):
+        self.model, self.ids, self.keep = source.model, source.ids, source.keep
+        self.n_passes, self.seconds = 0, 0.0
+        self._src, self._n_layers = source, n_layers
+        self.traces, self.last = {}, None
+
+    def get(self, L: int):
+        t = self._src.get(L)
+        self.last = t if self._n_layers is None else _subset(t, self._n_layers)
+        return self.last
+
+
+def bench_figures(model, ids, quick: bool = True, *, oracle_layers: Optional[int] = None,
+                  figures: Optional[Sequence[str]] = None, progress: bool = False, **protocol) -> list[dict]:
+    """Time each figure, vectorised vs the per-row oracle, on the same captured traces.
+
+    The forward passes are made once, before timing. The oracle runs on the first `oracle_layers`
+    layers (default: all when quick, 1 otherwise: the oracle is linear in the number of heads), and
+    the vectorised code is timed on the same subset (`speedup`, like for like) and on all layers.
+    `oracle_full_s_est` extrapolates the oracle linearly to all layers. One dict per figure.
+    """
+    names = list(figures or FIGURES)
+    p = _protocol(quick, protocol)
+    keep = set().union(*(_needs(n, p) for n in names))
+    cap = Captures(model, _windows(ids)[0], keep)
+    grid = length_grid(model, len(cap.ids), quick, p["lengths"])
+    for L in (grid if not model.causal else grid[-1:]):
+        cap.get(L)
+    n_layers = len(cap.get(grid[-1]).layers)
+    sub = n_layers if (oracle_layers is None and quick) else min(n_layers, oracle_layers or 1)
+    rows = []
+    for name in names:
+        func = FIGURE_FUNCS[name]
+        proto = {k: v for k, v in protocol.items() if k != "impl"}
+        timings = {}
+        for label, layers, impl in (("vectorised_full", None, "vectorised"), ("vectorised", sub, "vectorised"),
+                                    ("oracle", sub, "oracle")):
+            run = dict(proto)
+            if impl == "oracle" and name == "fig2c":
+                # the oracle scans exactly as far as the vectorised run on the same inputs did
+                run["n_max"] = max(r["N"] for r in res.rows)
+            t0 = time.perf_counter()
+            res = func(model, None, quick=quick, progress=progress, captures=[_Fixed(cap, layers)], impl=impl, **run)
+            timings[label] = time.perf_counter() - t0
+        rows.append({"figure": name, "model": model.name, "quick": quick, "L_max": grid[-1],
+                     "layers_total": n_layers, "oracle_layers": sub,
+                     "vectorised_full_s": round(timings["vectorised_full"], 4),
+                     "vectorised_s": round(timings["vectorised"], 4), "oracle_s": round(timings["oracle"], 4),
+                     "speedup": round(timings["oracle"] / max(timings["vectorised"], 1e-9), 2),
+                     "oracle_full_s_est": round(timings["oracle"] * n_layers / sub, 2),
+                     "speedup_full_est": round(timings["oracle"] * n_layers / sub / max(timings["vectorised_full"], 1e-9), 2),
+                     "capture_s": round(cap.seconds, 3), "torch_threads": torch.get_num_threads()})
+    return rows

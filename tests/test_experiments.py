@@ -1,0 +1,212 @@
+"""Figure experiments on tiny models (quick grids), plots, claims and the bench."""
+import math
+
+import matplotlib
+import numpy as np
+import pytest
+import torch
+
+from attnlab import claims, experiments as ex, plots
+from attnlab.capture import Trace
+from attnlab.result import Result
+
+matplotlib.use("Agg")
+
+
+class FakeModel:
+    """A tiny random attention model with the AttnModel API (causal or bidirectional)."""
+
+    def __init__(self, causal=False, n_layers=2, n_heads=3, d_head=4, max_positions=64, vocab=50, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        self.name = f"fake-{'causal' if causal else 'bidir'}"
+        self.causal, self.max_positions, self.device = causal, max_positions, torch.device("cpu")
+        self.n_layers, self.n_heads, self.d_head = n_layers, n_heads, d_head
+        d = n_heads * d_head
+        self.emb = torch.randn(vocab, d, generator=g)
+        self.pos = torch.randn(max_positions, d, generator=g) * 0.5
+        self.W = torch.randn(n_layers, 3, d, d, generator=g) / d ** 0.5 * 2
+        self.passes = 0
+
+    def capture(self, ids, *, layers=None, heads=None, keep=("probs",), text_sha256=None):
+        ids = torch.as_tensor(ids).long()
+        if len(ids) > self.max_positions:
+            raise ValueError("too long")
+        self.passes += 1
+        L, H, dh = len(ids), self.n_heads, self.d_head
+        h = self.emb[ids] + self.pos[:L]
+        vis = torch.ones(L, L, dtype=torch.bool)
+        if self.causal:
+            vis = torch.tril(vis)
+        out = {k: [] for k in ("q", "k", "v", "scores", "probs", "hidden")}
+        for layer in range(self.n_layers):
+            q, k, v = (h @ self.W[layer, i] for i in range(3))
+            q, k, v = (t.reshape(L, H, dh).transpose(0, 1) for t in (q, k, v))
+            sc = (q @ k.transpose(-1, -2) * dh ** -0.5).masked_fill(~vis, float("-inf"))
+            pr = torch.softmax(sc, -1)
+            for name, t in (("q", q), ("k", k), ("v", v), ("scores", sc), ("probs", pr), ("hidden", h)):
+                out[name].append(t)
+            h = h + (pr @ v).transpose(0, 1).reshape(L, H * dh)
+        tensors = {k: (torch.stack(v) if k in keep else None) for k, v in out.items()}
+        return Trace(self.name, ids, list(range(self.n_layers)), list(range(H)), self.causal, dh ** -0.5,
+                     text_sha256, **tensors)
+
+
+TEXT = {"text": "synthetic", "text_sha256": "ab" * 32, "offset": 0}
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["bidirectional", "causal"])
+def figures(request):
+    model = FakeModel(causal=request.param)
+    ids = torch.randint(0, 50, (64,), generator=torch.Generator().manual_seed(1))
+    res = ex.run_figures(model, ids, quick=True, progress=False, text=TEXT)
+    return model, ids, res
+
+
+def test_run_figures_results_and_provenance(figures):
+    model, _, res = figures
+    assert set(res) == set(ex.FIGURES)
+    # causal: one pass serves every L; bidirectional: one pass per L (32, 64)
+    assert model.passes == (1 if model.causal else 2)
+    for name, r in res.items():
+        assert isinstance(r, Result) and r.name == name and r.rows
+        p = r.provenance
+        for key in ("model", "text_sha256", "window_offsets", "x", "keys", "grids", "device", "runtime_seconds",
+                    "quick", "impl", "seed", "alpha"):
+            assert key in p, (name, key)
+        assert p["model"] == model.name and p["text_sha256"] == TEXT["text_sha256"] and p["quick"]
+    assert res["fig2a"].unique("L") == [32, 64]
+    assert sorted(res["fig2b"].unique("N")) == [1, 5, 10, 20]
+    assert len(res["fig2a"].rows) == 2 * model.n_layers * model.n_heads
+    assert res["fig4"].unique("eps") == list(ex.EPSILONS)
+
+
+def test_figure_values_are_sane(figures):
+    model, _, res = figures
+    assert all(r["cor1_holds"] == 1.0 for r in res["fig1"].rows)
+    assert all(r["holds_R"] == 1.0 for r in res["fig2a"].rows + res["fig2b"].rows)
+    assert all(r["lower_holds"] == 1.0 for r in res["fig3"].rows)
+    assert all(r["holds_exact"] == 1.0 for r in res["fig4"].rows)
+    for r in res["fig2c"].rows:
+        assert r["N"] <= r["critical_n"] or r["critical_n"] == -1
+    crit = [r for r in res["fig2c"].rows if r["is_critical"]]
+    assert all(r["pvalue"] > 0.01 for r in crit)
+    for r in res["fig3"].rows:
+        assert 0 <= r["ns_frac"] <= 1
+
+
+def test_plots_return_titled_figures(figures, tmp_path):
+    model, _, res = figures
+    from matplotlib.figure import Figure
+
+    for name, r in res.items():
+        fig = plots.plot(r)
+        assert isinstance(fig, Figure)
+        assert model.name in fig._suptitle.get_text() and "synthetic" in fig._suptitle.get_text()
+        fig.savefig(tmp_path / f"{name}.png", dpi=40)
+
+
+def test_claims_table(figures):
+    _, _, res = figures
+    rows = claims.paper1_claims(res)
+    ids = [r["id"] for r in rows]
+    assert len(ids) == len(set(ids)) >= 12
+    for r in rows:
+        assert set(r) == {"id", "claim", "paper", "measured", "verdict"}
+        assert r["verdict"] in claims.VERDICTS
+    by = {r["id"]: r["verdict"] for r in rows}
+    assert by["p1-cor1"] == by["p1-thm1-R"] == by["p1-thm2-lower"] == by["p1-cor3-exact"] == "holds"
+    assert by["p1-fig2b-plateau"] == "not applicable"          # quick grid stops at N = 20
+    empty = claims.paper1_claims({})
+    assert all(r["verdict"] == "not applicable" for r in empty)
+
+
+def test_claim_registry_hook():
+    @claims.register_claims("test-group")
+    def group(results):
+        return [claims.row("t-1", "a claim", "paper", "measured", "holds")]
+
+    @claims.register_claims("test-broken")
+    def broken(results):
+        raise RuntimeError("boom")
+
+    try:
+        rows = claims.check({}, groups=["test-group", "test-broken"])
+        assert rows[0]["id"] == "t-1" and rows[1]["verdict"] == "not applicable" and "boom" in rows[1]["measured"]
+        assert "paper1" in claims.CLAIM_GROUPS
+        with pytest.raises(ValueError):
+            claims.check({}, groups=["missing"])
+        with pytest.raises(ValueError):
+            claims.row("x", "c", "p", "m", "maybe")
+    finally:
+        claims.CLAIM_GROUPS.pop("test-group", None)
+        claims.CLAIM_GROUPS.pop("test-broken", None)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_vectorised_equals_oracle_through_experiments(causal):
+    model = FakeModel(causal=causal, n_layers=1, max_positions=24)
+    ids = torch.randint(0, 50, (24,), generator=torch.Generator().manual_seed(2))
+    common = dict(quick=True, progress=False, lengths=[12, 24])
+    for fig, kw in ((ex.fig1, {}), (ex.fig2a, {}), (ex.fig2c, {}), (ex.fig3, {"ns": [1, 3, 6]}),
+                    (ex.fig4, {"temperatures": [0.01, 1.0], "epsilons": [1e-3, 10.0]})):
+        a = fig(model, ids, **common, **kw)
+        b = fig(model, ids, **common, impl="oracle", **kw)
+        assert len(a.rows) == len(b.rows)
+        for ra, rb in zip(a.rows, b.rows):
+            for k, va in ra.items():
+                if isinstance(va, float) and not math.isnan(va):
+                    assert va == pytest.approx(rb[k], rel=1e-5, abs=1e-7), (fig.__name__, k)
+                elif not isinstance(va, float):
+                    assert va == rb[k], (fig.__name__, k)
+
+
+def test_protocol_switches_and_windows():
+    model = FakeModel(causal=True, max_positions=32)
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, 50, (32,), generator=g)
+    more = [torch.randint(0, 50, (32,), generator=g)]
+    res = ex.run_figures(model, ids, more, quick=True, progress=False, figures=["fig2a", "fig3", "fig2c"],
+                         x="hidden", keys="all")
+    r = res["fig2a"]
+    assert r.provenance["x"] == "hidden" and r.provenance["keys"] == "all" and r.provenance["n_windows"] == 2
+    assert sorted(r.unique("window")) == [0, 1]
+    assert all(row["n_rows"] == row["L"] for row in r.rows)      # masked keys included: every row counts
+    for name in res:
+        plots.plot(res[name])
+    with pytest.raises(ValueError, match="unknown protocol"):
+        ex.fig2a(model, ids, quick=True, progress=False, colour="red")
+    with pytest.raises(ValueError, match="x must be"):
+        ex.fig2a(model, ids, quick=True, progress=False, x="embeddings")
+    with pytest.raises(ValueError, match="positions"):
+        ex.fig2a(model, torch.zeros(40, dtype=torch.long), quick=True, progress=False)
+    with pytest.raises(ValueError, match="lengths"):
+        ex.fig2a(model, ids, quick=True, progress=False, lengths=[64])
+    with pytest.raises(ValueError, match="unknown figures"):
+        ex.run_figures(model, ids, figures=["fig9"], progress=False)
+
+
+def test_length_grid():
+    m = FakeModel(max_positions=512)
+    assert ex.length_grid(m, 512) == [32, 64, 128, 256, 512]
+    assert ex.length_grid(m, 512, quick=True) == [32, 64, 128]
+    assert ex.length_grid(m, 300) == [32, 64, 128, 256, 300]
+    assert ex.length_grid(m, 20) == [20]
+
+
+def test_bench_figures_quick():
+    model = FakeModel(causal=False, n_layers=2, max_positions=32)
+    ids = torch.randint(0, 50, (32,), generator=torch.Generator().manual_seed(4))
+    rows = ex.bench_figures(model, ids, quick=True, figures=["fig2a", "fig2c"], lengths=[16, 32])
+    assert [r["figure"] for r in rows] == ["fig2a", "fig2c"]
+    for r in rows:
+        assert r["vectorised_s"] > 0 and r["oracle_s"] > 0 and r["speedup"] > 0 and r["oracle_layers"] == 2
+
+
+def test_tiny_gpt2_quick(tiny):
+    ids = torch.randint(0, 1000, (64,), generator=torch.Generator().manual_seed(0))
+    res = ex.run_figures(tiny, ids, quick=True, progress=False, figures=["fig1", "fig2a", "fig4"],
+                         temperatures=[0.01, 1.0])
+    assert res["fig2a"].provenance["causal"] is True
+    assert all(r["cor1_holds"] == 1.0 for r in res["fig1"].rows)
+    assert all(r["logit_err"] < 1e-3 for r in res["fig1"].rows)
+    assert np.isfinite(res["fig4"].column("g_max")).all()
