@@ -100,24 +100,38 @@ class Inputs:
         return self._encoder
 
 
-def compute_figure(fig_id: str, inputs: Inputs, *, quick: bool = False, progress: bool = True) -> Result:
-    """Run one figure's experiment and return its Result (runtime added to provenance)."""
-    if fig_id not in FIGURES:
-        raise ValueError(f"unknown figure {fig_id!r}; known: {', '.join(FIGURES)}")
-    spec = FIGURES[fig_id]
-    fn = _resolve(spec.compute)
-    t0 = time.perf_counter()
-    if spec.needs == "model+text":
-        result = fn(inputs.model, inputs.ids(), quick=quick, progress=progress,
-                    text_provenance=inputs.corpus.provenance())
-    elif spec.needs == "encoder":
-        result = fn(inputs.encoder, quick=quick, device=inputs.device)
-    else:
-        result = fn(quick=quick, device=inputs.device)
-    result.name = fig_id
-    result.provenance.setdefault("runtime_s", round(time.perf_counter() - t0, 3))
-    result.provenance["figure"] = {"id": fig_id, "title": spec.title, "paper": spec.paper, "quick": quick}
-    return result
+def compute_figures(fig_ids, inputs: Inputs, *, quick: bool = False, progress: bool = True) -> dict[str, Result]:
+    """Run the experiments of `fig_ids` and return {id: Result}. Paper-1 figures share forward passes."""
+    unknown = [i for i in fig_ids if i not in FIGURES]
+    if unknown:
+        raise ValueError(f"unknown figure ids {unknown}; known: {', '.join(FIGURES)}")
+    out: dict[str, Result] = {}
+    paper1 = [i for i in fig_ids if FIGURES[i].needs == "model+text"]
+    if paper1:
+        from attnlab.experiments import run_figures
+
+        t0 = time.perf_counter()
+        text = dict(inputs.corpus.provenance(), offset=0)
+        out.update(run_figures(inputs.model, inputs.ids(), quick=quick, progress=progress, figures=paper1,
+                               text=text))
+        for i in paper1:
+            out[i].provenance.setdefault("runtime_s", round(time.perf_counter() - t0, 3))
+    for fig_id in fig_ids:
+        if fig_id in out:
+            continue
+        spec, t0 = FIGURES[fig_id], time.perf_counter()
+        fn = _resolve(spec.compute)
+        if spec.needs == "encoder":
+            out[fig_id] = fn(inputs.encoder, quick=quick, device=inputs.device)
+        else:
+            out[fig_id] = fn(quick=quick, device=inputs.device)
+        out[fig_id].provenance.setdefault("runtime_s", round(time.perf_counter() - t0, 3))
+    for fig_id in fig_ids:
+        spec = FIGURES[fig_id]
+        out[fig_id].name = fig_id
+        out[fig_id].provenance["figure_spec"] = {"id": fig_id, "title": spec.title, "paper": spec.paper,
+                                                 "quick": quick}
+    return {i: out[i] for i in fig_ids}
 
 
 def save_figure(result: Result, out: Path) -> list[Path]:
@@ -162,17 +176,14 @@ def _progress_print(msg: str) -> None:
 
 def run_figures_cli(args) -> int:
     ids = args.ids or list(FIGURES)
-    unknown = [i for i in ids if i not in FIGURES]
-    if unknown:
-        raise ValueError(f"unknown figure ids {unknown}; known: {', '.join(FIGURES)}")
     inputs, out = Inputs(args.model, args.device), Path(args.out)
-    for fig_id in ids:
-        _progress_print(f"[{fig_id}] {FIGURES[fig_id].title} ...")
-        result = compute_figure(fig_id, inputs, quick=args.quick)
+    t0 = time.perf_counter()
+    results = compute_figures(ids, inputs, quick=args.quick)
+    for fig_id, result in results.items():
         paths = save_figure(result, out)
-        prov = result.provenance
-        _progress_print(f"[{fig_id}] {prov.get('runtime_s', 0):.1f} s, model {prov.get('model', '-')}: "
-                        + ", ".join(str(p) for p in paths))
+        _progress_print(f"[{fig_id}] {FIGURES[fig_id].title}: model {result.provenance.get('model', 'synthetic')}"
+                        f" -> " + ", ".join(p.name for p in paths))
+    _progress_print(f"{len(results)} figures in {time.perf_counter() - t0:.1f} s, written to {out}/")
     return 0
 
 
@@ -182,23 +193,33 @@ def claim_rows(inputs: Inputs, *, quick: bool, paper: str = "all", progress: boo
     if paper in ("all", "normalization"):
         from attnlab.claims import paper1_claims
 
-        results = {i: compute_figure(i, inputs, quick=quick, progress=progress)
-                   for i, s in FIGURES.items() if s.paper == "normalization"}
-        rows += paper1_claims(results)
+        ids = [i for i, s in FIGURES.items() if s.paper == "normalization"]
+        rows += paper1_claims(compute_figures(ids, inputs, quick=quick, progress=progress))
     if paper in ("all", "sample-complexity"):
         from attnlab.tsc_experiments import tsc_claims
 
         keys = {"tsc_uniform": "uniform_map", "tsc_moments": "moment_convergence", "tsc_hardmax": "hardmax",
                 "tsc_real": "real_encoder"}
-        rows += tsc_claims({keys[i]: compute_figure(i, inputs, quick=quick, progress=progress) for i in keys})
+        results = compute_figures(list(keys), inputs, quick=quick, progress=progress)
+        rows += tsc_claims({keys[i]: r for i, r in results.items()})
     return rows
 
 
-def format_table(rows: list[dict]) -> str:
+def format_table(rows: list[dict], widths=(18, 40, 34, 44, 14)) -> str:
+    """A plain-text table; long cells wrap inside their column."""
+    import textwrap
+
     cols = ["id", "claim", "paper", "measured", "verdict"]
-    widths = {c: min(60, max(len(c), *(len(str(r.get(c, ""))) for r in rows))) for c in cols}
-    line = lambda r: "  ".join(str(r.get(c, ""))[: widths[c]].ljust(widths[c]) for c in cols)  # noqa: E731
-    return "\n".join([line({c: c for c in cols}), "  ".join("-" * widths[c] for c in cols), *map(line, rows)])
+
+    def lines(r):
+        cells = [textwrap.wrap(str(r.get(c, "")), w) or [""] for c, w in zip(cols, widths)]
+        return ["  ".join((cell[i] if i < len(cell) else "").ljust(w) for cell, w in zip(cells, widths)).rstrip()
+                for i in range(max(map(len, cells)))]
+
+    out = lines({c: c for c in cols}) + ["  ".join("-" * w for w in widths)]
+    for r in rows:
+        out += lines(r) + [""]
+    return "\n".join(out)
 
 
 def run_check_cli(args) -> int:
@@ -212,6 +233,20 @@ def run_check_cli(args) -> int:
         print("\n" + ", ".join(f"{n} {v}" for v, n in counts.items()))
     failed = [r["id"] for r in rows if r["verdict"] == "does not hold"]
     return 1 if (args.strict and failed) else 0
+
+
+def bench_figures_cli(args) -> list[dict]:
+    """Each paper-1 figure: vectorised vs the per-row oracle on the same traces; last line min speedup."""
+    from attnlab.experiments import bench_figures
+
+    inputs = Inputs(args.model, "cpu")
+    rows = bench_figures(inputs.model, inputs.ids(), quick=args.quick, progress=False)
+    for r in rows:
+        print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+    total = sum(r.get("vectorised_full_s", 0.0) for r in rows)
+    print(f"total vectorised time, all figures, all layers: {total:.1f} s ({inputs.model.name})")
+    print(f"min speedup: {min(r['speedup'] for r in rows):.1f}")
+    return rows
 
 
 def bench_montecarlo_cli(args) -> list[dict]:
