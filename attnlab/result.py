@@ -71,8 +71,8 @@ class Result:
         return [r for r in self.rows if all(r.get(k) == v for k, v in where.items())]
 
     def unique(self, key: str) -> list:
-        """Distinct values of `key`, in first-seen order."""
-        return list(dict.fromkeys(r[key] for r in self.rows))
+        """Distinct values of `key` over the rows that have it, in first-seen order."""
+        return list(dict.fromkeys(r[key] for r in self.rows if r.get(key) is not None))
 
     def save(self, out_dir: str | os.PathLike) -> dict[str, Path]:
         """Write <name>.csv and <name>.json (provenance + column list) atomically into out_dir."""
