@@ -1,0 +1,465 @@
+"""Beyond softmax: other normalizers swapped into a pretrained model, and what sparse ones cost in time.
+
+**What this measures.** A model trained with softmax runs with another normalizer in all layers (or in
+one layer at a time), without retraining. That measures how much the *pretrained model tolerates* the
+change; it says nothing about a model *trained* with that normalizer (which would learn other scores).
+
+`compare_normalizers(model, text, ...) -> Result` ("compare_normalizers"), one row per
+(normalizer, L[, swapped layer]):
+
+- the attention the swapped model produces, measured with the paper-1 metrics (`attnlab.metrics`,
+  through `attnlab.diagnose.head_stats`): max weight, entropy (and / log L), d~ at N = 5, N_s/N at
+  N = 16, critical N / L (KS test pooling all heads), means over heads;
+- the Jacobian spectral norm of the normalizer with respect to the model's own (native-temperature)
+  scores `scaling * q.k`, at the scores the swapped model produces: exact `(diag(a) - a a^T)/T` for
+  softmax(T), autograd (`normalizers.jacobian`) for the others, on `jac_rows` seeded random rows of
+  the whole model (the same count for every normalizer);
+- what it costs the model, on held-out windows of the text (from its second half; the metric window
+  is its start): a causal LM's next-token loss (mean over the window's positions) against L, next to
+  the native model's; for every model the drift of the final hidden states from the native softmax
+  model, 1 - cosine, mean over tokens.
+
+Normalizers (`default_specs`): softmax at T in {0.5, 1, 2}, sparsemax, 1.5-entmax, Scalable-Softmax
+with s = 1/log(L_ref), L_ref = the shortest L of the grid (so it equals the native softmax at L_ref and
+departs from it as rows grow: a causal row t uses log t), and Self-Adjust Softmax (normalised variant;
+its weights do not sum to 1, faithful to its paper: entropy is taken of the renormalised row, the
+row sum is reported as `weight_sum`).
+
+`bench_normalizers(...)`: the exact sort-based sparsemax / 1.5-entmax of the `entmax` library against
+partial sorting (`k=`, the library's exact top-k with doubling) and bisection, on the model's real
+scores and on synthetic ones; all times and ratios from one run (`attnlab bench normalizers`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from attnlab import metrics, normalizers
+from attnlab.diagnose import (ALPHA, CRIT_STEP_FRAC, N_SEP, N_TOP, _tqdm, as_attn_model,
+                              check_lengths, critical_grid, head_stats, pooled_critical_n, resolve_text, text_window)
+from attnlab.result import Result, provenance
+
+TOLERANCE_NOTE = ("normalizers swapped into a model trained with softmax, without retraining: this measures the "
+                  "pretrained model's tolerance to the change, not what a model trained with that normalizer does")
+JAC_ROWS = 16
+N_WINDOWS = 2
+MAX_ROWS_COMPARE = 32     # rows per head for N_s/N, d~, critical N (a budget: the default grid runs in ~2 min)
+CRIT_MAX_FRAC_COMPARE = 0.25   # scan N up to L/4: enough to place the critical N against the paper's 6% line
+HELD_OUT_START = 0.5      # held-out windows come from the second half of the text
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    """One normalizer of the comparison: `normalizers.get_normalizer(name, **params)`."""
+
+    name: str
+    params: tuple = ()            # ((key, value), ...), hashable
+
+    @property
+    def kwargs(self) -> dict:
+        return dict(self.params)
+
+    @property
+    def label(self) -> str:
+        return normalizers.describe(self.name, **self.kwargs)
+
+    def fn(self):
+        return normalizers.get_normalizer(self.name, **self.kwargs)
+
+    @property
+    def softmax_T(self) -> Optional[float]:
+        """T when this is plain softmax (exact Jacobian), else None."""
+        return float(self.kwargs.get("T", 1.0)) if self.name == "softmax" else None
+
+
+def spec(name: str, **params) -> NormSpec:
+    return NormSpec(name, tuple(sorted(params.items())))
+
+
+def default_specs(ssmax_ref_length: int) -> list[NormSpec]:
+    """softmax T in {0.5, 1, 2}, sparsemax, 1.5-entmax, SSMax (s = 1/log ssmax_ref_length), SA-Softmax."""
+    return [spec("softmax", T=0.5), spec("softmax", T=1.0), spec("softmax", T=2.0), spec("sparsemax"),
+            spec("entmax15"), spec("ssmax", ref_length=int(ssmax_ref_length)), spec("sa_softmax", variant="normalized")]
+
+
+# ------------------------------------------------------------------------------------ model costs
+
+def held_out_windows(model, text: str, L: int, n: int, *, start_frac: float = HELD_OUT_START) -> torch.Tensor:
+    """ids [n, L]: n windows of L tokens starting at line starts evenly spread over the text from
+    `start_frac` of its characters to 95% (disjoint from the metric window at the text's start)."""
+    if n < 1:
+        raise ValueError(f"need at least one held-out window, got n={n}")
+    out = []
+    for i in range(n):
+        pos = int(len(text) * (start_frac + (0.95 - start_frac) * i / n))
+        nl = text.find("\n", pos)
+        pos = nl + 1 if 0 <= nl < len(text) - 1 else pos
+        try:
+            out.append(text_window(model, text[pos:], L))
+        except ValueError as exc:
+            raise ValueError(f"held-out window {i} (from character {pos}): {exc}; use fewer windows or a "
+                             "longer text") from None
+    return torch.stack(out)
+
+
+def forward_outputs(model, ids: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """One forward pass of ids [n, L] -> final hidden states [n, L, d] (float32) and, for a model with
+    an LM head, the next-token loss of every position [n, L-1] (None otherwise)."""
+    out = model.forward(ids, output_hidden_states=True)
+    hidden = out.hidden_states[-1].float()
+    logits = getattr(out, "logits", None)
+    if logits is None:
+        return hidden, None
+    lp = torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
+                                           ids[:, 1:].reshape(-1).to(logits.device), reduction="none")
+    return hidden, lp.reshape(ids.shape[0], -1).cpu()
+
+
+def hidden_drift(hidden: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """1 - cosine(hidden, reference) per token: [n, L, d] x 2 -> [n, L]."""
+    return 1.0 - torch.nn.functional.cosine_similarity(hidden.double(), reference.double(), dim=-1).cpu()
+
+
+# -------------------------------------------------------------------------------------- Jacobians
+
+def jacobian_sample(trace, n_rows: int, seed: int = 0) -> list[tuple[int, int, int]]:
+    """n_rows seeded random (layer index, head index, query row) of the trace among rows with >= 2
+    visible keys (without replacement when possible)."""
+    vis = trace.visible()
+    ok_rows = torch.nonzero(vis.sum(-1) >= 2).squeeze(-1)
+    n_l, n_h = trace.probs.shape[:2]
+    total = n_l * n_h * len(ok_rows)
+    if total == 0 or n_rows <= 0:
+        return []
+    g = torch.Generator().manual_seed(int(seed))
+    picks = torch.randperm(total, generator=g)[: min(n_rows, total)]
+    out = []
+    for p in picks.tolist():
+        li, rest = divmod(p, n_h * len(ok_rows))
+        hi, ri = divmod(rest, len(ok_rows))
+        out.append((li, hi, int(ok_rows[ri])))
+    return out
+
+
+def _compact_spectral_norm(jac: torch.Tensor) -> float:
+    """Spectral norm of [K, K] after dropping all-zero rows and columns (same value; sparse normalizers
+    give mostly-zero Jacobians, on which LAPACK's SVD is pathologically slow)."""
+    r = jac.abs().sum(1) > 0
+    c = jac.abs().sum(0) > 0
+    if not bool(r.any()) or not bool(c.any()):
+        return 0.0
+    return float(normalizers.spectral_norm(jac[r][:, c]))
+
+
+def jacobian_norms(spec_: NormSpec, trace, picks: Sequence[tuple[int, int, int]]) -> tuple[torch.Tensor, str]:
+    """Spectral norms [R] of d weights / d scores at the sampled rows, over each row's visible keys.
+    softmax(T): exact `(diag(a) - a a^T)/T` (`metrics.softmax_jacobian_norm`); others: autograd."""
+    if not picks:
+        return torch.empty(0, dtype=torch.float64), "none"
+    vis = trace.visible()
+    li, hi, ti = (torch.tensor(v) for v in zip(*picks))
+    if spec_.softmax_T is not None:
+        a = trace.probs[li, hi, ti]                                        # [R, K]
+        return (metrics.softmax_jacobian_norm(a, spec_.softmax_T, vis[ti], method="secular"),
+                "exact (diag(a) - a a^T)/T")
+    fn = spec_.fn()
+    norms = []
+    for l, h, t in picks:
+        keys = vis[t].nonzero().squeeze(-1)
+        z = trace.scores[l, h, t, keys]
+        norms.append(_compact_spectral_norm(normalizers.jacobian(fn, z)))
+    return torch.tensor(norms, dtype=torch.float64), "autograd (normalizers.jacobian)"
+
+
+# ------------------------------------------------------------------------------------- comparison
+
+def _nanmean(t) -> float:
+    t = torch.as_tensor(t, dtype=torch.float64)
+    return float(torch.nanmean(t)) if t.numel() else float("nan")
+
+
+def compare_normalizers(model, text=None, *, lengths: Optional[Sequence[int]] = None,
+                        specs: Optional[Sequence[NormSpec]] = None, swap: str = "all", n_windows: int = N_WINDOWS,
+                        n_top: int = N_TOP, n_sep: int = N_SEP, max_rows: Optional[int] = MAX_ROWS_COMPARE,
+                        jac_rows: int = JAC_ROWS, alpha: float = ALPHA, crit_max_frac: float = CRIT_MAX_FRAC_COMPARE,
+                        crit_step_frac: float = CRIT_STEP_FRAC, ssmax_ref_length: Optional[int] = None,
+                        seed: int = 0, quick: bool = False, device: str = "cpu", text_info: Optional[dict] = None,
+                        progress: bool = True) -> Result:
+    """Swap each normalizer into `model` and measure attention and cost against L (see the module doc).
+
+    swap: "all" (every layer at once; metrics pool every head) or "each" (one layer at a time: rows carry
+    `swap` = that layer, metrics are of that layer's heads, the cost is the whole model's).
+    quick: lengths (32, 64), one held-out window, 16 rows per head, 4 Jacobian rows (tests).
+    Returns Result "compare_normalizers" (or "compare_normalizers_each"), rows: normalizer, family,
+    params, swap, L, max_weight, entropy, entropy_norm, weight_sum, dtilde, ns_frac, critical_n,
+    critical_n_frac, critical_n_censored, jac_norm_mean, jac_norm_max, jac_rows, jac_method, drift,
+    loss, loss_native, loss_delta, seconds.
+    """
+    t_start = time.perf_counter()
+    if swap not in ("all", "each"):
+        raise ValueError(f"swap must be 'all' or 'each', got {swap!r}")
+    if quick:
+        lengths = lengths or (32, 64)
+        n_windows, max_rows, jac_rows = 1, min(max_rows or 16, 16), min(jac_rows, 4)
+    model = as_attn_model(model, device)
+    text, tprov = resolve_text(text)
+    tprov = {**tprov, **(text_info or {})}
+    grid = check_lengths(model, text, lengths, min_length=max(n_top, n_sep))
+    Lmax = grid[-1]
+    ref_len = int(ssmax_ref_length or grid[0])
+    specs = list(specs) if specs is not None else default_specs(ref_len)
+    # every window first: a text too short fails before any forward pass
+    lens_needed = [Lmax] if model.causal else grid
+    metric_ids = {L: text_window(model, text, L) for L in lens_needed}
+    cost_ids = {L: held_out_windows(model, text, L, n_windows) for L in lens_needed}
+    native = {L: forward_outputs(model, cost_ids[L]) for L in lens_needed}
+    targets = ["all"] if swap == "all" else list(range(model.n_layers))
+    rows = []
+    total = len(targets) * len(specs) * len(lens_needed)
+    bar = _tqdm(range(total), progress, f"compare {model.name}", total=total)
+    it = iter(bar)
+    for target in targets:
+        swap_layers = None if target == "all" else [target]
+        for sp in specs:
+            fn = sp.fn()
+            for Lpass in lens_needed:
+                next(it, None)
+                t0 = time.perf_counter()
+                with model.normalizer(fn, layers=swap_layers):
+                    full = model.capture(metric_ids[Lpass], layers=swap_layers, keep=("probs", "scores", "v"),
+                                         text_sha256=tprov.get("text_sha256"))
+                    hidden, loss = forward_outputs(model, cost_ids[Lpass])
+                drift_tok = hidden_drift(hidden, native[Lpass][0])          # [n, L]
+                pass_seconds = time.perf_counter() - t0
+                for L in (grid if model.causal else [Lpass]):
+                    t1 = time.perf_counter()
+                    trace = full if L == full.n_tokens else full.prefix(L)
+                    row = _metric_row(sp, trace, L, n_top=n_top, n_sep=n_sep, max_rows=max_rows, jac_rows=jac_rows,
+                                      alpha=alpha, crit_max_frac=crit_max_frac, crit_step_frac=crit_step_frac,
+                                      seed=seed + L)
+                    row["swap"] = target
+                    row["drift"] = float(drift_tok[:, :L].mean())
+                    if loss is not None:
+                        row["loss"] = float(loss[:, :L - 1].mean())
+                        row["loss_native"] = float(native[Lpass][1][:, :L - 1].mean())
+                        row["loss_delta"] = row["loss"] - row["loss_native"]
+                    else:
+                        row["loss"] = row["loss_native"] = row["loss_delta"] = None
+                    row["seconds"] = round(time.perf_counter() - t1 + pass_seconds / (len(grid) if model.causal else 1), 3)
+                    rows.append(row)
+                del full
+    close = getattr(bar, "close", None)
+    if close:
+        close()
+    order = [s.label for s in specs]
+    rows.sort(key=lambda r: (-1 if r["swap"] == "all" else r["swap"], order.index(r["normalizer"]), r["L"]))
+    prov = provenance(
+        experiment="compare_normalizers", note=TOLERANCE_NOTE, **model.provenance(), **tprov, lengths=grid, swap=swap,
+        swap_meaning=("every layer at once" if swap == "all" else "one layer at a time; metrics of that layer"),
+        normalizers=[{"label": s.label, "name": s.name, "params": s.kwargs} for s in specs],
+        ssmax=f"s = 1/log({ref_len}): equals the native softmax for rows of {ref_len} visible keys "
+              "(the shortest L of the grid); a row of n visible keys scales its scores by log(n)/log(" + str(ref_len) + ")",
+        sa_softmax="normalized variant; weights do not sum to 1 (weight_sum); entropy of the renormalised row",
+        metric_window="first L tokens of the text (encoders: [CLS] + L-2 + [SEP]); causal: one pass at the "
+                      "longest L, prefixes for the others",
+        held_out=f"{n_windows} windows per L starting at line starts spread over {HELD_OUT_START:.0%}-95% of the text",
+        cost=("next-token loss (mean over the window's positions) and drift of the final hidden states "
+              "(1 - cosine vs the native model, mean over tokens)" if model.causal and native[Lmax][1] is not None
+              else "drift of the final hidden states (1 - cosine vs the native softmax model, mean over tokens); "
+                   "no LM head, so no loss"),
+        jacobian=(f"d weights / d scores (the model's scaled scores, native temperature) at the swapped scores; "
+                  f"{jac_rows} seeded random rows of the whole model per (normalizer, L), the same rows for every "
+                  "normalizer; softmax(T): exact (diag(a) - a a^T)/T; others: autograd, spectral norm"),
+        n_top=n_top, n_sep=n_sep, max_rows=max_rows, alpha=alpha,
+        critical_n=(f"KS (alpha={alpha}) of per-head token-mean d~ vs E pooling every swapped head; N grid: every N "
+                    f"up to 8, then steps of {crit_step_frac:g} L up to {crit_max_frac:g} L; first non-rejected grid N "
+                    "(upper bound on the first N); censored = none up to the grid's end"),
+        quick=quick, seed=seed, runtime_seconds=round(time.perf_counter() - t_start, 3),
+        torch_threads=torch.get_num_threads())
+    name = "compare_normalizers" if swap == "all" else "compare_normalizers_each"
+    return Result(name, rows, prov)
+
+
+def _metric_row(sp: NormSpec, trace, L: int, *, n_top, n_sep, max_rows, jac_rows, alpha, crit_max_frac,
+                crit_step_frac, seed) -> dict:
+    """Model-level (mean over the trace's heads) metrics of one swapped trace at length L."""
+    ns = critical_grid(L, n_top=n_top, max_frac=crit_max_frac, step_frac=crit_step_frac)
+    st = head_stats(trace, n_top=n_top, n_sep=n_sep, max_rows=max_rows, ns=ns, jacobian=False)
+    crit = pooled_critical_n(st["d_heads"], st["e_heads"], ns, L, alpha)
+    jn, method = jacobian_norms(sp, trace, jacobian_sample(trace, jac_rows, seed))
+    return {"normalizer": sp.label, "family": sp.name, "params": json.dumps(sp.kwargs, sort_keys=True), "L": L,
+            **{k: _nanmean(st[k]) for k in ("max_weight", "entropy", "entropy_norm", "weight_sum", "dtilde",
+                                            "ns_frac")},
+            "critical_n": crit["critical_n"], "critical_n_frac": crit["critical_n_frac"],
+            "critical_n_censored": crit["critical_n_censored"], "critical_n_max": crit["critical_n_max"],
+            "jac_norm_mean": _nanmean(jn), "jac_norm_max": float(jn.max()) if len(jn) else float("nan"),
+            "jac_rows": int(len(jn)), "jac_method": method}
+
+
+def summary_table(result: Result, columns: Sequence[str] = ("max_weight", "entropy_norm", "ns_frac",
+                                                            "critical_n_frac", "jac_norm_mean", "drift", "loss_delta"),
+                  L: Optional[int] = None) -> str:
+    """Fixed-width text table of a comparison at one L (default: the longest)."""
+    L = L or max(result.unique("L"))
+    rows = result.select(L=L)
+    cols = [c for c in columns if any(r.get(c) is not None for r in rows)]
+    lines = [f"{'normalizer':28s} {'swap':>4s} " + " ".join(f"{c:>15s}" for c in cols)]
+    for r in rows:
+        cells = []
+        for c in cols:
+            v = r.get(c)
+            if c == "critical_n_frac" and r.get("critical_n_censored") in (True, "True", 1):
+                cells.append(f"{'>' + format(r['critical_n_max'] / L, '.2f'):>15s}")
+            else:
+                cells.append(f"{'' if v is None else format(float(v), '.4g'):>15s}")
+        lines.append(f"{r['normalizer']:28s} {str(r['swap']):>4s} " + " ".join(cells))
+    return f"L = {L}\n" + "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------- speed
+
+BENCH_KS = (16, 64)
+BENCH_LENGTHS = (128, 512, 1024)
+BENCH_ALPHAS = (2.0, 1.5)
+
+
+def _bench_scores(model, text: str, L: int) -> torch.Tensor:
+    """Real scores [heads, L, L] of the model's middle layer on the text's first L tokens; masked
+    (causal) keys are set far below every row's threshold (finite, as the entmax library needs)."""
+    layer = model.n_layers // 2
+    tr = model.capture(text_window(model, text, L), layers=[layer], keep=("scores",))
+    s = tr.scores[0]
+    vis = torch.isfinite(s)
+    low = s.masked_fill(~vis, float("inf")).amin(-1, keepdim=True) - 1e4
+    return torch.where(vis, s, low)
+
+
+def _methods(alpha: float, ks: Sequence[int]):
+    """(method, k, fn(x)) of the exact sort, partial sorts, bisection and attnlab's current `auto`."""
+    from entmax import entmax15, entmax_bisect, sparsemax
+
+    exact = {2.0: sparsemax, 1.5: entmax15}[alpha]
+    out = [("sort", None, lambda x: exact(x, dim=-1))]
+    out += [(f"topk{k}", k, (lambda k: lambda x: exact(x, dim=-1, k=k))(k)) for k in ks]
+    out += [("bisect", None, lambda x: entmax_bisect(x, alpha=alpha, dim=-1)),
+            ("attnlab auto", None, lambda x: normalizers.entmax(x, None, alpha=alpha, method="auto"))]
+    return out
+
+
+def bench_normalizers(model="minilm", text=None, *, lengths: Sequence[int] = BENCH_LENGTHS, ks: Sequence[int] = BENCH_KS,
+                      repeats: int = 3, dense: bool = True, quick: bool = False, seed: int = 0,
+                      progress: bool = True) -> Result:
+    """Time exact sparsemax / 1.5-entmax algorithms on [heads, L, L] score tensors (one attention layer).
+
+    Cases: "model" = the model's real scores at L (middle layer, War and Peace); "gaussian" = i.i.d.
+    N(0, sigma^2) scores with sigma = the std of the model's real scores, for L beyond the model's
+    positions; "dense" (the longest L, sigma = 0.1: wide supports, the worst case for partial sorting).
+    Methods: "sort" (full sort, the library default), "topk<k>" (partial sort over the top k, doubled
+    until the support fits: exact), "bisect" (50 bisection steps), "attnlab auto" (what
+    `normalizers.entmax(method="auto")` runs now, masking included); softmax for scale. Times are the
+    minimum over `repeats` interleaved runs (bisection: one run, it is 5-50x slower). Rows: case, L,
+    alpha, method, k, seconds, ratio_softmax, ratio_sort, max_abs_diff (vs sort), support_median.
+    """
+    t_start = time.perf_counter()
+    if quick:
+        lengths, repeats = (64,), 1
+    model = as_attn_model(model)
+    text, tprov = resolve_text(text)
+    g = torch.Generator().manual_seed(seed)
+    cases = []
+    sigma = None
+    for L in sorted(lengths):
+        if L <= model.max_positions:
+            s = _bench_scores(model, text, L)
+            sigma = float(s[torch.isfinite(s)].std())
+            cases.append(("model", L, s))
+    for L in sorted(lengths):
+        if L > model.max_positions:
+            sd = sigma if sigma is not None else 3.0
+            cases.append(("gaussian", L, torch.randn(model.n_heads, L, L, generator=g) * sd))
+    if dense:
+        L = max(lengths)
+        cases.append(("dense", L, torch.randn(model.n_heads, L, L, generator=g) * 0.1))
+    rows = []
+    for case, L, x in _tqdm(cases, progress, "bench normalizers"):
+        x = x.float().contiguous()
+        timings: dict = {}
+        outputs: dict = {}
+        plan = [("softmax", None, None, lambda z: torch.softmax(z, dim=-1))]
+        for a in BENCH_ALPHAS:
+            plan += [(m, k, a, f) for m, k, f in _methods(a, ks)]
+        for rep in range(max(1, repeats)):
+            for method, k, a, f in plan:
+                if method == "bisect" and rep > 0:
+                    continue
+                t0 = time.perf_counter()
+                y = f(x)
+                timings.setdefault((method, a), []).append(time.perf_counter() - t0)
+                if rep == 0:
+                    outputs[(method, a)] = y
+        soft = min(timings[("softmax", None)])
+        rows.append({"case": case, "L": L, "shape": list(x.shape), "alpha": None, "method": "softmax", "k": None,
+                     "seconds": soft, "ratio_softmax": 1.0, "ratio_sort": None, "max_abs_diff": None,
+                     "support_median": float(L), "repeats": repeats})
+        for a in BENCH_ALPHAS:
+            ref = outputs[("sort", a)]
+            sort_t = min(timings[("sort", a)])
+            support = float((ref > 0).sum(-1).float().median())
+            for method, k, _ in _methods(a, ks):
+                t = min(timings[(method, a)])
+                rows.append({"case": case, "L": L, "shape": list(x.shape), "alpha": a, "method": method, "k": k,
+                             "seconds": t, "ratio_softmax": t / soft, "ratio_sort": t / sort_t,
+                             "max_abs_diff": float((outputs[(method, a)] - ref).abs().max()),
+                             "support_median": support, "repeats": 1 if method == "bisect" else repeats})
+        del outputs
+    prov = provenance(experiment="bench_normalizers", **model.provenance(), **tprov, lengths=list(lengths), ks=list(ks),
+                      repeats=repeats, seed=seed, torch_threads=torch.get_num_threads(),
+                      note="times: minimum over interleaved repeats in this one run (bisection: one run); "
+                           "machine load from other processes inflates all of them alike",
+                      runtime_seconds=round(time.perf_counter() - t_start, 3))
+    return Result("bench_normalizers", rows, prov)
+
+
+def recommend(result: Result) -> list[dict]:
+    """Fastest exact method per (case, L, alpha) of a bench Result (max |diff| vs sort <= 1e-5),
+    excluding attnlab's wrapper."""
+    out = []
+    for case in result.unique("case"):
+        for L in sorted({r["L"] for r in result.select(case=case)}):
+            for a in BENCH_ALPHAS:
+                rs = [r for r in result.select(case=case, L=L, alpha=a)
+                      if r["method"] != "attnlab auto" and (r["max_abs_diff"] or 0) <= 1e-5]
+                if rs:
+                    best = min(rs, key=lambda r: r["seconds"])
+                    sort = next(r for r in rs if r["method"] == "sort")
+                    out.append({"case": case, "L": L, "alpha": a, "best": best["method"],
+                                "speedup_vs_sort": sort["seconds"] / best["seconds"],
+                                "support_median": best["support_median"]})
+    return out
+
+
+def bench_normalizers_cli(args) -> list[dict]:
+    """`attnlab bench normalizers [--model M] [--quick]`: print the timing table and the fastest exact
+    method per case; return the rows."""
+    res = bench_normalizers(getattr(args, "model", None) or "minilm", quick=bool(getattr(args, "quick", False)))
+    print(f"{'case':9s} {'L':>5s} {'alpha':>5s} {'method':13s} {'ms':>9s} {'x softmax':>10s} {'x sort':>7s} "
+          f"{'max|diff|':>9s} {'support':>7s}")
+    for r in res.rows:
+        a = "" if r["alpha"] is None else f"{r['alpha']:g}"
+        rs = "" if r["ratio_sort"] is None else f"{r['ratio_sort']:.2f}"
+        d = "" if r["max_abs_diff"] is None else f"{r['max_abs_diff']:.1e}"
+        print(f"{r['case']:9s} {r['L']:5d} {a:>5s} {r['method']:13s} {r['seconds'] * 1e3:9.1f} "
+              f"{r['ratio_softmax']:10.1f} {rs:>7s} {d:>9s} {r['support_median']:7.0f}")
+    print("fastest exact method:")
+    for r in recommend(res):
+        print(f"  {r['case']:9s} L={r['L']:5d} alpha={r['alpha']:g}: {r['best']:8s} "
+              f"({r['speedup_vs_sort']:.1f}x faster than sort; median support {r['support_median']:.0f})")
+    print(f"({res.provenance['torch_threads']} torch threads, {res.provenance['runtime_seconds']:.0f} s; "
+          f"{res.provenance['model']})")
+    return res.rows

@@ -1,0 +1,193 @@
+"""attnlab.diagnose: per-head report on three model families, flags, CLI, bad input leaves nothing."""
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab import diagnose as dg
+from attnlab.result import Result
+
+SMALL = dict(n_top=2, n_sep=4, max_rows=16, progress=False)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One torch thread: on a shared 2-core machine two threads under load run ~15x slower."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from attnlab.models import AttnModel, gpt2_tokenizer
+
+    cfg = LlamaConfig(vocab_size=50257, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        hf = LlamaForCausalLM(cfg)
+    return AttnModel("tiny-llama", hf, gpt2_tokenizer(), source="random LlamaConfig (tests)")
+
+
+def _check_outputs(paths: dict, result: Result) -> None:
+    assert set(paths) == {"html", "csv", "json"}
+    page = paths["html"].read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.count("data:image/png;base64,") == 2
+    assert "src='http" not in page and 'src="http' not in page          # self-contained
+    assert result.provenance["text_sha256"] in page and result.provenance["model"] in page
+    meta = json.loads(paths["json"].read_text())
+    assert meta["n_rows"] == len(result.rows)
+    back = Result.load(paths["csv"].parent, "diagnose")
+    assert len(back.rows) == len(result.rows)
+
+
+@pytest.mark.parametrize("which", ["tiny", "minilm", "tiny_llama"])
+def test_diagnose_three_models(which, request, war_and_peace, tmp_path):
+    model = request.getfixturevalue(which)
+    lengths = [24, 48]
+    res = dg.diagnose(model, war_and_peace, lengths=lengths, **SMALL)
+    n_l, n_h = model.n_layers, model.n_heads
+    assert len(res.select(kind="head")) == n_l * n_h * len(lengths)
+    assert len(res.select(kind="layer")) == n_l * len(lengths)
+    assert len(res.select(kind="model")) == len(lengths)
+    for r in res.select(kind="head"):
+        assert 0 < r["max_weight"] <= 1 + 1e-6
+        assert 0 <= r["entropy"] <= math.log(r["L"]) + 1e-6
+        assert 0 <= r["ns_frac"] <= 1 and 0 <= r["jac_norm"] <= 0.5 + 1e-9   # softmax Jacobian <= 1/(2T)
+        assert abs(r["weight_sum"] - 1) < 1e-5
+    # flags only at the longest L; something is flagged (random models attend almost uniformly)
+    assert all(r["flagged"] is None for r in res.select(kind="head", L=24))
+    flagged = [r for r in res.select(kind="head", L=48) if r["flagged"]]
+    assert flagged
+    if which != "minilm":   # random weights: near-uniform attention everywhere
+        assert all(r["flag_near_uniform"] for r in res.select(kind="head", L=48))
+    paths = dg.write_report(res, tmp_path / "out")
+    _check_outputs(paths, res)
+    assert "heads flagged" in dg.summary(res)
+
+
+def test_flags_follow_thresholds(tiny, war_and_peace):
+    strict = dg.diagnose(tiny, war_and_peace, lengths=[32], thresholds=dg.Thresholds(0.01, 0.999, 0.9), **SMALL)
+    loose = dg.diagnose(tiny, war_and_peace, lengths=[32], thresholds=dg.Thresholds(1.0, 0.01, 0.01), **SMALL)
+    assert sum(bool(r["flagged"]) for r in loose.select(kind="head")) == tiny.n_layers * tiny.n_heads
+    assert sum(bool(r["flag_low_separability"]) for r in strict.select(kind="head")) == 0
+    with pytest.raises(ValueError, match="thresholds"):
+        dg.Thresholds(ns_frac=0).check()
+
+
+def test_pooled_critical_n_and_grid():
+    ns = dg.critical_grid(512)
+    assert ns[:8] == list(range(1, 9)) and ns[-1] == 255 and all(b > a for a, b in zip(ns, ns[1:]))   # steps of 5
+    assert dg.critical_grid(64) == list(range(1, 33))                   # step 1: the exact scan
+    rng = np.random.default_rng(0)
+    d = rng.normal(size=(20, 3))
+    e = d + np.array([10.0, 10.0, 0.0])                                 # separated, separated, identical
+    res = dg.pooled_critical_n(d, e, [1, 2, 3], L=30)
+    assert res["critical_n"] == 3 and res["critical_n_frac"] == pytest.approx(0.1) and not res["critical_n_censored"]
+    res = dg.pooled_critical_n(d[:, :2], e[:, :2], [1, 2], L=30)
+    assert math.isnan(res["critical_n"]) and res["critical_n_censored"]
+    few = dg.pooled_critical_n(d[:4], e[:4], [1, 2, 3], L=30)             # 4 heads: KS cannot reject at 0.01
+    assert few["critical_n_testable"] is False and dg.ks_min_pvalue(4) > 0.01 > dg.ks_min_pvalue(12)
+
+
+def test_row_sample():
+    assert torch.equal(dg.row_sample(10, None), torch.arange(10))
+    r = dg.row_sample(100, 5)
+    assert r[0] == 0 and r[-1] == 99 and len(r) == 5
+
+
+def test_cli_writes_report(tiny, tmp_path, capsys, monkeypatch):
+    from attnlab import cli
+
+    text = tmp_path / "t.txt"
+    text.write_text("It was a bright cold day in April, and the clocks were striking thirteen. " * 40)
+    out = tmp_path / "rep"
+    rc = cli.main(["diagnose", "--model", "tiny-gpt2", "--text", str(text), "--lengths", "32", "64", "--out", str(out),
+                   "--n-sep", "4", "--n-top", "2", "--max-rows", "16", "--quiet"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "heads flagged" in printed and "wrote" in printed
+    assert sorted(p.name for p in out.iterdir()) == ["diagnose.csv", "diagnose.html", "diagnose.json"]
+    meta = json.loads((out / "diagnose.json").read_text())
+    assert meta["provenance"]["text"] == "t.txt" and "/" not in meta["provenance"]["text_source"]
+
+
+def _no_leftovers(parent: Path, out: Path) -> None:
+    assert not out.exists()
+    assert not [p for p in parent.iterdir() if p.name.startswith(f".{out.name}.tmp")]
+
+
+@pytest.mark.parametrize("case", ["short", "missing", "directory", "binary", "empty"])
+def test_cli_bad_text_one_line_no_output(case, tmp_path, capsys):
+    from attnlab import cli
+
+    path = tmp_path / "in.txt"
+    if case == "short":
+        path.write_text("Too short a text.")
+    elif case == "directory":
+        path.mkdir()
+    elif case == "binary":
+        path.write_bytes(b"\xff\xfe\x00\x81 not utf-8 \xc3\x28")
+    elif case == "empty":
+        path.write_text("  \n")
+    out = tmp_path / "rep"
+    rc = cli.main(["diagnose", "--model", "tiny-gpt2", "--text", str(path), "--lengths", "64", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("attnlab diagnose: error:")
+    expect = {"short": "too short for L=64", "missing": "does not exist", "directory": "is a directory",
+              "binary": "not UTF-8", "empty": "is empty"}[case]
+    assert expect in err[0]
+    _no_leftovers(tmp_path, out)
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_file(tmp_path):
+    path = tmp_path / "secret.txt"
+    path.write_text("x" * 100)
+    path.chmod(0)
+    with pytest.raises(ValueError, match="cannot read"):
+        dg.read_text_file(path)
+
+
+def test_model_without_attention_interface(war_and_peace):
+    from transformers import XLNetConfig, XLNetLMHeadModel
+
+    from attnlab.models import gpt2_tokenizer
+
+    hf = XLNetLMHeadModel(XLNetConfig(vocab_size=100, d_model=32, n_layer=1, n_head=2, d_inner=64))
+    with pytest.raises(ValueError, match="AttentionInterface"):
+        dg.diagnose(hf, war_and_peace, tokenizer=gpt2_tokenizer(), lengths=[32], **SMALL)
+    with pytest.raises(ValueError, match="tokenizer"):
+        dg.diagnose(hf, war_and_peace, lengths=[32], **SMALL)
+
+
+def test_bad_lengths(tiny, minilm, war_and_peace):
+    with pytest.raises(ValueError, match="exceeds"):
+        dg.diagnose(minilm, war_and_peace, lengths=[1024], **SMALL)
+    with pytest.raises(ValueError, match="exceed the largest top-N"):
+        dg.diagnose(tiny, war_and_peace, lengths=[4], **SMALL)
+
+
+def test_write_report_is_all_or_nothing(tiny, war_and_peace, tmp_path, monkeypatch):
+    res = dg.diagnose(tiny, war_and_peace, lengths=[32], **SMALL)
+    out = tmp_path / "rep"
+    monkeypatch.setattr(dg, "report_html", lambda r: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError, match="boom"):
+        dg.write_report(res, out)
+    _no_leftovers(tmp_path, out)
+    monkeypatch.undo()
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    dg.write_report(res, out)                                  # an existing directory: files replaced, others kept
+    assert sorted(p.name for p in out.iterdir()) == ["diagnose.csv", "diagnose.html", "diagnose.json", "keep.txt"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rep.tmp")]
+    with pytest.raises(ValueError, match="not a directory"):
+        dg.write_report(res, out / "keep.txt")
