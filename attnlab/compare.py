@@ -9,7 +9,8 @@ change; it says nothing about a model *trained* with that normalizer (which woul
 
 - the attention the swapped model produces, measured with the paper-1 metrics (`attnlab.metrics`,
   through `attnlab.diagnose.head_stats`): max weight, entropy (and / log L), d~ at N = 5, N_s/N at
-  N = 16, critical N / L (KS test pooling all heads), means over heads;
+  N = 16 (on `max_rows` = 32 evenly spaced query rows per head), critical N / L (KS test pooling all
+  swapped heads, N scanned up to L/4: enough to place it against the paper's 6%), means over heads;
 - the Jacobian spectral norm of the normalizer with respect to the model's own (native-temperature)
   scores `scaling * q.k`, at the scores the swapped model produces: exact `(diag(a) - a a^T)/T` for
   softmax(T), autograd (`normalizers.jacobian`) for the others, on `jac_rows` seeded random rows of
@@ -122,8 +123,9 @@ def forward_outputs(model, ids: torch.Tensor) -> tuple[torch.Tensor, Optional[to
 
 
 def hidden_drift(hidden: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
-    """1 - cosine(hidden, reference) per token: [n, L, d] x 2 -> [n, L]."""
-    return 1.0 - torch.nn.functional.cosine_similarity(hidden.double(), reference.double(), dim=-1).cpu()
+    """1 - cosine(hidden, reference) per token: [n, L, d] x 2 -> [n, L] (clamped at 0: cos <= 1 up to rounding)."""
+    cos = torch.nn.functional.cosine_similarity(hidden.double(), reference.double(), dim=-1).cpu()
+    return (1.0 - cos).clamp_min(0.0)
 
 
 # -------------------------------------------------------------------------------------- Jacobians
@@ -463,3 +465,91 @@ def bench_normalizers_cli(args) -> list[dict]:
     print(f"({res.provenance['torch_threads']} torch threads, {res.provenance['runtime_seconds']:.0f} s; "
           f"{res.provenance['model']})")
     return res.rows
+
+
+# ------------------------------------------------------------------------------------------- views
+
+COST_LABELS = {"drift": "hidden-state drift (1 - cos)", "loss_delta": "loss - native loss (nats)"}
+LABELS = {"max_weight": "max weight", "entropy_norm": "entropy / log L", "ns_frac": "N_s / N",
+          "jac_norm_mean": "Jacobian norm (mean)", "dtilde": "d~ (N = 5)", "critical_n_frac": "critical N / L",
+          "weight_sum": "row sum of weights", **COST_LABELS}
+
+
+def cost_key(result: Result) -> str:
+    """"loss_delta" when the model has an LM head (rows carry a loss), else "drift"."""
+    return "loss_delta" if any(r.get("loss") is not None for r in result.rows) else "drift"
+
+
+def _values(result: Result, key: str, **where) -> np.ndarray:
+    return np.array([np.nan if r.get(key) is None else float(r[key]) for r in result.select(**where)])
+
+
+def comparison_figure(result: Result, L: int, keys: Optional[Sequence[str]] = None):
+    """Bars per normalizer at length L for `keys` (default: max weight, entropy / log L, N_s/N, cost);
+    axis limits are shared by every L, so frames of a slider over L compare."""
+    from matplotlib.figure import Figure
+
+    keys = list(keys or ("max_weight", "entropy_norm", "ns_frac", cost_key(result)))
+    names = result.unique("normalizer")
+    fig = Figure(figsize=(2.1 * len(keys) + 1.6, 0.32 * len(names) + 1.0), layout="constrained")
+    axes = fig.subplots(1, len(keys), sharey=True)
+    colors = [f"C{i}" for i in range(len(names))]
+    for ax, key in zip(np.atleast_1d(axes), keys):
+        allv = _values(result, key)
+        lo, hi = min(0.0, np.nanmin(allv)), np.nanmax(allv)
+        vals = [(_values(result, key, normalizer=n, L=L, swap="all") if result.select(swap="all")
+                 else _values(result, key, normalizer=n, L=L)) for n in names]
+        ax.barh(range(len(names)), [v[0] if len(v) else np.nan for v in vals], color=colors)
+        ax.set_xlim(lo, hi * 1.05 if hi > 0 else 1)
+        ax.set_title(LABELS.get(key, key), fontsize=9)
+        ax.tick_params(labelsize=7)
+    np.atleast_1d(axes)[0].set_yticks(range(len(names)), names, fontsize=7)
+    np.atleast_1d(axes)[0].invert_yaxis()
+    fig.suptitle(f"{result.provenance.get('model')}, L = {L}", fontsize=9)
+    return fig
+
+
+def length_figure(result: Result, keys: Optional[Sequence[str]] = None, log_keys: Sequence[str] = ("max_weight",
+                                                                                                      "jac_norm_mean")):
+    """Each key against L, one line per normalizer (swap = "all" rows)."""
+    from matplotlib.figure import Figure
+
+    keys = list(keys or ("max_weight", "entropy_norm", "jac_norm_mean", cost_key(result)))
+    fig = Figure(figsize=(3.0 * len(keys), 3.0), layout="constrained")
+    axes = fig.subplots(1, len(keys))
+    for ax, key in zip(np.atleast_1d(axes), keys):
+        for i, n in enumerate(result.unique("normalizer")):
+            rows = result.select(normalizer=n, swap="all")
+            ax.plot([r["L"] for r in rows], [np.nan if r.get(key) is None else r[key] for r in rows], marker="o",
+                    ms=3, color=f"C{i}", label=n)
+        ax.set_xscale("log", base=2)
+        if key in log_keys:
+            from matplotlib.ticker import NullFormatter
+
+            ax.set_yscale("log")
+            ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("L", fontsize=8)
+        ax.set_title(LABELS.get(key, key), fontsize=9)
+        ax.tick_params(labelsize=7)
+    np.atleast_1d(axes)[-1].legend(fontsize=6, loc="best")
+    return fig
+
+
+def layer_figure(result: Result, key: Optional[str] = None):
+    """Heat map swapped layer x normalizer of `key` (default: the cost) for a swap="each" Result."""
+    from matplotlib.figure import Figure
+
+    key = key or cost_key(result)
+    names = result.unique("normalizer")
+    layers = sorted({r["swap"] for r in result.rows if r["swap"] != "all"})
+    L = max(result.unique("L"))
+    grid = np.array([[_values(result, key, normalizer=n, swap=l, L=L)[0] for n in names] for l in layers])
+    fig = Figure(figsize=(1.0 * len(names) + 2.4, 0.35 * len(layers) + 1.6), layout="constrained")
+    ax = fig.subplots()
+    im = ax.imshow(grid, aspect="auto", cmap="magma")
+    fig.colorbar(im, ax=ax, label=LABELS.get(key, key))
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
+    ax.set_yticks(range(len(layers)), layers, fontsize=7)
+    ax.set_ylabel("swapped layer")
+    ax.set_title(f"{result.provenance.get('model')}, L = {L}: one layer swapped at a time", fontsize=9)
+    return fig

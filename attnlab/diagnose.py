@@ -23,8 +23,8 @@ model (the paper's protocol, 144 GPT-2 heads), ``kind="layer"`` rows pool the he
 50% of L): the reported N is the first grid N that is not rejected, an upper bound on the paper's
 first N (equal when the step is 1, i.e. L <= 150); none up to the grid's end is "censored".
 
-Flags, from the paper's guidelines (its Discussion), evaluated at the longest L (where the limits
-bite): a head is flagged ``low_separability`` when N_s/N < 0.7, ``near_uniform`` when
+Flags, from the paper's guidelines (its Discussion), at every L (the summary reports the longest L,
+where the limits bite): a head is flagged ``low_separability`` when N_s/N < 0.7, ``near_uniform`` when
 H / log L >= 0.9; a layer (and the model) is flagged ``critical_n`` when its critical N / L > 0.06
 (censored counts as above). Thresholds are options (``Thresholds``).
 
@@ -320,8 +320,8 @@ def diagnose(model, text=None, *, lengths: Optional[Sequence[int]] = None, n_top
     kind="head"  (L, layer, head, entropy, entropy_norm, max_weight, weight_sum, ns_frac, dtilde, jac_norm)
     kind="layer" (L, layer, critical_n, critical_n_frac, critical_n_censored, ...)   heads of one layer
     kind="model" (L, critical_n, ...)                                                 all heads pooled
-    and, at the longest L, flag columns (flag_low_separability, flag_near_uniform, flag_critical_n,
-    flagged) on the head / layer / model rows of that L.
+    and flag columns (flag_low_separability, flag_near_uniform, flag_critical_n, flagged) on every row
+    (`add_flags`); the summary and the report's tables use the longest L.
 
     model: an AttnModel, a name for `load_model` or a transformers model (+ `tokenizer`); text: None
     (War and Peace), a Corpus, or a string (`text_info` adds provenance, e.g. from `read_text_file`).
@@ -379,35 +379,33 @@ def diagnose(model, text=None, *, lengths: Optional[Sequence[int]] = None, n_top
                     f"{CRIT_DENSE}, then steps of {crit_step_frac:g} L up to {crit_max_frac:g} L; reported N = first "
                     "non-rejected grid N (an upper bound on the first N; exact when the step is 1); "
                     "censored = none up to the grid's end"),
-        flags=(f"at L={Lmax}: head low_separability if ns_frac < {thr.ns_frac}, near_uniform if entropy_norm >= "
+        flags=(f"at every L (summary: L={Lmax}): head low_separability if ns_frac < {thr.ns_frac}, near_uniform if entropy_norm >= "
                f"{thr.entropy_norm}; layer/model critical_n if critical N / L > {thr.critical_frac} or censored"),
         runtime_seconds=round(time.perf_counter() - t0, 3), torch_threads=torch.get_num_threads())
     return Result(REPORT_NAME, rows, prov)
 
 
 def add_flags(rows: list[dict], thr: Thresholds) -> None:
-    """Set flag columns on the rows of the longest L (in place); other rows get None."""
-    Lmax = max(r["L"] for r in rows)
+    """Set the flag columns on every row (in place): heads flag_low_separability, flag_near_uniform,
+    flag_critical_n (that of their layer), flagged (either of the first two); layer and model rows
+    flag_critical_n (None when too few heads for the KS test). The summary reads the longest L."""
     crit_layers = set()
     for r in rows:
-        at = r["L"] == Lmax
         if r["kind"] in ("layer", "model"):
             flag = None
-            if at and r.get("critical_n_testable", True):
+            if r.get("critical_n_testable", True):
                 flag = bool(r["critical_n_censored"]) or r["critical_n_frac"] > thr.critical_frac
-            r["flag_critical_n"] = flag
-            r["flagged"] = flag
+            r["flag_critical_n"] = r["flagged"] = flag
             if flag and r["kind"] == "layer":
-                crit_layers.add(r["layer"])
+                crit_layers.add((r["L"], r["layer"]))
     for r in rows:
         if r["kind"] != "head":
             continue
-        at = r["L"] == Lmax
-        low = (not math.isnan(r["ns_frac"]) and r["ns_frac"] < thr.ns_frac) if at else None
-        uni = (not math.isnan(r["entropy_norm"]) and r["entropy_norm"] >= thr.entropy_norm) if at else None
+        low = not math.isnan(r["ns_frac"]) and r["ns_frac"] < thr.ns_frac
+        uni = not math.isnan(r["entropy_norm"]) and r["entropy_norm"] >= thr.entropy_norm
         r["flag_low_separability"], r["flag_near_uniform"] = low, uni
-        r["flag_critical_n"] = (r["layer"] in crit_layers) if at else None
-        r["flagged"] = (low or uni) if at else None
+        r["flag_critical_n"] = (r["L"], r["layer"]) in crit_layers
+        r["flagged"] = low or uni
 
 
 # ------------------------------------------------------------------------------------------- views
@@ -446,8 +444,10 @@ def summary(result: Result) -> str:
     testable = any(r.get("critical_n_testable") in (True, 1, "True") for r in result.select(kind="layer", L=L))
 
     def crit(r):
+        if r.get("critical_n_testable") in (False, "False"):
+            return "not testable (too few heads)"
         if _truthy(r.get("critical_n_censored")):
-            return f"> {r.get('critical_n_max')} (none up to {r.get('critical_n_max')}, {100 * r['critical_n_max'] / L:.0f}% of L)"
+            return f"> {r.get('critical_n_max')} (no N up to {100 * r['critical_n_max'] / L:.0f}% of L passed)"
         return f"{int(r['critical_n'])} ({100 * r['critical_n_frac']:.1f}% of L)"
 
     def names(rs):
@@ -460,7 +460,7 @@ def summary(result: Result) -> str:
              f"at L={L}: {len(any_)} of {len(heads)} heads flagged",
              f"  N_s/N < {thr.get('ns_frac')} (N={p.get('n_sep')}): {len(low)} heads" + (f" [{names(low)}]" if low else ""),
              f"  entropy >= {thr.get('entropy_norm')} log L: {len(uni)} heads" + (f" [{names(uni)}]" if uni else ""),
-             f"  critical N / L > {thr.get('critical_frac')}: model-level critical N = {crit(model_row) if model_row else '?'}; "
+             f"  critical N / L > {thr.get('critical_frac')}: model-level critical N {crit(model_row) if model_row else '?'}; "
              + (f"{len(layers)} of {len(result.select(kind='layer', L=L))} layers flagged" if testable else
                 "per-layer test impossible (too few heads per layer for the KS test at this alpha)")]
     return "\n".join(lines)
@@ -569,10 +569,8 @@ def report_html(result: Result) -> str:
                         for k in prov_keys if k in p)
     heads = result.select(kind="head", L=L)
     flagged = [r for r in heads if _truthy(r.get("flagged"))]
-    crit_rows = sorted(result.select(kind="model") + result.select(kind="layer"),
-                       key=lambda r: (r["L"], r.get("layer", -1)))
-    for r in crit_rows:
-        r.setdefault("layer", "all")
+    crit_rows = sorted(({"layer": "all", **r} for r in result.select(kind="model") + result.select(kind="layer")),
+                       key=lambda r: (r["L"], -1 if r["layer"] == "all" else r["layer"]))
     head_cols = ["layer", "head", "entropy", "entropy_norm", "max_weight", "ns_frac", "dtilde", "jac_norm",
                  "flag_low_separability", "flag_near_uniform", "flag_critical_n"]
     crit_cols = ["L", "layer", "critical_n", "critical_n_frac", "critical_n_censored", "critical_n_pvalue",

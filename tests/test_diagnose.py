@@ -63,14 +63,15 @@ def test_diagnose_three_models(which, request, war_and_peace, tmp_path):
         assert 0 <= r["entropy"] <= math.log(r["L"]) + 1e-6
         assert 0 <= r["ns_frac"] <= 1 and 0 <= r["jac_norm"] <= 0.5 + 1e-9   # softmax Jacobian <= 1/(2T)
         assert abs(r["weight_sum"] - 1) < 1e-5
-    # flags only at the longest L; something is flagged (random models attend almost uniformly)
-    assert all(r["flagged"] is None for r in res.select(kind="head", L=24))
+    # something is flagged (random models attend almost uniformly)
+    assert all(isinstance(r["flagged"], bool) for r in res.select(kind="head"))
     flagged = [r for r in res.select(kind="head", L=48) if r["flagged"]]
     assert flagged
     if which != "minilm":   # random weights: near-uniform attention everywhere
         assert all(r["flag_near_uniform"] for r in res.select(kind="head", L=48))
     paths = dg.write_report(res, tmp_path / "out")
     _check_outputs(paths, res)
+    assert all("layer" not in r for r in res.select(kind="model"))      # views do not touch the Result
     assert "heads flagged" in dg.summary(res)
 
 
