@@ -55,7 +55,7 @@ import torch
 from attnlab import metrics
 from attnlab.result import Result, provenance
 
-DEFAULT_LENGTHS = (64, 128, 256, 512)
+DEFAULT_LENGTHS = (64, 128, 256, 512, 1024)   # powers of two up to the paper's 1024, capped by the model
 N_TOP = 5             # d~ at N = 5, as in the paper's Fig. 2a
 N_SEP = 16            # N_s/N at N = 16: the paper's Fig. 3 saturates from N ~ 16 on
 MAX_ROWS = 64
