@@ -19,6 +19,7 @@ row, directly from the formulas; the tests check both agree to 1e-5 relative.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Iterable, Iterator, Optional, Sequence
 
@@ -28,6 +29,7 @@ import torch
 from attnlab import bounds
 
 DEFAULT_CHUNK = 1 << 18          # elements of one float64 [heads, rows, K] block (2 MiB: stays in cache)
+REANCHOR = 32                    # recompute s directly every REANCHOR steps of N (bounds rounding drift)
 DISTANCE_STATS = ("dtilde_b", "dtilde_a", "E", "jensen", "abar", "d1", "R", "dmax_B", "dmax_R", "dmax_a")
 SEPARABILITY_STATS = ("ns_frac", "r", "delta", "xi_row", "xi_pair", "xi_delta",
                       "lower_row", "lower_pair", "lower_delta",
@@ -60,10 +62,10 @@ def check_inputs(probs: torch.Tensor, x: Optional[torch.Tensor] = None,
         if torch.isnan(x).any():
             raise ValueError("x contains NaN")
     if visible is None:
-        return torch.ones(Q, K, dtype=torch.bool)
+        return torch.ones(Q, K, dtype=torch.bool, device=probs.device)
     if visible.shape != (Q, K):
         raise ValueError(f"visible must be bool [Q={Q}, K={K}], got {tuple(visible.shape)}")
-    return visible.to(torch.bool)
+    return visible.to(device=probs.device, dtype=torch.bool)
 
 
 def _check_ns(ns: Iterable[int], K: int) -> list[int]:
@@ -114,7 +116,7 @@ def _sort(a: torch.Tensor, vis: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     """order, rank [b, q, K]: keys by weight descending (visible first, ties -> lower index)."""
     key = a.masked_fill(~vis, float("-inf"))
     order = torch.sort(key, dim=-1, descending=True, stable=True).indices
-    rank = torch.empty_like(order).scatter_(-1, order, torch.arange(a.shape[-1]).expand_as(order))
+    rank = torch.empty_like(order).scatter_(-1, order, torch.arange(a.shape[-1], device=a.device).expand_as(order))
     return order, rank
 
 
@@ -154,29 +156,30 @@ class _Block:
     def __init__(self, probs, vis, Xu, inv):
         self.vis = vis                               # [q, K]
         self.order, self.rank = _sort(probs, vis)    # sort the input dtype (same order as float64)
-        a = probs.double() * vis
-        self.a = a                                   # [b, q, K] float64, 0 on invisible keys
+        dt = Xu.dtype
+        a = probs.to(dt) * vis
+        self.a = a                                   # [b, q, K] (float64 by default), 0 on invisible keys
         self.Xu, self.inv = Xu, inv
         self.X = Xu[inv]                             # [b, K, D]
-        self.Lt = vis.sum(-1).double()               # [q]
+        self.Lt = vis.sum(-1).to(dt)                 # [q]
         self.n_hidden = (vis.shape[-1] - self.Lt).unsqueeze(-1)   # invisible keys per row [q, 1]
         self.xn2 = (self.X * self.X).sum(-1)         # [b, K]
         self.A = a * a * self.xn2.unsqueeze(1)       # ||y_i||^2  [b, q, K]
         self.Gu = Xu @ Xu.transpose(1, 2)            # [u, K, K]
         b, q, K = a.shape
-        self.s = torch.zeros(b, q, Xu.shape[-1], dtype=torch.float64)
-        self.xs = torch.zeros(b, q, K, dtype=torch.float64)
-        self.buf = torch.empty(b, q, K, dtype=torch.float64)
+        dev = a.device
+        self.s = torch.zeros(b, q, Xu.shape[-1], dtype=dt, device=dev)
+        self.xs = torch.zeros(b, q, K, dtype=dt, device=dev)
+        self.buf = torch.empty(b, q, K, dtype=dt, device=dev)
         self.n = 0
-        self.bidx = torch.arange(b).unsqueeze(1)     # [b, 1]
+        self.bidx = torch.arange(b, device=dev).unsqueeze(1)     # [b, 1]
         self.gflat = (inv.unsqueeze(1) * K)          # [b, 1] row offset into Gu viewed [u*K, K]
         self.jump = max(2, Xu.shape[-1] // 8)        # stepping N costs ~2 passes, a jump ~2 D flops
 
     def advance(self, N: int) -> None:
         """Move s (top-N context vector) and xs = X s to N."""
-        if N < self.n or N - self.n > self.jump:
-            sel = (self.rank < N).double()
-            self.s = torch.matmul(self.a * sel, self.X)
+        if N < self.n or N - self.n > self.jump or N // REANCHOR != self.n // REANCHOR:
+            self.s = torch.matmul(self.a * (self.rank < N), self.X)
             torch.matmul(self.s, self.X.transpose(1, 2), out=self.xs)
         else:
             G = self.Gu.reshape(-1, self.Gu.shape[-1])
@@ -197,21 +200,22 @@ class _Block:
         return buf.add_(s2).clamp_min_(0).sqrt_()
 
     def out_sum(self, dist: torch.Tensor, N: int) -> torch.Tensor:
-        """sum over visible non-selected keys of `dist` [b, q, K] (invisible entries = ||s||)."""
-        top = self.order[..., :N]
-        s_norm = self.s.norm(dim=-1)
-        return dist.sum(-1) - self.n_hidden.squeeze(-1) * s_norm - dist.gather(-1, top).sum(-1)
+        """sum over visible non-selected keys of `dist` [b, q, K] (invisible entries hold ||s||)."""
+        hidden = self.n_hidden.squeeze(-1) * self.s.norm(dim=-1)
+        if 2 * N < dist.shape[-1]:      # gathers (N or K - N keys per row) beat masks over all K
+            return dist.sum(-1) - hidden - dist.gather(-1, self.order[..., :N]).sum(-1)
+        return dist.gather(-1, self.order[..., N:]).sum(-1) - hidden
 
     def sel_dist(self, N: int, chunk: int) -> torch.Tensor:
         """||a_i x_i - s|| for the top-N keys, computed directly (no cancellation): [b, q, N]."""
         b, q, K = self.a.shape
         top = self.order[..., :N]
-        res = torch.empty(b, q, N, dtype=torch.float64)
+        res = torch.empty(b, q, N, dtype=torch.float64, device=self.a.device)
         step = max(1, chunk // max(1, b * N * self.X.shape[-1]))
         for q0 in range(0, q, step):
             qs = slice(q0, min(q, q0 + step))
             t = top[:, qs]
-            y = self.a[:, qs].gather(-1, t).unsqueeze(-1) * self.X[torch.arange(b)[:, None, None], t]
+            y = self.a[:, qs].gather(-1, t).unsqueeze(-1) * self.X[self.bidx.unsqueeze(-1), t]
             res[:, qs] = (y - self.s[:, qs].unsqueeze(2)).norm(dim=-1)
         return res
 
@@ -220,13 +224,13 @@ class _Block:
         b, q, K = self.a.shape
         top = self.order[..., :N]
         if N == 1:
-            return torch.zeros(b, q, 1, dtype=torch.float64)
-        res = torch.empty(b, q, N, dtype=torch.float64)
+            return torch.zeros(b, q, 1, dtype=torch.float64, device=self.a.device)
+        res = torch.empty(b, q, N, dtype=torch.float64, device=self.a.device)
         step = max(1, chunk // max(1, b * N * max(N, self.X.shape[-1])))
         for q0 in range(0, q, step):
             qs = slice(q0, min(q, q0 + step))
             t = top[:, qs]                                               # [b, qq, N]
-            y = self.a[:, qs].gather(-1, t).unsqueeze(-1) * self.X[torch.arange(b)[:, None, None], t]
+            y = self.a[:, qs].gather(-1, t).unsqueeze(-1) * self.X[self.bidx.unsqueeze(-1), t]
             g = y @ y.transpose(-1, -2)                                  # [b, qq, N, N]
             y2 = torch.diagonal(g, dim1=-2, dim2=-1)
             d2 = y2.unsqueeze(-1) + y2.unsqueeze(-2) - 2 * g
@@ -234,10 +238,45 @@ class _Block:
         return res
 
 
-def _unique_x(X: torch.Tensor, xmap: torch.Tensor, bs: slice) -> tuple[torch.Tensor, torch.Tensor, tuple]:
-    """Distinct x of a heads block: Xu [u, K, D] float64, inv [b], and a hashable key."""
+class _TopSet:
+    """y_j = a_j x_j of each row's top keys in sorted order, grown one key at a time as N grows, with
+    running sums of the pairwise distances among them (the 'pair' spread of Theorem 2): O(N D) work
+    per row and step instead of O(N^2 D) per N. Memory [b, q, n_max, D]."""
+
+    def __init__(self, blk: _Block, n_max: int):
+        b, q, _ = blk.a.shape
+        self.blk = blk
+        self.Y = torch.empty(b, q, n_max, blk.X.shape[-1], dtype=blk.a.dtype, device=blk.a.device)
+        self.psum = torch.zeros(b, q, n_max, dtype=blk.a.dtype, device=blk.a.device)
+        self.n = 0
+
+    def grow(self, N: int) -> None:
+        blk = self.blk
+        for m in range(self.n, N):
+            j = blk.order[..., m]                                        # [b, q]
+            y = blk.a.gather(-1, j.unsqueeze(-1)) * blk.X[blk.bidx, j]   # [b, q, D]
+            self.Y[:, :, m] = y
+            if m:
+                d = (self.Y[:, :, :m] - y.unsqueeze(2)).norm(dim=-1)     # [b, q, m]
+                self.psum[:, :, :m] += d
+                self.psum[:, :, m] = d.sum(-1)
+        self.n = max(self.n, N)
+
+    def sel_dist(self, N: int) -> torch.Tensor:
+        """||y_i - s|| for the top-N keys [b, q, N] (call after grow(N) and blk.advance(N))."""
+        return (self.Y[:, :, :N] - self.blk.s.unsqueeze(2)).norm(dim=-1)
+
+    def pair_xi(self, N: int) -> torch.Tensor:
+        if N == 1:
+            return torch.zeros_like(self.psum[:, :, :1])
+        return self.psum[:, :, :N] / (N - 1)
+
+
+def _unique_x(X: torch.Tensor, xmap: torch.Tensor, bs: slice,
+              dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor, tuple]:
+    """Distinct x of a heads block: Xu [u, K, D] in `dtype`, inv [b], and a hashable key."""
     uniq, inv = torch.unique(xmap[bs], return_inverse=True)
-    return X[uniq].double(), inv, tuple(uniq.tolist())
+    return X[uniq.to(X.device)].to(dtype), inv.to(X.device), tuple(uniq.tolist())
 
 
 def _nan_rows(value: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
@@ -247,20 +286,19 @@ def _nan_rows(value: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
 def _d1(block: "_Block", N: int, D: torch.Tensor, out: torch.Tensor, chunk: int) -> torch.Tensor:
     """max_{j in top-N, i out, visible} ||x_i - x_j|| per row, [b, q]; D [b, K, K] pairwise distances."""
     b, q, K = block.a.shape
-    res = torch.empty(b, q, dtype=torch.float64)
+    res = torch.empty(b, q, dtype=torch.float64, device=block.a.device)
     step = max(1, chunk // max(1, b * N * K))
     for q0 in range(0, q, step):
         qs = slice(q0, min(q, q0 + step))
         j = block.order[:, qs, :N]                                       # [b, qq, N]
-        rows = D[torch.arange(b)[:, None, None], j]                      # [b, qq, N, K]
-        m = rows.masked_fill(~out[:, qs].unsqueeze(2), float("-inf"))
-        res[:, qs] = m.amax(dim=(-1, -2))
+        far = D[block.bidx.unsqueeze(-1), j].amax(dim=2)                 # max over selected j: [b, qq, K]
+        res[:, qs] = torch.where(out[:, qs], far, float("-inf")).amax(-1)
     return res
 
 
 def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visible: Optional[torch.Tensor] = None,
                    *, stats: Sequence[str] = ("dtilde_b", "dtilde_a", "E", "jensen", "dmax_B", "dmax_R"),
-                   chunk: int = DEFAULT_CHUNK) -> dict[str, torch.Tensor]:
+                   chunk: int = DEFAULT_CHUNK, dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
     """Theorem-1 quantities of every row for each N in `ns`: dict stat -> float64 [..., Q, len(ns)].
 
     stats (any of `DISTANCE_STATS`):
@@ -270,7 +308,9 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
       jensen    its Jensen-gap bound (`bounds.theorem1_jensen_bound`)
       abar, d1, R   top-N mass, max out-to-selected distance, max selected norm
       dmax_B, dmax_R, dmax_a   Theorem 1 fixed-set bounds ([B], [R], reading-(a) [R])
-    Rows with L_t <= N are NaN. `ns` are sorted ascending in the output.
+    Rows with L_t <= N are NaN. `ns` are sorted ascending in the output. `dtype` of the internal
+    arithmetic: float64 (default; matches the oracle to ~1e-12) or float32 (about 2x faster; ~1e-6
+    relative, used by the critical-N scan, which only ranks per-head means).
     """
     vis = check_inputs(probs, x, visible)
     K = probs.shape[-1]
@@ -287,7 +327,7 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     need_E = bool({"E", "jensen"} & set(stats))
     for bs, qs in _blocks(B, Q, K, chunk):
         v = vis[qs]
-        Xu, inv, _ = _unique_x(X, xmap, bs)
+        Xu, inv, _ = _unique_x(X, xmap, bs, dtype)
         blk = _Block(P[bs, qs], v, Xu, inv)
         a = blk.a
         o = torch.matmul(a, blk.X)                                       # full output [b, q, D]
@@ -341,7 +381,7 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
                 res["dmax_R"] = bounds.theorem1_fixed_bound(abar, d1, R, Lt, N, "R")
                 res["dmax_a"] = bounds.theorem1_fixed_bound_a(abar, d1, R)
             for k in stats:
-                out[k][bs, qs, c] = _nan_rows(res[k], ok)
+                out[k][bs, qs, c] = _nan_rows(res[k], ok).to(out[k].device, torch.float64)
     return {k: t.reshape(*lead, Q, len(ns)) for k, t in out.items()}
 
 
@@ -384,7 +424,7 @@ def unit_vectors(x: torch.Tensor, M: float = 1.0) -> torch.Tensor:
 def _prefix_lengths(vis: torch.Tensor) -> Optional[torch.Tensor]:
     """If every row's visible set is {0..n_t-1}, return n_t [q]; else None."""
     n = vis.sum(-1)
-    ar = torch.arange(vis.shape[-1])
+    ar = torch.arange(vis.shape[-1], device=vis.device)
     return n if bool(torch.equal(vis, ar.unsqueeze(0) < n.unsqueeze(-1))) else None
 
 
@@ -395,15 +435,15 @@ def min_pairwise_distance(x: torch.Tensor, visible: torch.Tensor) -> torch.Tenso
     x = x.double()
     D = torch.cdist(x, x, compute_mode="donot_use_mm_for_euclid_dist")  # [b, K, K]
     K = x.shape[-2]
-    D = D + torch.diag_embed(torch.full((K,), float("inf"), dtype=torch.float64))
+    D = D + torch.diag_embed(torch.full((K,), float("inf"), dtype=torch.float64, device=x.device))
     n = _prefix_lengths(visible)
     if n is not None:
-        upper = torch.triu(torch.ones(K, K, dtype=torch.bool), diagonal=1)       # i < j
+        upper = torch.triu(torch.ones(K, K, dtype=torch.bool, device=x.device), diagonal=1)   # i < j
         m = D.masked_fill(~upper, float("inf")).amin(dim=-2)                     # [b, K]: min_{i<j}
         cm = torch.cummin(m, dim=-1).values                                      # delta of prefix j+1
         out = cm[:, (n - 1).clamp_min(0)]
     else:
-        out = torch.empty(x.shape[0], visible.shape[0], dtype=torch.float64)
+        out = torch.empty(x.shape[0], visible.shape[0], dtype=torch.float64, device=x.device)
         for t in range(visible.shape[0]):
             idx = visible[t].nonzero().squeeze(-1)
             out[:, t] = D[:, idx][:, :, idx].flatten(1).amin(-1)
@@ -449,21 +489,25 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
             if key not in delta_cache:
                 delta_cache = {key: min_pairwise_distance(Xu, vis)}      # [u, Q]
             delta = delta_cache[key][inv][:, qs]
+        tops = _TopSet(blk, ns[-1]) if a.shape[0] * a.shape[1] * ns[-1] * Xu.shape[-1] <= 8 * chunk else None
+        hide = torch.zeros(v.shape, dtype=a.dtype, device=a.device).masked_fill_(~v, float("inf"))   # +inf on invisible keys
         for c, N in enumerate(ns):
             ok = (Lt > N).expand(a.shape[:2])
             blk.advance(N)
+            if tops is not None:
+                tops.grow(N)
             top = blk.order[..., :N]                                     # [b, q, N]
-            dist = blk.dist().masked_fill_(~v, float("inf")).scatter_(-1, top, float("inf"))
+            dist = blk.dist().add_(hide).scatter_(-1, top, float("inf"))
             near = dist.argmin(-1, keepdim=True)                         # nearest non-selected key
             y_near = a.gather(-1, near) * blk.X[blk.bidx, near.squeeze(-1)]          # [b, q, D]
             r = (y_near - blk.s).norm(dim=-1)                            # recomputed directly [b, q]
             ok = ok & (r > 0)
-            dsel = blk.sel_dist(N, chunk)                                # [b, q, N]
+            dsel = blk.sel_dist(N, chunk) if tops is None else tops.sel_dist(N)      # [b, q, N]
             res = {"ns_frac": (dsel < r.unsqueeze(-1)).sum(-1).double() / N, "r": r}
             a_sel = a.gather(-1, top)
             xis = {"row": dsel}
             if need_pair:
-                xis["pair"] = blk.pair_xi(N, chunk)
+                xis["pair"] = blk.pair_xi(N, chunk) if tops is None else tops.pair_xi(N)
             if need_delta:
                 res["delta"] = delta
                 xis["delta"] = bounds.theorem2_xi_delta(a_sel, delta, M)
@@ -473,7 +517,7 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
                 res[f"xi_{name}"] = xi.mean(-1)
                 res[f"lower_{name}"], res[f"upper_B_{name}"], res[f"upper_R_{name}"] = lo, up_b, up_r
             for k in stats:
-                out[k][bs, qs, c] = _nan_rows(res[k], ok)
+                out[k][bs, qs, c] = _nan_rows(res[k], ok).to(out[k].device, torch.float64)
     return {k: t.reshape(*lead, Q, len(ns)) for k, t in out.items()}
 
 
@@ -518,7 +562,7 @@ def _visible_scores(scores: torch.Tensor, visible: Optional[torch.Tensor]) -> to
 
 
 def row_summary(scores: torch.Tensor, probs: torch.Tensor, q: torch.Tensor, k: torch.Tensor, scaling: float,
-                visible: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+                visible: Optional[torch.Tensor] = None, *, chunk: int = DEFAULT_CHUNK) -> dict[str, torch.Tensor]:
     """Fig. 1 per-row quantities, each [..., Q] float64:
 
     max_weight, entropy, entropy_norm (H / log L_t), log_min_w / log_max_w (natural-log extreme
@@ -528,23 +572,39 @@ def row_summary(scores: torch.Tensor, probs: torch.Tensor, q: torch.Tensor, k: t
     scaling q.k| over the row: 0 when Corollary 1 applies to the model's logits).
     """
     vis = check_inputs(probs, None, visible) & _visible_scores(scores, visible)
-    Lt = vis.sum(-1).double()
-    lw = log_weights(scores, 1.0, vis)
+    if q.shape[:-1] != probs.shape[:-1] or k.shape[:-1] != probs.shape[:-2] + probs.shape[-1:]:
+        raise ValueError(f"q {tuple(q.shape)} / k {tuple(k.shape)} do not match probs {tuple(probs.shape)}")
+    lead, Q, K = probs.shape[:-2], probs.shape[-2], probs.shape[-1]
+    S, P = scores.reshape(-1, Q, K), probs.reshape(-1, Q, K)
+    Qv, Kv = q.reshape(-1, Q, q.shape[-1]), k.reshape(-1, K, k.shape[-1])
+    B = S.shape[0]
+    keys = ("max_weight", "entropy", "entropy_norm", "log_min_w", "log_max_w", "cor1_lo", "cor1_hi",
+            "lemma1_lo", "lemma1_hi", "L", "logit_err")
+    out = {key: torch.empty(B, Q, dtype=torch.float64) for key in keys}
+    Lt_all = vis.sum(-1).double()
     T = 1.0 / scaling
-    delta = bounds.corollary1_delta(q, k, vis)
-    cor_lo, cor_hi = bounds.corollary1_log_band(Lt, delta, T)
-    amax = scores.double().abs().masked_fill(~vis, 0).amax(-1)
-    logits = scaling * torch.matmul(q.double(), k.double().transpose(-1, -2))
-    err = (logits - scores.double()).abs().masked_fill(~vis, 0).amax(-1)
-    ent = entropy(probs, vis)
-    return {
-        "max_weight": max_weight(probs, vis), "entropy": ent,
-        "entropy_norm": torch.where(Lt > 1, ent / Lt.log().clamp_min(1e-300), torch.zeros_like(ent)),
-        "log_min_w": lw.masked_fill(~vis, float("inf")).amin(-1), "log_max_w": lw.amax(-1),
-        "cor1_lo": cor_lo, "cor1_hi": cor_hi,
-        "lemma1_lo": -Lt.log() - 2 * amax, "lemma1_hi": -Lt.log() + 2 * amax,
-        "L": Lt.expand_as(ent), "logit_err": err,
-    }
+    inf = float("inf")
+    for bs, qs in _blocks(B, Q, K, chunk):
+        v, Lt = vis[qs], Lt_all[qs]
+        sc = S[bs, qs].double()
+        lse = torch.logsumexp(torch.where(v, sc, -inf), dim=-1)          # [b, q]
+        p = P[bs, qs].double() * v
+        ent = -(torch.special.xlogy(p, p)).sum(-1)
+        kn = Kv[bs].double().norm(dim=-1)                                # [b, K]
+        delta = Qv[bs, qs].double().norm(dim=-1) * torch.where(v, kn.unsqueeze(1), -inf).amax(-1)
+        cor_lo, cor_hi = bounds.corollary1_log_band(Lt, delta, T)
+        amax = torch.where(v, sc.abs(), 0.0).amax(-1)
+        logits = scaling * torch.matmul(Qv[bs, qs].double(), Kv[bs].double().transpose(-1, -2))
+        err = torch.where(v, (logits - sc).abs(), 0.0).amax(-1)
+        res = {"max_weight": p.amax(-1), "entropy": ent,
+               "entropy_norm": torch.where(Lt > 1, ent / Lt.log().clamp_min(1e-300), torch.zeros_like(ent)),
+               "log_min_w": torch.where(v, sc, inf).amin(-1) - lse, "log_max_w": torch.where(v, sc, -inf).amax(-1) - lse,
+               "cor1_lo": cor_lo, "cor1_hi": cor_hi,
+               "lemma1_lo": -Lt.log() - 2 * amax, "lemma1_hi": -Lt.log() + 2 * amax,
+               "L": Lt.expand_as(ent), "logit_err": err}
+        for key in keys:
+            out[key][bs, qs] = res[key].cpu()
+    return {key: t.reshape(*lead, Q) for key, t in out.items()}
 
 
 # ------------------------------------------------------------------------------------ gradients
@@ -553,7 +613,7 @@ def _direction(b: int, vis: torch.Tensor, seed: int) -> torch.Tensor:
     """Random unit direction over the visible keys of each row, for flattened head index b: [Q, K] float64.
     One generator per (seed, head): results do not depend on chunking."""
     g = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(b))
-    z = torch.randn(vis.shape, generator=g, dtype=torch.float64) * vis
+    z = torch.randn(vis.shape, generator=g).to(vis.device, torch.float64) * vis   # float32 draw: 5x faster
     n = z.norm(dim=-1, keepdim=True)
     return torch.where(n > 0, z / n.clamp_min(1e-300), z)
 
@@ -585,21 +645,28 @@ def fd_grad_norms(scores: torch.Tensor, temperatures: Sequence[float], epsilons:
     B, Q, K = S.shape
     out = torch.empty(B, Q, len(Ts), len(Es), dtype=torch.float64)
     ok = vis.sum(-1) >= 2
+    hide = torch.zeros(vis.shape, dtype=torch.float64, device=vis.device).masked_fill_(~vis, float("-inf"))
     for bs, qs in _blocks(B, Q, K, chunk):
-        l = S[bs, qs].double().masked_fill(~vis[qs], float("-inf"))
-        l = l - l.amax(-1, keepdim=True)                                 # softmax is shift-invariant
+        l = S[bs, qs].double().add_(hide[qs])                           # -inf on invisible keys
+        l = l.sub_(l.amax(-1, keepdim=True))                             # softmax is shift-invariant
         v = torch.stack([_direction(b, vis, seed)[qs] for b in range(bs.start, bs.stop)])
         base = torch.empty_like(l)
         buf = torch.empty_like(l)
         for ti, T in enumerate(Ts):
-            torch.softmax(l / T, dim=-1, out=base)
+            _softmax_(torch.div(l, T, out=base))
             for ei, eps in enumerate(Es):
-                torch.add(l, v, alpha=eps, out=buf).div_(T)
-                buf.sub_(buf.amax(-1, keepdim=True)).exp_()
-                buf.div_(buf.sum(-1, keepdim=True)).sub_(base)
-                out[bs, qs, ti, ei] = torch.linalg.vector_norm(buf, dim=-1) / eps
-    out[:, ~ok] = float("nan")
+                _softmax_(torch.add(l, v, alpha=eps, out=buf).div_(T)).sub_(base)
+                out[bs, qs, ti, ei] = (torch.linalg.vector_norm(buf, dim=-1) / eps).cpu()
+    out[:, ~ok.cpu()] = float("nan")
     return out.reshape(*lead, Q, len(Ts), len(Es))
+
+
+def _softmax_(z: torch.Tensor) -> torch.Tensor:
+    """In-place softmax over the last dim of float64 logits. Exponents below -700 are clamped there
+    (exp(-700) ~ 1e-304, far below any weight that matters): exp of large negative numbers takes a
+    slow denormal path on CPU that made this 10x slower at small temperatures."""
+    z.sub_(z.amax(-1, keepdim=True)).clamp_min_(-700.0).exp_()
+    return z.div_(z.sum(-1, keepdim=True))
 
 
 def softmax_jacobian_norm(probs: torch.Tensor, T: float = 1.0, visible: Optional[torch.Tensor] = None,
@@ -617,7 +684,7 @@ def softmax_jacobian_norm(probs: torch.Tensor, T: float = 1.0, visible: Optional
     if method == "eigvalsh":
         lead = a.shape[:-1]
         A = a.reshape(-1, a.shape[-1])
-        res = torch.empty(A.shape[0], dtype=torch.float64)
+        res = torch.empty(A.shape[0], dtype=torch.float64, device=A.device)
         step = max(1, chunk // (A.shape[-1] ** 2))
         for i in range(0, A.shape[0], step):
             p = A[i:i + step]
@@ -681,43 +748,223 @@ def ks_first_indistinguishable(d_heads: np.ndarray, e_heads: np.ndarray, ns: Seq
     return -1, ps, ks
 
 
+def _bounds_blocks(probs, x, ns, vis, reading, chunk, window: int = 32):
+    """Yield (heads slice, rows slice, output columns [w], rows-valid mask [b, q, w], brackets dict of
+    [b, q, w]) per block and window of consecutive N (see `distance_bounds`). One sort per block; the
+    context vectors of a window of N come from one cumulative sum over the sorted weighted vectors."""
+    K = probs.shape[-1]
+    lead, P, X, xmap = _flat(probs, x)
+    B, Q, _ = P.shape
+    wanted = {N: c for c, N in enumerate(ns)}
+    slack = 1e-7                         # covers rounding in the expanded squared norms
+    for bs, qs in _blocks(B, Q, K, chunk):
+        v = vis[qs]
+        Xu, inv, _ = _unique_x(X, xmap, bs)
+        Xb = Xu[inv]                                                     # [b, K, D]
+        order, rank = _sort(P[bs, qs], v)
+        a = P[bs, qs].double() * v
+        b, q, _ = a.shape
+        bidx = torch.arange(b, device=a.device).view(b, 1, 1)
+        Lt = v.sum(-1).double().view(1, q, 1)                            # [1, q, 1]
+        yn = a * Xb.norm(dim=-1).unsqueeze(1)                            # ||y_i||  [b, q, K]
+        o = torch.matmul(a, Xb)                                          # [b, q, D]
+        on = o.norm(dim=-1, keepdim=True)                                # [b, q, 1]
+        o2 = on * on
+        SA, Syn = (yn * yn).sum(-1, keepdim=True), yn.sum(-1, keepdim=True)
+        pre_top = torch.nn.functional.pad(torch.cumsum(yn.gather(-1, order), -1), (1, 0))   # by weight
+        del yn
+        s = torch.matmul(a * (rank < ns[0] - 1), Xb)                     # s at N = ns[0] - 1, directly
+        del rank
+        tri = torch.ones(window, window, dtype=torch.float64, device=a.device).tril_()
+        for n0 in range(ns[0], ns[-1] + 1, window):
+            Nw = list(range(n0, min(ns[-1], n0 + window - 1) + 1))
+            w = len(Nw)
+            idx = order[..., Nw[0] - 1:Nw[-1]]                           # [b, q, w]
+            Y = a.gather(-1, idx).unsqueeze(-1) * Xb[bidx, idx]          # [b, q, w, D]
+            S = torch.matmul(tri[:w, :w], Y).add_(s.unsqueeze(2))        # s for each N of the window
+            s = S[:, :, -1].clone()
+            cols = [i for i, N in enumerate(Nw) if N in wanted]
+            if not cols:
+                continue
+            S = S[:, :, cols]
+            N = torch.tensor([Nw[i] for i in cols], dtype=torch.float64, device=a.device).view(1, 1, -1)
+            m = Lt - N                                                   # [1, q, w]
+            sn2 = (S * S).sum(-1)                                        # [b, q, w]
+            os_ = torch.matmul(S, o.unsqueeze(-1)).squeeze(-1)           # o . s
+            sn = sn2.sqrt()
+            if reading == "a":
+                d_lo = d_hi = (o2 - 4 * os_ + 4 * sn2).clamp_min(0).sqrt()
+            else:
+                out_yn = Syn - pre_top[..., [Nw[i] for i in cols]]
+                d_lo = torch.maximum((o2 - 2 * (m + 1) * os_ + (m + 1) ** 2 * sn2).clamp_min(0).sqrt(),
+                                     (m * sn - out_yn).abs())
+                d_hi = out_yn + m * sn
+            cN = N / (Lt - 1).clamp_min(1)
+            scale = m / Lt
+            quad = ((1 + cN) ** 2 * SA - 2 * (1 + cN) * cN * o2 + Lt * cN ** 2 * o2).clamp_min(0)
+            e_hi = scale * torch.minimum((1 + cN) * Syn + Lt * cN * on, (Lt * quad).sqrt())
+            e_lo = scale * torch.maximum((1 + cN - Lt * cN).abs() * on, ((1 + cN) * Syn - Lt * cN * on).abs())
+            vals = {"d_lo": d_lo * (1 - slack) - 1e-12, "d_hi": d_hi * (1 + slack) + 1e-12,
+                    "e_lo": e_lo * (1 - slack) - 1e-12, "e_hi": e_hi * (1 + slack) + 1e-12}
+            ok = (Lt > N).expand(b, q, len(cols))
+            yield bs, qs, [wanted[Nw[i]] for i in cols], ok, vals
+
+
+def distance_bounds(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visible: Optional[torch.Tensor] = None,
+                    *, reading: str = "b", chunk: int = 4 * DEFAULT_CHUNK) -> dict[str, torch.Tensor]:
+    """Cheap rigorous brackets of d~ and E for every row and N: dict d_lo, d_hi, e_lo, e_hi [..., Q, len(ns)].
+
+    O(D) work per row and N instead of O(K D), from the triangle inequality
+    (`sum_out ||y_i - s|| >= ||o - (m+1) s||`, `>= |m ||s|| - sum_out ||y_i|||`, `<= sum_out ||y_i|| + m ||s||`
+    with m = L_t - N; `sum_i ||w_i|| >= ||sum_i w_i||` and `>= |sum_i (1+c)||y_i|| - c ||o|||` for E)
+    and Cauchy-Schwarz (`sum_i ||w_i|| <= sqrt(L sum_i ||w_i||^2)`, with `sum_i ||w_i||^2` in closed
+    form). Reading "a" of d~ is exact here (||o - 2 s||). Used by `critical_n` to certify KS
+    rejections without the O(K) computation.
+    """
+    vis = check_inputs(probs, x, visible)
+    ns = _check_ns(ns, probs.shape[-1])
+    lead, Q = probs.shape[:-2], probs.shape[-2]
+    B = int(np.prod(lead)) if len(lead) else 1
+    out = {k: torch.empty(B, Q, len(ns), dtype=torch.float64) for k in ("d_lo", "d_hi", "e_lo", "e_hi")}
+    for bs, qs, cs, ok, vals in _bounds_blocks(probs, x, ns, vis, reading, chunk):
+        for k, val in vals.items():
+            out[k][bs, qs][..., cs] = _nan_rows(val, ok).cpu()
+    return {k: t.reshape(*lead, Q, len(ns)) for k, t in out.items()}
+
+
+def _bounds_head_means(probs, x, ns, vis, reading, chunk=16 * DEFAULT_CHUNK) -> dict[str, np.ndarray]:
+    """Per-head means over valid rows of the brackets: dict -> [heads, len(ns)] (NaN: no valid row)."""
+    lead = probs.shape[:-2]
+    B = int(np.prod(lead)) if len(lead) else 1
+    sums = {k: torch.zeros(B, len(ns), dtype=torch.float64) for k in ("d_lo", "d_hi", "e_lo", "e_hi")}
+    count = torch.zeros(B, len(ns), dtype=torch.float64)
+    for bs, qs, cs, ok, vals in _bounds_blocks(probs, x, ns, vis, reading, chunk):
+        okc = ok.cpu()
+        count[bs, cs] += okc.sum(1).double()
+        for k, val in vals.items():
+            sums[k][bs, cs] += torch.where(okc, val.cpu(), 0.0).sum(1)
+    return {k: (v / count).numpy() for k, v in sums.items()}
+
+
+def ks_sf(d: float, n: int, m: int) -> float:
+    """P(D_{n,m} >= d) for the two-sample KS statistic under H0 (exact, lattice paths; conservative
+    by 1e-12 in d). Counts paths that stay strictly inside |i/n - j/m| < d."""
+    if d <= 0:
+        return 1.0
+    thr = d * (1 - 1e-12) * n * m
+    row = np.zeros(m + 1)
+    for i in range(n + 1):
+        j = np.arange(m + 1)
+        inside = np.abs(i * m - j * n) < thr
+        new = np.zeros(m + 1)
+        if i == 0:
+            new[0] = 1.0 if inside[0] else 0.0
+            for jj in range(1, m + 1):
+                new[jj] = new[jj - 1] if inside[jj] else 0.0
+        else:
+            lo = np.flatnonzero(inside)
+            if len(lo):
+                a, b = lo[0], lo[-1]
+                new[a:b + 1] = np.cumsum(row[a:b + 1])
+        row = new
+    total = math.comb(n + m, n)
+    return float(max(0.0, 1.0 - row[m] / total))
+
+
+def ks_lower_statistic(d_lo, d_hi, e_lo, e_hi) -> float:
+    """A lower bound on the two-sample KS statistic of samples known only within intervals
+    d in [d_lo, d_hi], e in [e_lo, e_hi] (one interval per head): the sup over t of
+    #{e_hi <= t}/m - #{d_lo <= t}/n and of #{d_hi <= t}/n - #{e_lo <= t}/m."""
+    d_lo, d_hi, e_lo, e_hi = (np.sort(np.asarray(v, float)) for v in (d_lo, d_hi, e_lo, e_hi))
+    n, m = len(d_lo), len(e_lo)
+    t1 = (np.arange(1, m + 1) / m - np.searchsorted(d_lo, e_hi, side="right") / n).max()
+    t2 = (np.arange(1, n + 1) / n - np.searchsorted(e_lo, d_hi, side="right") / m).max()
+    return float(max(t1, t2, 0.0))
+
+
 def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Tensor] = None, *,
-               alpha: float = 0.01, n_max: Optional[int] = None, block: int = 8, reading: str = "b",
-               chunk: int = DEFAULT_CHUNK, progress=None) -> dict:
+               alpha: float = 0.01, n_max: Optional[int] = None, block: int = 8, max_block: int = 64,
+               reading: str = "b", certify: bool = True, chunk: int = DEFAULT_CHUNK,
+               dtype: torch.dtype = torch.float32, progress=None) -> dict:
     """Critical top-N (Alg. 3): the first N = 1, 2, 3, ... whose per-head token-mean d~ (reading b) and
     per-head token-mean E are indistinguishable by `scipy.stats.ks_2samp` (p > alpha).
 
     Every N from 1 upward is tested (the paper asks for *the first* N that does not reject, so no N
-    may be skipped), in blocks of N that double in size (`block`, 2 block, ...) so that the sort and
-    Gram matrix are shared by many N and the scan stops soon after the answer. Heads = all leading
-    dims of probs. `reading` picks d~ (b, default, or a). Scans up to `n_max` (default L - 1). Returns dict(n=N or -1, ns, pvalues, ks,
-    d_mean, e_mean) (per scanned N; d_mean/e_mean = mean over heads).
+    may be skipped), in windows of N (`block` first, then >= 256 when certifying, else doubling up to
+    `max_block`). With `certify` (default),
+    each N is first tested on rigorous brackets of every head's mean d~ and E (`distance_bounds`,
+    O(D) per row): if even the smallest KS statistic compatible with the brackets has an exact
+    p-value <= alpha / 2, the rejection is certain and the O(K) computation is skipped. Only the
+    remaining N are computed exactly (float32 by default: the test only ranks per-head means), so the
+    answer is the same as the plain scan, much faster when the critical N is large.
+    Heads = all leading dims of probs. `reading` picks d~ (b, default, or a). Scans up to `n_max`
+    (default L - 1). Returns dict(n=N or -1, ns, pvalues, ks, exact, p_upper, d_mean, e_mean) per
+    scanned N (pvalues/ks NaN and exact False where certified; d_mean/e_mean: mean over heads, of the
+    exact values or of the bracket midpoints).
     """
     vis = check_inputs(probs, x, visible)
     if reading not in ("a", "b"):
         raise ValueError(f"reading must be 'a' or 'b', got {reading!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     key = f"dtilde_{reading}"
     K = probs.shape[-1]
     n_max = K - 1 if n_max is None else min(int(n_max), K - 1)
     if n_max < 1:
         raise ValueError(f"need at least 2 keys for a top-N scan, got K={K}")
-    ns_all, ps_all, ks_all, dm, em = [], [], [], [], []
+    res = {"n": -1, "ns": [], "pvalues": [], "ks": [], "exact": [], "p_upper": [], "d_mean": [], "e_mean": []}
+
+    def record(N, p, ks, exact, p_up, dm, em):
+        for k_, val in (("ns", N), ("pvalues", p), ("ks", ks), ("exact", exact), ("p_upper", p_up),
+                        ("d_mean", dm), ("e_mean", em)):
+            res[k_].append(val)
+        if progress is not None:
+            progress.update(1)
+
     start, size = 1, block
     while start <= n_max:
         ns = list(range(start, min(n_max, start + size - 1) + 1))
-        st = distance_stats(probs, x, ns, vis, stats=(key, "E"), chunk=chunk)
-        d = row_mean(st[key], dim=-2).reshape(-1, len(ns)).numpy()
-        e = row_mean(st["E"], dim=-2).reshape(-1, len(ns)).numpy()
-        n, ps, ks = ks_first_indistinguishable(d, e, ns, alpha)
-        k = len(ps)
-        ns_all += ns[:k]
-        ps_all += ps
-        ks_all += ks
-        dm += np.nanmean(d[:, :k], axis=0).tolist()
-        em += np.nanmean(e[:, :k], axis=0).tolist()
-        if progress is not None:
-            progress.update(k)
-        if n != -1 or k < len(ns):
-            return {"n": n, "ns": ns_all, "pvalues": ps_all, "ks": ks_all, "d_mean": dm, "e_mean": em}
-        start, size = ns[-1] + 1, size * 2
-    return {"n": -1, "ns": ns_all, "pvalues": ps_all, "ks": ks_all, "d_mean": dm, "e_mean": em}
+        certified = {}
+        if certify:
+            hm = _bounds_head_means(probs, x, ns, vis, reading)
+            for c, N in enumerate(ns):
+                cols = [hm[k_][:, c] for k_ in ("d_lo", "d_hi", "e_lo", "e_hi")]
+                okh = np.all([np.isfinite(col) for col in cols], axis=0)
+                if okh.sum() == 0:
+                    break
+                D = ks_lower_statistic(*(col[okh] for col in cols))
+                p_up = ks_sf(D, int(okh.sum()), int(okh.sum()))
+                if p_up <= alpha / 2:
+                    certified[N] = (p_up, float(np.mean((cols[0] + cols[1])[okh] / 2)),
+                                    float(np.mean((cols[2] + cols[3])[okh] / 2)))
+        todo = [N for N in ns if N not in certified]
+        exact = {}
+        # exact values for the uncertified N, in small batches, until the first non-rejection
+        pos = 0
+        found = None
+        while pos < len(todo) and found is None:
+            batch = todo[pos:pos + 8]
+            st = distance_stats(probs, x, batch, vis, stats=(key, "E"), chunk=chunk, dtype=dtype)
+            d = row_mean(st[key], dim=-2).reshape(-1, len(batch)).numpy()
+            e = row_mean(st["E"], dim=-2).reshape(-1, len(batch)).numpy()
+            n, ps, ks = ks_first_indistinguishable(d, e, batch, alpha)
+            for c in range(len(ps)):
+                exact[batch[c]] = (ps[c], ks[c], float(np.nanmean(d[:, c])), float(np.nanmean(e[:, c])))
+            if n != -1 or len(ps) < len(batch):
+                found = n if n != -1 else "stop"
+            pos += len(batch)
+        for N in ns:
+            if N in certified:
+                p_up, dm, em = certified[N]
+                record(N, float("nan"), float("nan"), False, p_up, dm, em)
+            elif N in exact:
+                p, ks, dm, em = exact[N]
+                record(N, p, ks, True, p, dm, em)
+                if p > alpha:
+                    res["n"] = N
+                    return res
+            else:
+                return res              # no rows left for this N (all skipped)
+        start = ns[-1] + 1
+        size = min(size * 2, max_block) if not certify else max(size * 8, 256)
+    return res

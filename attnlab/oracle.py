@@ -20,7 +20,9 @@ from attnlab import metrics
 
 def _rows(probs, x, visible):
     """Flattened numpy views and a per-row iterator helper."""
-    vis = metrics.check_inputs(probs, x, visible).numpy()
+    probs = probs.cpu()
+    x = None if x is None else x.cpu()
+    vis = metrics.check_inputs(probs, x, None if visible is None else visible.cpu()).numpy()
     lead, P, X, xmap = metrics._flat(probs, x)
     return lead, P.double().numpy(), (None if X is None else X.double().numpy()), \
         (None if xmap is None else xmap.numpy()), vis

@@ -208,7 +208,9 @@ def plot_fig4(result: Result):
         ax.plot(x, np.maximum(c, 1e-300), "-", color="grey", lw=1, alpha=0.8, label="max exact ||J|| (row sample)")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    lo = max(np.nanmin(result.column("g_max")[result.column("g_max") > 0], initial=1e-12) / 3, 1e-12)
+    g = result.column("g_max")
+    g = g[np.isfinite(g) & (g > 0)]
+    lo = max(g.min() / 3, 1e-12) if len(g) else 1e-12
     ax.set_ylim(lo, 1 / (2 * T.min()) * 2)
     ax.set_xlabel("temperature T")
     ax.set_ylabel("g(T, eps)")

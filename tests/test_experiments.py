@@ -173,6 +173,9 @@ def test_protocol_switches_and_windows():
     assert all(row["n_rows"] == row["L"] for row in r.rows)      # masked keys included: every row counts
     for name in res:
         plots.plot(res[name])
+    before = torch.get_num_threads()
+    ex.fig2a(model, ids, quick=True, progress=False, threads=1, lengths=[32])
+    assert torch.get_num_threads() == before
     with pytest.raises(ValueError, match="unknown protocol"):
         ex.fig2a(model, ids, quick=True, progress=False, colour="red")
     with pytest.raises(ValueError, match="x must be"):

@@ -201,13 +201,21 @@ def test_ks_first_indistinguishable_known_answer():
 
 def test_critical_n_scans_every_N_and_matches_oracle():
     _, probs, x, _, vis = _inputs(seed=5, layers=4, heads=5, L=14, sharp=1.0, causal=False)
-    res = metrics.critical_n(probs, x, vis, alpha=0.01, block=2)
     ref = oracle.critical_n(probs, x, vis, alpha=0.01)
-    assert res["n"] == ref["n"]
-    assert res["ns"] == list(range(1, len(res["ns"]) + 1))         # dense scan, no gaps
-    np.testing.assert_allclose(res["pvalues"], ref["pvalues"], rtol=1e-6)
+    plain = metrics.critical_n(probs, x, vis, alpha=0.01, block=2, certify=False)
+    assert plain["n"] == ref["n"] and all(plain["exact"])
+    np.testing.assert_allclose(plain["pvalues"], ref["pvalues"], rtol=1e-6)
+    res = metrics.critical_n(probs, x, vis, alpha=0.01, block=2)           # certified rejections
+    assert res["n"] == ref["n"] and res["ns"] == ref["ns"]
+    assert res["ns"] == list(range(1, len(res["ns"]) + 1))               # dense scan, no gaps
+    assert not all(res["exact"])                                         # some N were certified
+    for p, p_up, exact, p_ref in zip(res["pvalues"], res["p_upper"], res["exact"], ref["pvalues"]):
+        if exact:
+            assert p == pytest.approx(p_ref, rel=1e-6)
+        else:                                                            # the bracket bound is valid
+            assert p_ref <= p_up * (1 + 1e-3) + 1e-12 and p_up <= 0.005   # (1 - x) rounding at tiny p
     if res["n"] > 0:
-        assert res["pvalues"][-1] > 0.01 and all(p <= 0.01 for p in res["pvalues"][:-1])
+        assert res["pvalues"][-1] > 0.01 and all(p <= 0.01 for p in ref["pvalues"][:-1])
     # reading (a) is available too
     ra = metrics.critical_n(probs, x, vis, reading="a")
     assert ra["n"] == oracle.critical_n(probs, x, vis, reading="a")["n"]
@@ -221,6 +229,34 @@ def test_critical_n_identical_samples_accept_at_N1():
     x = torch.randn(30, 2, 3, generator=g)
     res = metrics.critical_n(probs, x)
     assert res["n"] == 1 and res["pvalues"][0] == pytest.approx(1.0)
+
+
+def test_distance_bounds_bracket_exact_values():
+    for causal in (True, False):
+        _, probs, x, hidden, vis = _inputs(seed=6, L=16, sharp=3.0, causal=causal)
+        ns = [1, 2, 5, 9, 15]
+        for xx in (x, hidden):
+            ex = metrics.distance_stats(probs, xx, ns, vis, stats=("dtilde_b", "dtilde_a", "E"))
+            for reading in ("a", "b"):
+                bd = metrics.distance_bounds(probs, xx, ns, vis, reading=reading)
+                d = ex[f"dtilde_{reading}"]
+                m = ~torch.isnan(d)
+                assert torch.equal(m, ~torch.isnan(bd["d_lo"]))
+                assert bool((bd["d_lo"][m] <= d[m]).all() and (d[m] <= bd["d_hi"][m]).all())
+                assert bool((bd["e_lo"][m] <= ex["E"][m]).all() and (ex["E"][m] <= bd["e_hi"][m]).all())
+
+
+def test_ks_sf_matches_scipy_and_lower_statistic():
+    from scipy.stats import ks_2samp
+
+    rng = np.random.default_rng(1)
+    for n, m in ((8, 8), (30, 30), (12, 19)):
+        a, b = rng.normal(size=n), rng.normal(size=m) + 0.8
+        r = ks_2samp(a, b)
+        assert metrics.ks_sf(r.statistic, n, m) == pytest.approx(r.pvalue, rel=1e-9)
+        assert metrics.ks_lower_statistic(a, a, b, b) == pytest.approx(r.statistic)      # exact intervals
+        w = 0.05
+        assert metrics.ks_lower_statistic(a - w, a + w, b - w, b + w) <= r.statistic + 1e-12
 
 
 # ------------------------------------------------------------------------------------- bad input
