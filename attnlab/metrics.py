@@ -120,6 +120,25 @@ def _sort(a: torch.Tensor, vis: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return order, rank
 
 
+def _sort_top(a: torch.Tensor, vis: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Like `_sort` for the first k positions only: order [b, q, k] (same keys, same order as the full
+    stable sort) and rank [b, q, K] (exact below k, K elsewhere). O(K) per row instead of O(K log K)."""
+    key = a.masked_fill(~vis, float("-inf"))
+    K = key.shape[-1]
+    tau = torch.topk(key, k, dim=-1, sorted=False).values.amin(-1, keepdim=True)     # k-th largest
+    gt = key > tau
+    need = k - gt.sum(-1, keepdim=True)                                  # ties at tau to take, lowest index first
+    eq = key == tau
+    sel = gt | (eq & (torch.cumsum(eq, -1) <= need))
+    idx = sel.nonzero()[:, -1].view(*key.shape[:-1], k)                  # selected keys, ascending index
+    vals = key.gather(-1, idx)
+    perm = torch.sort(vals, dim=-1, descending=True, stable=True).indices
+    order = idx.gather(-1, perm)
+    rank = torch.full_like(key, K, dtype=torch.long).scatter_(
+        -1, order, torch.arange(k, device=a.device).expand_as(order))
+    return order, rank
+
+
 def sort_rows(probs: torch.Tensor, visible: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(order, rank) [..., Q, K]: keys of each row by weight, descending, visible keys first, ties broken
     by the lower key index; `rank[..., t, i]` is the position of key i in row t's order."""
@@ -153,9 +172,13 @@ class _Block:
     distances are computed once per distinct x. Big per-N work is done in place in `buf`.
     """
 
-    def __init__(self, probs, vis, Xu, inv):
+    def __init__(self, probs, vis, Xu, inv, n_max: Optional[int] = None):
         self.vis = vis                               # [q, K]
-        self.order, self.rank = _sort(probs, vis)    # sort the input dtype (same order as float64)
+        K = probs.shape[-1]
+        if n_max is not None and n_max + 1 <= K // 8:   # only the first n_max + 1 positions are needed
+            self.order, self.rank = _sort_top(probs, vis, n_max + 1)
+        else:
+            self.order, self.rank = _sort(probs, vis)   # sort the input dtype (same order as float64)
         dt = Xu.dtype
         a = probs.to(dt) * vis
         self.a = a                                   # [b, q, K] (float64 by default), 0 on invisible keys
@@ -202,7 +225,7 @@ class _Block:
     def out_sum(self, dist: torch.Tensor, N: int) -> torch.Tensor:
         """sum over visible non-selected keys of `dist` [b, q, K] (invisible entries hold ||s||)."""
         hidden = self.n_hidden.squeeze(-1) * self.s.norm(dim=-1)
-        if 2 * N < dist.shape[-1]:      # gathers (N or K - N keys per row) beat masks over all K
+        if 2 * N < dist.shape[-1] or self.order.shape[-1] < dist.shape[-1]:   # gather N or K - N keys
             return dist.sum(-1) - hidden - dist.gather(-1, self.order[..., :N]).sum(-1)
         return dist.gather(-1, self.order[..., N:]).sum(-1) - hidden
 
@@ -328,7 +351,7 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     for bs, qs in _blocks(B, Q, K, chunk):
         v = vis[qs]
         Xu, inv, _ = _unique_x(X, xmap, bs, dtype)
-        blk = _Block(P[bs, qs], v, Xu, inv)
+        blk = _Block(P[bs, qs], v, Xu, inv, n_max=ns[-1])
         a = blk.a
         o = torch.matmul(a, blk.X)                                       # full output [b, q, D]
         Lt = blk.Lt
@@ -482,7 +505,7 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
     for bs, qs in _blocks(B, Q, K, chunk):
         v = vis[qs]
         Xu, inv, key = _unique_x(X, xmap, bs)
-        blk = _Block(P[bs, qs], v, Xu, inv)
+        blk = _Block(P[bs, qs], v, Xu, inv, n_max=ns[-1])
         a = blk.a
         Lt = blk.Lt
         if need_delta:

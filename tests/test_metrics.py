@@ -106,6 +106,23 @@ def test_ties_break_to_lower_index_and_top_n():
     assert torch.equal(rank.gather(-1, order), torch.arange(5)[None])
 
 
+def test_partial_sort_equals_full_sort_with_ties():
+    g = torch.Generator().manual_seed(0)
+    p = (torch.rand(3, 7, 40, generator=g) * 4).floor() / 4          # many exact ties, zeros
+    vis = torch.tril(torch.ones(7, 40, dtype=torch.bool), diagonal=30)
+    order, rank = metrics._sort(p, vis)
+    for k in (1, 3, 5):
+        o2, r2 = metrics._sort_top(p, vis, k)
+        assert torch.equal(o2, order[..., :k])
+        assert torch.equal(torch.where(rank < k, rank, 40), r2)
+    # both paths of the engine agree (n_max small -> partial sort)
+    x = torch.randn(3, 40, 4, generator=g)
+    full = metrics.distance_stats(p, x, [2, 30], vis, stats=metrics.DISTANCE_STATS)
+    part = metrics.distance_stats(p, x, [2], vis, stats=metrics.DISTANCE_STATS)
+    for k in metrics.DISTANCE_STATS:
+        _close(part[k][..., 0], full[k][..., 0])
+
+
 def test_one_hot_row():
     L, D = 6, 3
     probs = torch.zeros(1, L)
