@@ -140,6 +140,9 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
         state.mask_seen = attention_mask
     if scaling is None:
         scaling = query.size(-1) ** -0.5
+    if key.shape[1] != query.shape[1]:  # grouped-query attention: each key/value head serves a group
+        groups = query.shape[1] // key.shape[1]
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     if attention_mask is not None:
         attention_mask = attention_mask[..., : key.shape[-2]]
     recording = state is not None and state.recording and (state.layers is None or layer in state.layers)

@@ -124,7 +124,8 @@ class AttnModel:
         self.n_layers = len(self._modules)
         cfg = hf.config
         self.n_heads = int(getattr(cfg, "num_attention_heads", getattr(cfg, "n_head", 0)))
-        self.d_head = int(getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0))) // max(self.n_heads, 1)
+        self.d_head = int(getattr(cfg, "head_dim", None)
+                          or int(getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0))) // max(self.n_heads, 1))
         self.max_positions = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
                                  or 10**9)
 

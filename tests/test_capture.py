@@ -117,3 +117,20 @@ def test_bad_inputs(tiny):
         tiny.capture(torch.arange(4), layers=[7])
     with pytest.raises(ValueError, match="1-D"):
         tiny.capture(torch.zeros(2, 3, dtype=torch.long))
+
+
+def test_grouped_query_attention_llama(tiny):
+    """Llama-style model with fewer key/value heads than query heads (GQA) and an explicit head_dim."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from attnlab.models import AttnModel
+
+    cfg = LlamaConfig(vocab_size=50257, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256)
+    torch.manual_seed(0)
+    model = AttnModel("tiny-llama-gqa", LlamaForCausalLM(cfg), tiny.tokenizer, source="random init")
+    ids = torch.arange(500, 540)
+    trace = model.capture(ids, keep=("probs", "k"))
+    _, ref = eager_attentions(model, ids)
+    assert model.causal and model.d_head == 16 and trace.k.shape == (2, 4, 40, 16)
+    assert (trace.probs - ref).abs().max() <= 1e-6
