@@ -855,20 +855,25 @@ def _claim_uniform(res: Optional[Result]) -> list[dict]:
     return rows
 
 
+BETA_TOL_FLOOR = 0.03  # a WLS se on a few points can be tiny; near H = 0, beta(H) = 1/2 is the Monte Carlo
+                       # rate itself, so |beta| = 0.49 +- 0.003 is a tie, not a violation
+
+
 def _beta_claim(fits: list[dict], cid: str, claim: str, paper: str) -> dict:
     fits = [f for f in fits if np.isfinite(f["beta"])]
     if not fits:
         return _row(cid, claim, paper, "no finite fits", "not applicable")
     def above(f, key):
         se = f["slope_se"] if np.isfinite(f["slope_se"]) else 0.0
-        return f["beta"] >= f[key] - 2 * se
+        return f["beta"] >= f[key] - max(2 * se, BETA_TOL_FLOOR)
     n_ok = sum(above(f, "beta_ref") for f in fits)
     n_ok_auth = sum(above(f, "beta_ref_authors") for f in fits) if "beta_ref_authors" in fits[0] else None
     below = [f for f in fits if not above(f, "beta_ref")]
     lab = "layer" if "layer" in fits[0] else "scale"
     detail = "; ".join(f"{lab} {f[lab]:g} {f['moment']}: |beta|={f['beta']:.3f}±{f['slope_se']:.3f} vs "
                        f"beta(H={f['horizon']:.3g})={f['beta_ref']:.3f}" for f in below[:6])
-    meas = f"{n_ok}/{len(fits)} fits at or above beta(H) within 2 se (our H, temperature in A)"
+    meas = (f"{n_ok}/{len(fits)} fits at or above beta(H) within max(2 se, {BETA_TOL_FLOOR}) "
+            "(our H, temperature in A)")
     if n_ok_auth is not None:
         meas += f"; {n_ok_auth}/{len(fits)} with the authors' H (no temperature)"
     if below:
