@@ -22,8 +22,20 @@ def inputs(model: Optional[str] = None, device: Optional[str] = None) -> Inputs:
     return Inputs(model or os.environ.get("ATTNLAB_MODEL", "auto"), device or os.environ.get("ATTNLAB_DEVICE", "cpu"))
 
 
+@lru_cache(maxsize=1)
+def source_hash() -> str:
+    """sha256 of the package's sources: cached Results are recomputed after any code change."""
+    import hashlib
+    from pathlib import Path
+
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.name.encode() + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def _key(fig_id: str, inp: Inputs, quick: bool) -> dict:
-    key = {"figure": fig_id, "quick": quick, "device": inp.device}
+    key = {"figure": fig_id, "quick": quick, "device": inp.device, "sources": source_hash()}
     if FIGURES[fig_id].needs == "model+text":
         key.update(model=inp.model.name, weights=inp.model.weights_sha256, text=inp.corpus.sha256)
     elif FIGURES[fig_id].needs == "encoder":
