@@ -33,7 +33,6 @@ scores and on synthetic ones; all times and ratios from one run (`attnlab bench 
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass
 from typing import Optional, Sequence

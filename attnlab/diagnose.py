@@ -34,7 +34,6 @@ recorded in the Result's provenance.
 """
 from __future__ import annotations
 
-import argparse
 import base64
 import hashlib
 import html

@@ -36,3 +36,14 @@ def _no_warning_noise():
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         yield
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module: on a shared 2-core machine two threads under load run ~15x slower."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
