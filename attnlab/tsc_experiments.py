@@ -53,12 +53,13 @@ def _check_device(device) -> str:
     return device
 
 
-def _preset(table: dict, quick: bool, preset: str) -> dict:
-    """A copy of the preset's settings (``quick=True`` selects "quick" whatever `preset` says)."""
+def _preset(table: dict, quick: bool, preset: str, **overrides) -> dict:
+    """A copy of the preset's settings (``quick=True`` selects "quick" whatever `preset` says),
+    with every override that is not None applied."""
     name = "quick" if quick else preset
     if name not in table:
         raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(table)}")
-    return dict(table[name])
+    return {**table[name], **{k: v for k, v in overrides.items() if v is not None}}
 
 
 def _grid(values, name: str, *, integer: bool = False) -> list:
@@ -150,11 +151,8 @@ def uniform_map(*, quick: bool = False, preset: str = "default", d: Optional[int
     (:func:`sc.map_error_constant`) maximised over the probes.
     """
     t0 = time.perf_counter()
-    cfg = _preset(UNIFORM_MAP_PRESETS, quick, preset)
-    for key, val in dict(d=d, rho=rho, H=H, radii=radii, n_values=n_values, k=k,
-                         n_random_probes=n_random_probes).items():
-        if val is not None:
-            cfg[key] = val
+    cfg = _preset(UNIFORM_MAP_PRESETS, quick, preset, d=d, rho=rho, H=H, radii=radii, n_values=n_values, k=k,
+                  n_random_probes=n_random_probes)
     d = sc.check_positive_int(cfg["d"], "d")
     rho = sc.check_scale(cfg["rho"], "rho")
     Hval = sc.check_scale(cfg["H"], "H")
@@ -254,11 +252,8 @@ def moment_convergence(*, quick: bool = False, preset: str = "default", d: Optio
     in A) and for the authors' H (without it, sqrt(d) times larger).
     """
     t0 = time.perf_counter()
-    cfg = _preset(MOMENT_PRESETS, quick, preset)
-    for key, val in dict(d=d, rho=rho, scales=scales, n_values=n_values, k=k, reference=reference,
-                         n_ref=n_ref, seed=seed).items():
-        if val is not None:
-            cfg[key] = val
+    cfg = _preset(MOMENT_PRESETS, quick, preset, d=d, rho=rho, scales=scales, n_values=n_values, k=k,
+                  reference=reference, n_ref=n_ref, seed=seed)
     d = sc.check_positive_int(cfg["d"], "d")
     rho = sc.check_scale(cfg["rho"], "rho")
     scales = _grid(cfg["scales"], "scale")
@@ -353,11 +348,8 @@ def hardmax(*, quick: bool = False, preset: str = "default", d: Optional[int] = 
     quadratic-in-log-n fit (curvature > 0: bends away from a power law) and the first/last local slopes.
     """
     t0 = time.perf_counter()
-    cfg = _preset(HARDMAX_PRESETS, quick, preset)
-    for key, val in dict(d=d, radius=radius, scales=scales, n_values=n_values, k=k,
-                         n_dirichlet=n_dirichlet, seed=seed).items():
-        if val is not None:
-            cfg[key] = val
+    cfg = _preset(HARDMAX_PRESETS, quick, preset, d=d, radius=radius, scales=scales, n_values=n_values, k=k,
+                  n_dirichlet=n_dirichlet, seed=seed)
     d = sc.check_positive_int(cfg["d"], "d")
     R = sc.check_scale(cfg["radius"], "radius")
     scales = _grid(cfg["scales"], "scale")
@@ -488,11 +480,7 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
     ``quick=True`` caps the window at 64 tokens and uses n = 8, 16, 32 with k = 4.
     """
     t0 = time.perf_counter()
-    cfg = _preset(REAL_PRESETS, quick, preset)
-    if n_values is not None:
-        cfg["n_values"] = n_values
-    if k is not None:
-        cfg["k"] = k
+    cfg = _preset(REAL_PRESETS, quick, preset, n_values=n_values, k=k)
     n_values = _grid(cfg["n_values"], "n", integer=True)
     k = sc.check_positive_int(cfg["k"], "k")
     device, dt = _check_device(device), _dtype(dtype)
