@@ -203,20 +203,25 @@ def theorem2_bounds(xi: torch.Tensor, r, M: float = 1.0, *, form: str = "B",
     The lower bound with `xi_i = ||a_i x_i - s||` (the row's own distances) is a theorem for the row's
     N_s/N (since `1{X < r} >= 1 - X/r`); the upper bound is a heuristic ([G10]).
     """
-    xi, r = _t(xi), _t(r)
-    sel = torch.ones_like(xi, dtype=torch.bool) if selected is None else selected
-    n = sel.sum(-1).double()
-    xi0 = xi.masked_fill(~sel, 0.0)
-    lower = 1.0 - xi0.sum(-1) / (r * n)
-    rr = r.unsqueeze(-1)
-    if form.upper() == "B":
-        terms = torch.exp(-((rr - xi) ** 2) / (16 * M * M))
-    elif form.upper() == "R":
-        terms = torch.exp(-((xi - rr).clamp_min(0) ** 2) / (2 * M * M))
-    else:
-        raise ValueError(f"form must be 'B' or 'R', got {form!r}")
-    upper = terms.masked_fill(~sel, 0.0).sum(-1) / n
+    lower, (upper,) = theorem2_bound_set(xi, r, M, forms=(form,), selected=selected)
     return lower, upper
+
+
+def theorem2_bound_set(xi: torch.Tensor, r, M: float = 1.0, *, forms=("B", "R"),
+                       selected: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """`theorem2_bounds` for several upper-bound forms at once: (lower, [upper for each form])."""
+    xi, r = _t(xi), _t(r)
+    if any(f.upper() not in ("B", "R") for f in forms):
+        raise ValueError(f"form must be 'B' or 'R', got {forms!r}")
+    gap = xi - r.unsqueeze(-1)
+    keep = (lambda t: t) if selected is None else (lambda t: t.masked_fill(~selected, 0.0))
+    n = xi.shape[-1] if selected is None else selected.sum(-1).double()
+    uppers = []
+    for f in forms:
+        g = gap.square() if f.upper() == "B" else gap.clamp_min(0).square_()
+        terms = g.div_(-16 * M * M if f.upper() == "B" else -2 * M * M).exp_()
+        uppers.append(keep(terms).sum(-1) / n)
+    return 1.0 - keep(xi).sum(-1) / (r * n), uppers
 
 
 def theorem2_xi_delta(alpha_sel: torch.Tensor, delta, M: float = 1.0) -> torch.Tensor:

@@ -52,25 +52,29 @@ def check_inputs(probs: torch.Tensor, x: Optional[torch.Tensor] = None,
     if not isinstance(probs, torch.Tensor) or probs.dim() < 2:
         raise ValueError(f"probs must be a tensor [..., Q, K], got {getattr(probs, 'shape', type(probs))}")
     Q, K = probs.shape[-2:]
-    if torch.isnan(probs).any():
+    if _has_nan(probs):
         raise ValueError("probs contain NaN: check the model's attention (fully masked rows?)")
     if x is not None:
         if x.dim() < 2 or x.shape[-2] != K:
             raise ValueError(f"x must be [..., K={K}, D] to match probs [..., Q, K]; got {tuple(x.shape)}")
-        try:
-            torch.broadcast_shapes(x.shape[:-2], probs.shape[:-2])
-        except RuntimeError as exc:
-            raise ValueError(f"leading dims of x {tuple(x.shape[:-2])} do not broadcast to those of "
-                             f"probs {tuple(probs.shape[:-2])}") from exc
-        if len(x.shape[:-2]) > len(probs.shape[:-2]):
+        xl, pl = tuple(x.shape[:-2]), tuple(probs.shape[:-2])
+        if len(xl) > len(pl):
             raise ValueError("x has more leading dims than probs")
-        if torch.isnan(x).any():
+        if any(d not in (1, p) for d, p in zip(reversed(xl), reversed(pl))):   # (torch.broadcast_shapes: ms)
+            raise ValueError(f"leading dims of x {xl} do not broadcast to those of probs {pl}")
+        if _has_nan(x):
             raise ValueError("x contains NaN")
     if visible is None:
         return torch.ones(Q, K, dtype=torch.bool, device=probs.device)
     if visible.shape != (Q, K):
         raise ValueError(f"visible must be bool [Q={Q}, K={K}], got {tuple(visible.shape)}")
     return visible.to(device=probs.device, dtype=torch.bool)
+
+
+def _has_nan(t: torch.Tensor) -> bool:
+    """Any NaN in t? One reduction in the common case (a NaN makes the sum NaN; so does +inf + -inf,
+    which the exact check then tells apart)."""
+    return bool(torch.isnan(t.sum())) and bool(torch.isnan(t).any())
 
 
 def _check_ns(ns: Iterable[int], K: int) -> list[int]:
@@ -169,135 +173,126 @@ def context_vector(probs: torch.Tensor, x: torch.Tensor, n: int, visible: Option
 
 # ------------------------------------------------------------------------------- distance engine
 
-class _Block:
-    """One (heads, rows) block: sorted rows, Gram matrix, running context vector s and x.s.
+FAR_CANDIDATES = 8               # farthest keys kept per key for d1 (exact; rows where all are excluded recompute)
 
-    Xu [u, K, D] are the distinct x of the block (one per head for value vectors, one per layer for
-    hidden states) and inv [b] says which one each head uses, so the Gram matrix and pairwise
-    distances are computed once per distinct x. Big per-N work is done in place in `buf`.
+
+def _top_order(a: torch.Tensor, vis: torch.Tensor, k: int) -> torch.Tensor:
+    """order [b, q, k]: the first k keys of each row by weight, descending, ties broken by the lower key
+    index, invisible keys last (the first k of `_sort`). One `topk`; rows where two of the first k + 1
+    weights are equal (where the tie rule decides) are redone with the stable `_sort_top`."""
+    K = a.shape[-1]
+    if k >= K - 1:
+        return _sort(a, vis)[0][..., :k]
+    w = a if bool(vis.all()) else a.masked_fill(~vis, float("-inf"))
+    vals, order = torch.topk(w, k + 1, dim=-1)
+    tie = ((vals[..., 1:] == vals[..., :-1]) & (vals[..., 1:] > float("-inf"))).any(-1)     # [b, q]
+    if bool(tie.any()):
+        bb, tt = tie.nonzero(as_tuple=True)
+        order[bb, tt, :k] = _sort_top(a[bb, tt], vis[tt], k)[0]
+    return order[..., :k]
+
+
+def _sqrt_sum(sq: torch.Tensor) -> torch.Tensor:
+    """sum over the last dim of sqrt(max(sq, 0)) for squared distances sq [..., K] (consumed) -> [...]
+    float64. The roots and their sum are taken in float32 (4x faster than float64 roots on CPU;
+    ~1e-7 relative): the squares, where cancellation happens, stay in sq's dtype."""
+    return sq.clamp_min_(0).float().sqrt_().sum(-1).double()
+
+
+class _Rows:
+    """One block of attention rows (b heads x q queries x K keys), prepared once for every N.
+
+    a [b, q, K] weights in `dtype`, 0 on invisible keys; order [b, q, k] the top k keys of each row
+    (`_top_order`); X [b, K, D] the vectors of each head, from the distinct Xu [u, K, D] (one per head
+    for value vectors, one per layer for hidden states; inv [b] says which), so Gram matrices are
+    made once per distinct x; xn2 [b, K] = ||x_i||^2; Lt [q] visible keys per row; visf [q, K] the
+    visibility as 0/1 weights (None when every key is visible).
     """
 
-    def __init__(self, probs, vis, Xu, inv, n_max: Optional[int] = None):
-        self.vis = vis                               # [q, K]
-        K = probs.shape[-1]
-        if n_max is not None and n_max + 1 <= K // 8:   # only the first n_max + 1 positions are needed
-            self.order, self.rank = _sort_top(probs, vis, n_max + 1)
-        else:
-            self.order, self.rank = _sort(probs, vis)   # sort the input dtype (same order as float64)
-        dt = Xu.dtype
-        a = probs.to(dt) * vis
-        self.a = a                                   # [b, q, K] (float64 by default), 0 on invisible keys
+    def __init__(self, probs, vis, Xu, inv, k: int, dtype):
+        self.order = _top_order(probs, vis, k)
+        self.masked = not bool(vis.all())
+        self.vis = vis
+        self.visf = vis.to(dtype) if self.masked else None
+        self.a = probs.to(dtype) * self.visf if self.masked else probs.to(dtype)
         self.Xu, self.inv = Xu, inv
-        self.X = Xu[inv]                             # [b, K, D]
-        self.Lt = vis.sum(-1).to(dt)                 # [q]
-        self.n_hidden = (vis.shape[-1] - self.Lt).unsqueeze(-1)   # invisible keys per row [q, 1]
-        self.xn2 = (self.X * self.X).sum(-1)         # [b, K]
-        self.A = a * a * self.xn2.unsqueeze(1)       # ||y_i||^2  [b, q, K]
-        self.Gu = Xu @ Xu.transpose(1, 2)            # [u, K, K]
-        b, q, K = a.shape
-        dev = a.device
-        self.s = torch.zeros(b, q, Xu.shape[-1], dtype=dt, device=dev)
-        self.xs = torch.zeros(b, q, K, dtype=dt, device=dev)
-        self.buf = torch.empty(b, q, K, dtype=dt, device=dev)
-        self.n = 0
-        self.bidx = torch.arange(b, device=dev).unsqueeze(1)     # [b, 1]
-        self.gflat = (inv.unsqueeze(1) * K)          # [b, 1] row offset into Gu viewed [u*K, K]
-        self.jump = max(2, Xu.shape[-1] // 8)        # stepping N costs ~2 passes, a jump ~2 D flops
+        self.X = Xu[inv]
+        self.xn2 = (self.X * self.X).sum(-1)
+        self.Lt = vis.sum(-1).to(dtype)
+        b = probs.shape[0]
+        self.bidx = torch.arange(b, device=probs.device).view(b, 1, 1)
 
-    def advance(self, N: int) -> None:
-        """Move s (top-N context vector) and xs = X s to N."""
-        if N < self.n or N - self.n > self.jump or N // REANCHOR != self.n // REANCHOR:
-            self.s = torch.matmul(self.a * (self.rank < N), self.X)
-            torch.matmul(self.s, self.X.transpose(1, 2), out=self.xs)
-        else:
-            G = self.Gu.reshape(-1, self.Gu.shape[-1])
-            for m in range(self.n, N):
-                j = self.order[..., m]                                   # [b, q]
-                aj = self.a.gather(-1, j.unsqueeze(-1))                  # [b, q, 1]
-                self.s += aj * self.X[self.bidx, j]
-                torch.index_select(G, 0, (self.gflat + j).reshape(-1), out=self.buf.view(-1, G.shape[-1]))
-                self.xs.addcmul_(self.buf, aj)
-        self.n = N
-
-    def dist(self) -> torch.Tensor:
-        """||a_i x_i - s|| for every key, written into and returned as `self.buf` [b, q, K].
-        Invisible keys (a = 0) hold exactly ||s||."""
-        s2 = (self.s * self.s).sum(-1, keepdim=True)
-        buf = torch.mul(self.a, self.xs, out=self.buf)
-        torch.add(self.A, buf, alpha=-2, out=buf)
-        return buf.add_(s2).clamp_min_(0).sqrt_()
-
-    def out_sum(self, dist: torch.Tensor, N: int) -> torch.Tensor:
-        """sum over visible non-selected keys of `dist` [b, q, K] (invisible entries hold ||s||)."""
-        hidden = self.n_hidden.squeeze(-1) * self.s.norm(dim=-1)
-        if 2 * N < dist.shape[-1] or self.order.shape[-1] < dist.shape[-1]:   # gather N or K - N keys
-            return dist.sum(-1) - hidden - dist.gather(-1, self.order[..., :N]).sum(-1)
-        return dist.gather(-1, self.order[..., N:]).sum(-1) - hidden
-
-    def sel_dist(self, N: int, chunk: int) -> torch.Tensor:
-        """||a_i x_i - s|| for the top-N keys, computed directly (no cancellation): [b, q, N]."""
+    def top_sum(self, lo: int, hi: int) -> torch.Tensor:
+        """sum of y_j = a_j x_j over the keys at positions lo..hi-1 of each row's order: [b, q, D]."""
         b, q, K = self.a.shape
-        top = self.order[..., :N]
-        res = torch.empty(b, q, N, dtype=torch.float64, device=self.a.device)
-        step = max(1, chunk // max(1, b * N * self.X.shape[-1]))
-        for q0 in range(0, q, step):
-            qs = slice(q0, min(q, q0 + step))
-            t = top[:, qs]
-            y = self.a[:, qs].gather(-1, t).unsqueeze(-1) * self.X[self.bidx.unsqueeze(-1), t]
-            res[:, qs] = (y - self.s[:, qs].unsqueeze(2)).norm(dim=-1)
-        return res
+        if hi - lo > 8:                                                  # many keys: one masked product
+            w = torch.zeros_like(self.a).scatter_(-1, self.order[..., lo:hi], 1.0).mul_(self.a)
+            return torch.bmm(w, self.X)
+        j = self.order[..., lo:hi]
+        K, D = self.Xu.shape[1:]
+        xj = self.Xu.view(-1, D).index_select(0, (self.inv.view(b, 1, 1) * K + j).flatten())
+        return torch.bmm(self.a.gather(-1, j).view(b * q, 1, -1), xj.view(b * q, -1, D)).view(b, q, D)
 
-    def pair_xi(self, N: int, chunk: int) -> torch.Tensor:
-        """Mean over the other selected j of ||a_j x_j - a_i x_i|| for each selected i: [b, q, N]."""
-        b, q, K = self.a.shape
-        top = self.order[..., :N]
-        if N == 1:
-            return torch.zeros(b, q, 1, dtype=torch.float64, device=self.a.device)
-        res = torch.empty(b, q, N, dtype=torch.float64, device=self.a.device)
-        step = max(1, chunk // max(1, b * N * max(N, self.X.shape[-1])))
-        for q0 in range(0, q, step):
-            qs = slice(q0, min(q, q0 + step))
-            t = top[:, qs]                                               # [b, qq, N]
-            y = self.a[:, qs].gather(-1, t).unsqueeze(-1) * self.X[self.bidx.unsqueeze(-1), t]
-            g = y @ y.transpose(-1, -2)                                  # [b, qq, N, N]
-            y2 = torch.diagonal(g, dim1=-2, dim2=-1)
-            d2 = y2.unsqueeze(-1) + y2.unsqueeze(-2) - 2 * g
-            res[:, qs] = d2.clamp_min(0).sqrt().sum(-1) / (N - 1)
-        return res
+    def visible_only(self, t: torch.Tensor) -> torch.Tensor:
+        """Zero the invisible keys of t [b, q, K] in place."""
+        return t if self.visf is None else t.mul_(self.visf)
+
+    def selected(self, N: int) -> torch.Tensor:
+        """bool [b, q, K]: the top-N keys of each row."""
+        return torch.zeros(self.a.shape, dtype=torch.bool, device=self.a.device).scatter_(
+            -1, self.order[..., :N], True)
 
 
-class _TopSet:
-    """y_j = a_j x_j of each row's top keys in sorted order, grown one key at a time as N grows, with
-    running sums of the pairwise distances among them (the 'pair' spread of Theorem 2): O(N D) work
-    per row and step instead of O(N^2 D) per N. Memory [b, q, n_max, D]."""
+def _far_candidates(rows: "_Rows", n: int, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For every key j that is among the top n of some row: its m farthest keys, farthest first, and
+    their distances (far_dist [u, K, m], far_idx [u, K, m]; rows of other keys are unused). Squared
+    distances from the Gram rows, float64."""
+    Xu, K = rows.Xu, rows.a.shape[-1]
+    m = min(m, K)
+    far_dist = torch.zeros(Xu.shape[0], K, m, dtype=Xu.dtype, device=Xu.device)
+    far_idx = torch.zeros(Xu.shape[0], K, m, dtype=torch.long, device=Xu.device)
+    xn2 = rows.xn2.new_empty(0) if Xu.shape[0] == 0 else (Xu * Xu).sum(-1)
+    for u in range(Xu.shape[0]):
+        keys = torch.zeros(K, dtype=torch.bool, device=Xu.device)
+        keys[rows.order[rows.inv == u][..., :n].flatten()] = True
+        U = keys.nonzero().squeeze(-1)                                   # keys that are ever selected
+        d2 = torch.addmm(xn2[u, U].unsqueeze(-1) + xn2[u].unsqueeze(0), Xu[u, U], Xu[u].T, alpha=-2)
+        val, idx = torch.topk(d2, m, dim=-1)
+        far_dist[u, U], far_idx[u, U] = val.clamp_min_(0).sqrt_(), idx
+    return far_dist, far_idx
 
-    def __init__(self, blk: _Block, n_max: int):
-        b, q, _ = blk.a.shape
-        self.blk = blk
-        self.Y = torch.empty(b, q, n_max, blk.X.shape[-1], dtype=blk.a.dtype, device=blk.a.device)
-        self.psum = torch.zeros(b, q, n_max, dtype=blk.a.dtype, device=blk.a.device)
-        self.n = 0
 
-    def grow(self, N: int) -> None:
-        blk = self.blk
-        for m in range(self.n, N):
-            j = blk.order[..., m]                                        # [b, q]
-            y = blk.a.gather(-1, j.unsqueeze(-1)) * blk.X[blk.bidx, j]   # [b, q, D]
-            self.Y[:, :, m] = y
-            if m:
-                d = (self.Y[:, :, :m] - y.unsqueeze(2)).norm(dim=-1)     # [b, q, m]
-                self.psum[:, :, :m] += d
-                self.psum[:, :, m] = d.sum(-1)
-        self.n = max(self.n, N)
+def _d1(rows: _Rows, N: int, far, ok: torch.Tensor, chunk: int) -> torch.Tensor:
+    """d1 = max over selected j and visible non-selected i of ||x_i - x_j|| per row: [b, q].
 
-    def sel_dist(self, N: int) -> torch.Tensor:
-        """||y_i - s|| for the top-N keys [b, q, N] (call after grow(N) and blk.advance(N))."""
-        return (self.Y[:, :, :N] - self.blk.s.unsqueeze(2)).norm(dim=-1)
-
-    def pair_xi(self, N: int) -> torch.Tensor:
-        if N == 1:
-            return torch.zeros_like(self.psum[:, :, :1])
-        return self.psum[:, :, :N] / (N - 1)
+    Each selected j looks up its farthest keys (`_far_candidates`, farthest first): the farthest one
+    that is visible and not selected gives max_i ||x_i - x_j|| exactly. Rows where some j has every
+    candidate excluded are recomputed over all keys. `ok` [b, q] marks the rows that count."""
+    far_dist, far_idx = far
+    b, q, K = rows.a.shape
+    m = far_idx.shape[-1]
+    j = rows.order[..., :N]                                              # [b, q, N]
+    rowsel = (rows.inv.view(b, 1, 1) * K + j).flatten()                  # rows of the [u*K, m] tables
+    allowed = rows.vis & ~rows.selected(N)                               # [b, q, K]
+    cand = far_idx.view(-1, m).index_select(0, rowsel).view(b, q, N * m)
+    valid = allowed.gather(-1, cand)
+    dist = far_dist.view(-1, m).index_select(0, rowsel).view(b, q, N * m)
+    best = torch.where(valid, dist, float("-inf")).view(b, q, N, m).amax(-1)      # [b, q, N]
+    d1 = best.amax(-1)
+    redo = (best == float("-inf")).any(-1) & ok
+    if bool(redo.any()):
+        bb, tt = redo.nonzero(as_tuple=True)
+        step = max(1, chunk // max(1, N * K))
+        for c0 in range(0, len(bb), step):
+            bi, ti = bb[c0:c0 + step], tt[c0:c0 + step]
+            Xr = rows.X[bi]                                              # [r, K, D]
+            xj = Xr.gather(1, j[bi, ti].unsqueeze(-1).expand(-1, -1, Xr.shape[-1]))      # [r, N, D]
+            xn2 = rows.xn2[bi]
+            d2 = torch.baddbmm(xn2.gather(1, j[bi, ti]).unsqueeze(-1) + xn2.unsqueeze(1), xj,
+                               Xr.transpose(1, 2), alpha=-2)             # [r, N, K]
+            d2 = torch.where(allowed[bi, ti].unsqueeze(1), d2, float("-inf"))
+            d1[bi, ti] = d2.flatten(1).amax(-1).clamp_min(0).sqrt()
+    return d1
 
 
 def _unique_x(X: torch.Tensor, xmap: torch.Tensor, bs: slice,
@@ -309,19 +304,6 @@ def _unique_x(X: torch.Tensor, xmap: torch.Tensor, bs: slice,
 
 def _nan_rows(value: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
     return value.masked_fill(~ok, float("nan"))
-
-
-def _d1(block: "_Block", N: int, D: torch.Tensor, out: torch.Tensor, chunk: int) -> torch.Tensor:
-    """max_{j in top-N, i out, visible} ||x_i - x_j|| per row, [b, q]; D [b, K, K] pairwise distances."""
-    b, q, K = block.a.shape
-    res = torch.empty(b, q, dtype=torch.float64, device=block.a.device)
-    step = max(1, chunk // max(1, b * N * K))
-    for q0 in range(0, q, step):
-        qs = slice(q0, min(q, q0 + step))
-        j = block.order[:, qs, :N]                                       # [b, qq, N]
-        far = D[block.bidx.unsqueeze(-1), j].amax(dim=2)                 # max over selected j: [b, qq, K]
-        res[:, qs] = torch.where(out[:, qs], far, float("-inf")).amax(-1)
-    return res
 
 
 def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visible: Optional[torch.Tensor] = None,
@@ -337,8 +319,13 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
       abar, d1, R   top-N mass, max out-to-selected distance, max selected norm
       dmax_B, dmax_R, dmax_a   Theorem 1 fixed-set bounds ([B], [R], reading-(a) [R])
     Rows with L_t <= N are NaN. `ns` are sorted ascending in the output. `dtype` of the internal
-    arithmetic: float64 (default; matches the oracle to ~1e-12) or float32 (about 2x faster; ~1e-6
-    relative, used by the critical-N scan, which only ranks per-head means).
+    arithmetic: float64 (default; matches the oracle to ~1e-12) or float32 (faster, ~1e-6 relative,
+    used by the critical-N scan, which only ranks per-head means).
+
+    Per row (y_i = a_i x_i, o = sum_i y_i, s = the top-N sum): the sums over keys come from squared
+    norms expanded in dot products, `||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2` and
+    `||(1+c) y_i - c o||^2 = (1+c)^2 ||y_i||^2 - 2 (1+c) c y_i.o + c^2 ||o||^2`: two matrix products
+    per block (x_i.o) and per N (x_i.s), no [rows, K, D] tensors.
     """
     vis = check_inputs(probs, x, visible)
     K = probs.shape[-1]
@@ -349,68 +336,68 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
         raise ValueError(f"unknown stats {sorted(bad)}; choose from {DISTANCE_STATS}")
     lead, P, X, xmap = _flat(probs, x)
     B, Q, _ = P.shape
-    out = {k: torch.empty(B, Q, len(ns), dtype=torch.float64) for k in stats}
-    need_d1 = bool({"d1", "dmax_B", "dmax_R", "dmax_a"} & set(stats))
-    need_R = need_d1 or "R" in stats
-    need_E = bool({"E", "jensen"} & set(stats))
+    out = torch.empty(len(stats), len(ns), B, Q, dtype=torch.float64)    # one write per (N, block)
+    need = set(stats)
+    need_d1 = bool({"d1", "dmax_B", "dmax_R", "dmax_a"} & need)
+    need_top = need_d1 or bool({"R", "abar"} & need)
+    need_E = bool({"E", "jensen"} & need)
     for bs, qs in _blocks(B, Q, K, chunk):
-        v = vis[qs]
         Xu, inv, _ = _unique_x(X, xmap, bs, dtype)
-        blk = _Block(P[bs, qs], v, Xu, inv, n_max=ns[-1])
-        a = blk.a
-        o = torch.matmul(a, blk.X)                                       # full output [b, q, D]
-        Lt = blk.Lt
+        rows = _Rows(P[bs, qs], vis[qs], Xu, inv, ns[-1], dtype)
+        a, Xb, Lt = rows.a, rows.X, rows.Lt
+        Lt1 = (Lt - 1).clamp_min(1).unsqueeze(-1)                        # [q, 1]
+        o = torch.bmm(a, Xb)                                             # sum_i y_i  [b, q, D]
+        o2 = (o * o).sum(-1, keepdim=True)                               # [b, q, 1]
+        ax = a * rows.xn2.unsqueeze(1)                                   # a_i ||x_i||^2  [b, q, K]
+        buf = torch.empty_like(a)
         if need_E:
-            Bterm = torch.matmul(o, blk.X.transpose(1, 2)).mul_(a)       # a_i x_i.o
-            o2 = (o * o).sum(-1, keepdim=True)
-            S2 = blk.A.sum(-1, keepdim=True)
-            Lm1 = (Lt - 1).clamp_min(1).unsqueeze(-1)
-            V = torch.add(o2, Bterm, alpha=-2).add_(blk.A).div_(Lm1)     # ||o - y_i||^2 / (L-1)
-            V = torch.sub(S2, blk.A).sub_(V).clamp_min_(0).sqrt_()       # sqrt(sum_{j!=i} ||y_j - mu_i||^2)
-            # invisible keys have y_i = 0: their V is sqrt(S2 - o2/(L-1)); remove them exactly
-            V0 = (S2 - o2 / Lm1).clamp_min(0).sqrt().squeeze(-1)
-            SV = V.sum(-1) - blk.n_hidden.squeeze(-1) * V0
-            del V
-        if need_R:
-            xn_sorted = blk.xn2.sqrt()[blk.bidx.unsqueeze(-1), blk.order]  # [b, q, K]
-            Rcum = torch.cummax(xn_sorted, dim=-1).values
-            acum = torch.cumsum(a.gather(-1, blk.order), dim=-1)
-            del xn_sorted
+            A = ax * a                                                   # ||y_i||^2
+            By = torch.bmm(o, Xb.transpose(1, 2)).mul_(a)                # y_i . o
+            if "jensen" in need:
+                # sum_{j != i} ||y_j - mu_i||^2 = S2 - ||y_i||^2 - ||o - y_i||^2 / (L - 1)
+                c0 = A.sum(-1, keepdim=True) - o2 / Lt1
+                torch.mul(A, -Lt.unsqueeze(-1) / Lt1, out=buf).addcmul_(By, 2 / Lt1).add_(c0)
+                spread = _sqrt_sum(rows.visible_only(buf))               # [b, q]
+        if need_top:
+            xn_top = rows.xn2.sqrt().unsqueeze(1).expand(a.shape).gather(-1, rows.order)   # ||x_j|| in order
+            Rcum = torch.cummax(xn_top, dim=-1).values                   # [b, q, k]
+            acum = torch.cumsum(a.gather(-1, rows.order), dim=-1)
         if need_d1:
-            Dm = torch.cdist(Xu, Xu)[inv]                                # [b, K, K]
+            far = _far_candidates(rows, ns[-1], FAR_CANDIDATES)
+        s = torch.zeros_like(o)
+        n_done = 0
         for c, N in enumerate(ns):
             ok = (Lt > N).expand(a.shape[:2])
-            blk.advance(N)
+            s += rows.top_sum(n_done, N)
+            n_done = N
             res = {}
-            if "dtilde_b" in stats:
-                res["dtilde_b"] = blk.out_sum(blk.dist(), N)
-            if "dtilde_a" in stats:
-                res["dtilde_a"] = (o - 2 * blk.s).norm(dim=-1)
+            if "dtilde_b" in need:
+                torch.bmm(s, Xb.transpose(1, 2), out=buf)                # x_i . s
+                torch.add(ax, buf, alpha=-2, out=buf).mul_(a).add_((s * s).sum(-1, keepdim=True))
+                buf.scatter_(-1, rows.order[..., :N], 0.0)               # selected keys out
+                res["dtilde_b"] = _sqrt_sum(rows.visible_only(buf))
+            if "dtilde_a" in need:
+                res["dtilde_a"] = (o - 2 * s).norm(dim=-1)
             if need_E:
-                cN = N / Lm1                                             # [q, 1]
-                if "E" in stats:
-                    buf = torch.mul(blk.A, (1 + cN) ** 2, out=blk.buf)
-                    buf.addcmul_(Bterm, -2 * (1 + cN) * cN).add_(cN ** 2 * o2).clamp_min_(0).sqrt_()
-                    hidden = blk.n_hidden * cN * o2.sqrt()               # invisible keys: c ||o|| each
-                    res["E"] = (Lt - N) / Lt * (buf.sum(-1) - hidden.squeeze(-1))
-                if "jensen" in stats:
+                cN = N / Lt1                                             # [q, 1]
+                if "E" in need:
+                    torch.mul(A, (1 + cN) ** 2, out=buf).addcmul_(By, -2 * (1 + cN) * cN).add_(cN ** 2 * o2)
+                    res["E"] = (Lt - N) / Lt * _sqrt_sum(rows.visible_only(buf))
+                if "jensen" in need:
                     coef = (N * (Lt - 1 - N) / ((Lt - 1) * (Lt - 2))).clamp_min(0)
                     coef = torch.where(Lt > 2, coef, torch.zeros_like(coef))
-                    res["jensen"] = (Lt - N) / Lt * coef.sqrt() * SV
-            if need_R:
-                abar = acum[..., N - 1]
-                R = Rcum[..., N - 1]
+                    res["jensen"] = (Lt - N) / Lt * coef.sqrt() * spread
+            if need_top:
+                abar, R = acum[..., N - 1], Rcum[..., N - 1]
                 res["abar"], res["R"] = abar, R
             if need_d1:
-                outk = v & (blk.rank >= N)
-                d1 = _d1(blk, N, Dm, outk, chunk)
+                d1 = _d1(rows, N, far, ok, chunk)
                 res["d1"] = d1
                 res["dmax_B"] = bounds.theorem1_fixed_bound(abar, d1, R, Lt, N, "B")
                 res["dmax_R"] = bounds.theorem1_fixed_bound(abar, d1, R, Lt, N, "R")
                 res["dmax_a"] = bounds.theorem1_fixed_bound_a(abar, d1, R)
-            for k in stats:
-                out[k][bs, qs, c] = _nan_rows(res[k], ok).to(out[k].device, torch.float64)
-    return {k: t.reshape(*lead, Q, len(ns)) for k, t in out.items()}
+            out[:, c, bs, qs] = _nan_rows(torch.stack([res[k] for k in stats]), ok)
+    return {k: out[i].permute(1, 2, 0).reshape(*lead, Q, len(ns)) for i, k in enumerate(stats)}
 
 
 def dtilde(probs, x, n: int, visible=None, *, reading: str = "b", chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
@@ -492,6 +479,10 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
     `delta` = `bounds.theorem2_xi_delta` from delta = min pairwise distance of the row's visible
     vectors ([R]). For each: lower = `1 - sum xi / (r N)`, upper_B / upper_R as in
     `bounds.theorem2_bounds`. Stats named `*_row`... `xi_*` are means over the selected tokens.
+
+    N grows one key at a time up to max(ns): s and x_i.s follow (one Gram row per step), r comes from
+    `||y_i||^2 - 2 y_i.s + ||s||^2` minimised over the non-selected keys, and the selected
+    distances (few) are computed directly.
     """
     vis = check_inputs(probs, x, visible)
     K = probs.shape[-1]
@@ -503,50 +494,75 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
     xu = unit_vectors(x, M) if normalize else x.double()
     lead, P, X, xmap = _flat(probs, xu)
     B, Q, _ = P.shape
-    out = {k: torch.empty(B, Q, len(ns), dtype=torch.float64) for k in stats}
+    D = X.shape[-1]
+    n_max = ns[-1]
+    out = torch.empty(len(stats), len(ns), B, Q, dtype=torch.float64)    # one write per (N, block)
     need_pair = bool(_PAIR_STATS & set(stats))
     need_delta = bool(_DELTA_STATS & set(stats))
+    wanted = {N: c for c, N in enumerate(ns)}
+    inf = float("inf")
     delta_cache: dict[tuple, torch.Tensor] = {}
     for bs, qs in _blocks(B, Q, K, chunk):
         v = vis[qs]
         Xu, inv, key = _unique_x(X, xmap, bs)
-        blk = _Block(P[bs, qs], v, Xu, inv, n_max=ns[-1])
-        a = blk.a
-        Lt = blk.Lt
+        rows = _Rows(P[bs, qs], v, Xu, inv, n_max, torch.float64)
+        a, Xb, Lt = rows.a, rows.X, rows.Lt
+        b, q, _ = a.shape
+        bidx = rows.bidx[..., 0]                                         # [b, 1]
         if need_delta:
             if key not in delta_cache:
                 delta_cache = {key: min_pairwise_distance(Xu, vis)}      # [u, Q]
             delta = delta_cache[key][inv][:, qs]
-        tops = _TopSet(blk, ns[-1]) if a.shape[0] * a.shape[1] * ns[-1] * Xu.shape[-1] <= 8 * chunk else None
-        hide = torch.zeros(v.shape, dtype=a.dtype, device=a.device).masked_fill_(~v, float("inf"))   # +inf on invisible keys
-        for c, N in enumerate(ns):
-            ok = (Lt > N).expand(a.shape[:2])
-            blk.advance(N)
-            if tops is not None:
-                tops.grow(N)
-            top = blk.order[..., :N]                                     # [b, q, N]
-            dist = blk.dist().add_(hide).scatter_(-1, top, float("inf"))
-            near = dist.argmin(-1, keepdim=True)                         # nearest non-selected key
-            y_near = a.gather(-1, near) * blk.X[blk.bidx, near.squeeze(-1)]          # [b, q, D]
-            r = (y_near - blk.s).norm(dim=-1)                            # recomputed directly [b, q]
-            ok = ok & (r > 0)
-            dsel = blk.sel_dist(N, chunk) if tops is None else tops.sel_dist(N)      # [b, q, N]
+        G = torch.bmm(Xu, Xu.transpose(1, 2)).view(-1, K)                # Gram rows of the distinct x
+        grow = inv.view(b, 1) * K
+        A = a * a * rows.xn2.unsqueeze(1)                                # ||y_i||^2
+        A_out = torch.where(v, A, inf)                                   # +inf on invisible, then selected keys
+        order = rows.order
+        # small per-selected tensors are laid out [n, b, q] (reductions over n are then vectorised)
+        order_n = order.permute(2, 0, 1)                                 # [n_max, b, q] view
+        a_top = a.gather(-1, order).permute(2, 0, 1).contiguous()
+        A_top = A.gather(-1, order).permute(2, 0, 1).contiguous()
+        xs = torch.zeros_like(a)                                         # x_i . s
+        s = torch.zeros(b, q, D, dtype=a.dtype, device=a.device)
+        psum = torch.zeros(n_max, b, q, dtype=a.dtype, device=a.device)  # sum of ||y_j - y_i|| over selected j
+        buf = torch.empty_like(a)
+        for m in range(n_max):
+            j = order_n[m]                                               # [b, q]
+            aj = a_top[m].unsqueeze(-1)                                  # [b, q, 1]
+            s.addcmul_(aj, Xb[bidx, j])
+            torch.index_select(G, 0, (grow + j).flatten(), out=buf.view(-1, K))   # x_j . x_i, every i
+            xs.addcmul_(buf, aj)
+            A_out.scatter_(-1, j.unsqueeze(-1), inf)
+            if need_pair and m:
+                g = buf.gather(-1, order[..., :m]).permute(2, 0, 1)      # x_j . x_i, earlier selected i
+                d = (A_top[:m] + A_top[m]).addcmul_(a_top[:m] * a_top[m], g, value=-2)
+                d = d.clamp_min_(0).sqrt_()                              # ||y_j - y_i||  [m, b, q]
+                psum[:m] += d
+                psum[m] = d.sum(0)
+            N = m + 1
+            if N not in wanted:
+                continue
+            # dist_i^2 = ||y_i||^2 - 2 a_i x_i.s + ||s||^2, the same expression for r and the selected
+            s2 = (s * s).sum(-1, keepdim=True)
+            r = (torch.addcmul(A_out, a, xs, value=-2, out=buf).amin(-1, keepdim=True) + s2).clamp_min_(0).sqrt_()
+            xs_top = xs.gather(-1, order[..., :N]).permute(2, 0, 1)
+            dsel = (torch.addcmul(A_top[:N], a_top[:N], xs_top, value=-2) + s2.squeeze(-1))
+            dsel = dsel.clamp_min_(0).sqrt_().permute(1, 2, 0)          # [b, q, N] view of [N, b, q]
+            r = r.squeeze(-1)
+            ok = (Lt > N).expand(b, q) & (r > 0)
             res = {"ns_frac": (dsel < r.unsqueeze(-1)).sum(-1).double() / N, "r": r}
-            a_sel = a.gather(-1, top)
             xis = {"row": dsel}
             if need_pair:
-                xis["pair"] = blk.pair_xi(N, chunk) if tops is None else tops.pair_xi(N)
+                xis["pair"] = psum[:N].permute(1, 2, 0) / (N - 1) if N > 1 else torch.zeros_like(dsel)
             if need_delta:
                 res["delta"] = delta
-                xis["delta"] = bounds.theorem2_xi_delta(a_sel, delta, M)
+                xis["delta"] = bounds.theorem2_xi_delta(a_top[:N].permute(1, 2, 0), delta, M)
             for name, xi in xis.items():
-                lo, up_b = bounds.theorem2_bounds(xi, r, M, form="B")
-                _, up_r = bounds.theorem2_bounds(xi, r, M, form="R")
+                lo, (up_b, up_r) = bounds.theorem2_bound_set(xi, r, M, forms=("B", "R"))
                 res[f"xi_{name}"] = xi.mean(-1)
                 res[f"lower_{name}"], res[f"upper_B_{name}"], res[f"upper_R_{name}"] = lo, up_b, up_r
-            for k in stats:
-                out[k][bs, qs, c] = _nan_rows(res[k], ok).to(out[k].device, torch.float64)
-    return {k: t.reshape(*lead, Q, len(ns)) for k, t in out.items()}
+            out[:, wanted[N], bs, qs] = _nan_rows(torch.stack([res[k] for k in stats]), ok)
+    return {k: out[i].permute(1, 2, 0).reshape(*lead, Q, len(ns)) for i, k in enumerate(stats)}
 
 
 def separability(probs, x, n: int, visible=None, *, M: float = 1.0, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
@@ -578,15 +594,28 @@ def log_weights(scores: torch.Tensor, T: float = 1.0, visible: Optional[torch.Te
 
 
 def _visible_scores(scores: torch.Tensor, visible: Optional[torch.Tensor]) -> torch.Tensor:
+    """bool [Q, K]: keys whose score is finite in every head (and visible, if given)."""
     if not isinstance(scores, torch.Tensor) or scores.dim() < 2:
         raise ValueError(f"scores must be a tensor [..., Q, K], got {getattr(scores, 'shape', type(scores))}")
-    if torch.isnan(scores).any():
-        raise ValueError("scores contain NaN; masked keys must be -inf, not NaN")
     Q, K = scores.shape[-2:]
     if visible is not None and visible.shape != (Q, K):
         raise ValueError(f"visible must be bool [Q={Q}, K={K}], got {tuple(visible.shape)}")
-    vis = torch.isfinite(scores).reshape(-1, Q, K).all(0)          # a key counts if finite in every head
-    return vis if visible is None else vis & visible.to(torch.bool)
+    flat = scores.reshape(-1, Q, K)
+    lo, hi = flat.amin(0), flat.amax(0)                                  # NaN propagates
+    if torch.isnan(hi).any():
+        raise ValueError("scores contain NaN; masked keys must be -inf, not NaN")
+    vis = (lo.abs() < float("inf")) & (hi.abs() < float("inf"))         # finite in every head
+    return vis if visible is None else vis & visible.to(device=vis.device, dtype=torch.bool)
+
+
+def _row_max(values: torch.Tensor, vis: torch.Tensor) -> torch.Tensor:
+    """max over each row's visible keys of per-key values: values [b, K], vis [q, K] -> [b, q]
+    (-inf for rows with no visible key). O(K) per head for prefix-shaped visibility."""
+    n = _prefix_lengths(vis)
+    if n is not None:
+        cm = torch.cummax(values, dim=-1).values
+        return torch.where(n > 0, cm[:, (n - 1).clamp_min(0)], float("-inf"))
+    return values.unsqueeze(1).masked_fill(~vis, float("-inf")).amax(-1)
 
 
 def row_summary(scores: torch.Tensor, probs: torch.Tensor, q: torch.Tensor, k: torch.Tensor, scaling: float,
@@ -604,34 +633,45 @@ def row_summary(scores: torch.Tensor, probs: torch.Tensor, q: torch.Tensor, k: t
         raise ValueError(f"q {tuple(q.shape)} / k {tuple(k.shape)} do not match probs {tuple(probs.shape)}")
     lead, Q, K = probs.shape[:-2], probs.shape[-2], probs.shape[-1]
     S, P = scores.reshape(-1, Q, K), probs.reshape(-1, Q, K)
-    Qv, Kv = q.reshape(-1, Q, q.shape[-1]), k.reshape(-1, K, k.shape[-1])
+    Qv, Kv = q.reshape(-1, Q, q.shape[-1]).double(), k.reshape(-1, K, k.shape[-1]).double()
     B = S.shape[0]
-    keys = ("max_weight", "entropy", "entropy_norm", "log_min_w", "log_max_w", "cor1_lo", "cor1_hi",
-            "lemma1_lo", "lemma1_hi", "L", "logit_err")
-    out = {key: torch.empty(B, Q, dtype=torch.float64) for key in keys}
-    Lt_all = vis.sum(-1).double()
-    T = 1.0 / scaling
+    masked = not bool(vis.all())
+    Lt_all = vis.sum(-1).double()                                        # [Q]
+    delta_all = Qv.norm(dim=-1) * _row_max(Kv.norm(dim=-1), vis)         # ||q_t|| max_i ||k_i||  [B, Q]
     inf = float("inf")
+    keys = ("max_weight", "entropy", "score_min", "score_max", "lse", "logit_err")
+    out = {key: torch.empty(B, Q, dtype=torch.float64) for key in keys}
     for bs, qs in _blocks(B, Q, K, chunk):
-        v, Lt = vis[qs], Lt_all[qs]
-        sc = S[bs, qs].double()
-        lse = torch.logsumexp(torch.where(v, sc, -inf), dim=-1)          # [b, q]
-        p = P[bs, qs].double() * v
-        ent = -(torch.special.xlogy(p, p)).sum(-1)
-        kn = Kv[bs].double().norm(dim=-1)                                # [b, K]
-        delta = Qv[bs, qs].double().norm(dim=-1) * torch.where(v, kn.unsqueeze(1), -inf).amax(-1)
-        cor_lo, cor_hi = bounds.corollary1_log_band(Lt, delta, T)
-        amax = torch.where(v, sc.abs(), 0.0).amax(-1)
-        logits = scaling * torch.matmul(Qv[bs, qs].double(), Kv[bs].double().transpose(-1, -2))
-        err = torch.where(v, (logits - sc).abs(), 0.0).amax(-1)
-        res = {"max_weight": p.amax(-1), "entropy": ent,
-               "entropy_norm": torch.where(Lt > 1, ent / Lt.log().clamp_min(1e-300), torch.zeros_like(ent)),
-               "log_min_w": torch.where(v, sc, inf).amin(-1) - lse, "log_max_w": torch.where(v, sc, -inf).amax(-1) - lse,
-               "cor1_lo": cor_lo, "cor1_hi": cor_hi,
-               "lemma1_lo": -Lt.log() - 2 * amax, "lemma1_hi": -Lt.log() + 2 * amax,
-               "L": Lt.expand_as(ent), "logit_err": err}
+        v = vis[qs]
+        sc = S[bs, qs].float()                                           # [b, q, K]
+        if masked:
+            sc = torch.where(v, sc, -inf)
+        hi = sc.amax(-1, keepdim=True)
+        lo = (torch.where(v, sc, inf) if masked else sc).amin(-1)
+        # log-sum-exp over visible keys: exp in float32 (terms that matter have |score - max| < ~30,
+        # rounding ~1e-7 relative), sum in float64
+        lse = hi.squeeze(-1).double() + torch.sub(sc, hi).exp_().sum(-1).double().log_()
+        p = P[bs, qs].float()
+        if masked:
+            p = torch.where(v, p, 0.0)
+        # -p log p in float32 (1 ulp per term; 0 log 0 = 0), summed in float64
+        plogp = torch.log(p.clamp_min(1e-45)).mul_(p).sum(-1).double()
+        # |scaling q.k - score| in float64 (masked keys: +inf, then 0)
+        err = torch.baddbmm(sc.double(), Qv[bs, qs], Kv[bs].transpose(-1, -2), beta=-1, alpha=scaling).abs_()
+        if masked:
+            err = torch.where(v, err, 0.0)
+        vals = {"max_weight": p.amax(-1), "entropy": -plogp, "score_min": lo, "score_max": hi.squeeze(-1),
+                "lse": lse, "logit_err": err.amax(-1)}
         for key in keys:
-            out[key][bs, qs] = res[key].cpu()
+            out[key][bs, qs] = vals[key].cpu().double()
+    Lt = Lt_all.cpu().expand(B, Q)
+    ent, lse, lo, hi = out.pop("entropy"), out.pop("lse"), out.pop("score_min"), out.pop("score_max")
+    logL = Lt.log()
+    amax = torch.maximum(hi.abs(), lo.abs())                             # max_i |score_i| over visible keys
+    out.update(entropy=ent, entropy_norm=torch.where(Lt > 1, ent / logL.clamp_min(1e-300), torch.zeros_like(ent)),
+               log_min_w=lo - lse, log_max_w=hi - lse, lemma1_lo=-logL - 2 * amax, lemma1_hi=-logL + 2 * amax,
+               L=Lt.clone())
+    out["cor1_lo"], out["cor1_hi"] = bounds.corollary1_log_band(Lt, delta_all.cpu(), 1.0 / scaling)
     return {key: t.reshape(*lead, Q) for key, t in out.items()}
 
 
@@ -784,7 +824,7 @@ def _bounds_blocks(probs, x, ns, vis, reading, chunk, window: int = 32):
     lead, P, X, xmap = _flat(probs, x)
     B, Q, _ = P.shape
     wanted = {N: c for c, N in enumerate(ns)}
-    slack = 1e-7                         # covers rounding in the expanded squared norms
+    slack = 2e-6                         # covers rounding of the exact values (float32 roots, `_sqrt_sum`)
     for bs, qs in _blocks(B, Q, K, chunk):
         v = vis[qs]
         Xu, inv, _ = _unique_x(X, xmap, bs)
