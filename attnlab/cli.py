@@ -34,9 +34,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def keep_freed_memory() -> bool:
+    """Ask glibc's malloc to keep freed memory for reuse (M_MMAP_THRESHOLD 32 MiB, its maximum, and
+    M_TRIM_THRESHOLD 1 GiB) instead of handing it back to the OS after every tensor: a figure run
+    allocates gigabytes in short-lived multi-MiB tensors, and each fresh page costs a page fault
+    (on the project's VMs 30-40% of the metrics' time). A no-op (False) without glibc."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, 1 << 30))
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     warnings.simplefilter("default")
+    keep_freed_memory()
     try:
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:

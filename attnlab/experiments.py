@@ -583,12 +583,14 @@ class _Fixed(Captures):
 
 @_with_threads
 def bench_figures(model, ids, quick: bool = True, *, oracle_layers: Optional[int] = None,
-                  figures: Optional[Sequence[str]] = None, progress: bool = False, **protocol) -> list[dict]:
+                  figures: Optional[Sequence[str]] = None, progress: bool = False, repeats: int = 3,
+                  **protocol) -> list[dict]:
     """Time each figure, vectorised vs the per-row oracle, on the same captured traces.
 
     The forward passes are made once, before timing. The oracle runs on the first `oracle_layers`
     layers (default: all when quick, 1 otherwise: the oracle is linear in the number of heads), and
-    the vectorised code is timed on the same subset (`speedup`, like for like) and on all layers.
+    the vectorised code is timed on the same subset (`speedup`, like for like; the median of
+    `repeats` runs, after a first run on all layers that also warms up) and on all layers.
     `oracle_full_s_est` extrapolates the oracle linearly to all layers. One dict per figure.
     """
     names = list(figures or FIGURES)
@@ -605,15 +607,19 @@ def bench_figures(model, ids, quick: bool = True, *, oracle_layers: Optional[int
         func = FIGURE_FUNCS[name]
         proto = {k: v for k, v in protocol.items() if k != "impl"}
         timings = {}
-        for label, layers, impl in (("vectorised_full", None, "vectorised"), ("vectorised", sub, "vectorised"),
-                                    ("oracle", sub, "oracle")):
+        for label, layers, impl, n in (("vectorised_full", None, "vectorised", 1),
+                                       ("vectorised", sub, "vectorised", max(1, repeats)), ("oracle", sub, "oracle", 1)):
             run = dict(proto)
             if impl == "oracle" and name == "fig2c":
                 # the oracle scans exactly as far as the vectorised run on the same inputs did
                 run["n_max"] = max(r["N"] for r in res.rows)
-            t0 = time.perf_counter()
-            res = func(model, None, quick=quick, progress=progress, captures=[_Fixed(cap, layers)], impl=impl, **run)
-            timings[label] = time.perf_counter() - t0
+            times = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                res = func(model, None, quick=quick, progress=progress, captures=[_Fixed(cap, layers)], impl=impl,
+                           **run)
+                times.append(time.perf_counter() - t0)
+            timings[label] = float(np.median(times))
         rows.append({"figure": name, "model": model.name, "quick": quick, "L_max": grid[-1],
                      "layers_total": n_layers, "oracle_layers": sub,
                      "vectorised_full_s": round(timings["vectorised_full"], 4),
@@ -621,5 +627,6 @@ def bench_figures(model, ids, quick: bool = True, *, oracle_layers: Optional[int
                      "speedup": round(timings["oracle"] / max(timings["vectorised"], 1e-9), 2),
                      "oracle_full_s_est": round(timings["oracle"] * n_layers / sub, 2),
                      "speedup_full_est": round(timings["oracle"] * n_layers / sub / max(timings["vectorised_full"], 1e-9), 2),
-                     "capture_s": round(cap.seconds, 3), "torch_threads": torch.get_num_threads()})
+                     "repeats": max(1, repeats), "capture_s": round(cap.seconds, 3),
+                     "torch_threads": torch.get_num_threads()})
     return rows

@@ -33,7 +33,7 @@ import torch
 
 from attnlab import bounds
 
-DEFAULT_CHUNK = 1 << 18          # elements of one float64 [heads, rows, K] block (2 MiB: stays in cache)
+DEFAULT_CHUNK = 1 << 20          # elements of one [heads, rows, K] block (8 MiB in float64: amortises per-op overhead)
 REANCHOR = 32                    # recompute s directly every REANCHOR steps of N (bounds rounding drift)
 DISTANCE_STATS = ("dtilde_b", "dtilde_a", "E", "jensen", "abar", "d1", "R", "dmax_B", "dmax_R", "dmax_a")
 SEPARABILITY_STATS = ("ns_frac", "r", "delta", "xi_row", "xi_pair", "xi_delta",
@@ -196,7 +196,19 @@ def _sqrt_sum(sq: torch.Tensor) -> torch.Tensor:
     """sum over the last dim of sqrt(max(sq, 0)) for squared distances sq [..., K] (consumed) -> [...]
     float64. The roots and their sum are taken in float32 (4x faster than float64 roots on CPU;
     ~1e-7 relative): the squares, where cancellation happens, stay in sq's dtype."""
-    return sq.clamp_min_(0).float().sqrt_().sum(-1).double()
+    return sq.float().clamp_min_(0).sqrt_().sum(-1).double()
+
+
+def _root_sum(rows: "_Rows", ax: torch.Tensor, w: torch.Tensor, c: torch.Tensor, buf: torch.Tensor,
+              sign: float = 1.0, drop: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """sum over the visible keys (but the positions `drop` [b, q, n]) of
+    sqrt(c + sign * a_i (ax_i - 2 x_i.w)): ax [b, q, K] = a_i ||x_i||^2, w [b, q, D], c [b, q, 1];
+    one matrix product fused with the first term (`baddbmm`), one elementwise pass. -> [b, q]."""
+    torch.baddbmm(ax, w, rows.XT, alpha=-2, out=buf)
+    torch.addcmul(c, rows.a, buf, value=sign, out=buf)
+    if drop is not None:
+        buf.scatter_(-1, drop, 0.0)
+    return _sqrt_sum(rows.visible_only(buf))
 
 
 class _Rows:
@@ -217,6 +229,7 @@ class _Rows:
         self.a = probs.to(dtype) * self.visf if self.masked else probs.to(dtype)
         self.Xu, self.inv = Xu, inv
         self.X = Xu[inv]
+        self.XT = self.X.transpose(1, 2)                                 # [b, D, K]
         self.xn2 = (self.X * self.X).sum(-1)
         self.Lt = vis.sum(-1).to(dtype)
         b = probs.shape[0]
@@ -243,55 +256,83 @@ class _Rows:
             -1, self.order[..., :N], True)
 
 
-def _far_candidates(rows: "_Rows", n: int, m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """For every key j that is among the top n of some row: its m farthest keys, farthest first, and
-    their distances (far_dist [u, K, m], far_idx [u, K, m]; rows of other keys are unused). Squared
-    distances from the Gram rows, float64."""
+SMALL_N = 16                     # d1 for N <= SMALL_N from each key's farthest visible key (else candidates)
+
+
+def _far_tables(rows: "_Rows", ns: Sequence[int], m: int) -> dict:
+    """Lookup tables for `_d1`. For small N and prefix-shaped visibility (bidirectional or causal rows):
+    the squared distances d2 [u, K, K] (from the Gram rows, float64) and far2 [u, K, P], the largest
+    d2[j, i] over the first n keys, at column col[t] for row t's n = L_t. For larger N: each key's m
+    farthest keys, farthest first (far_dist, far_idx [u, K, m]), for the keys that are ever selected."""
     Xu, K = rows.Xu, rows.a.shape[-1]
-    m = min(m, K)
-    far_dist = torch.zeros(Xu.shape[0], K, m, dtype=Xu.dtype, device=Xu.device)
-    far_idx = torch.zeros(Xu.shape[0], K, m, dtype=torch.long, device=Xu.device)
-    xn2 = rows.xn2.new_empty(0) if Xu.shape[0] == 0 else (Xu * Xu).sum(-1)
-    for u in range(Xu.shape[0]):
-        keys = torch.zeros(K, dtype=torch.bool, device=Xu.device)
-        keys[rows.order[rows.inv == u][..., :n].flatten()] = True
-        U = keys.nonzero().squeeze(-1)                                   # keys that are ever selected
-        d2 = torch.addmm(xn2[u, U].unsqueeze(-1) + xn2[u].unsqueeze(0), Xu[u, U], Xu[u].T, alpha=-2)
-        val, idx = torch.topk(d2, m, dim=-1)
-        far_dist[u, U], far_idx[u, U] = val.clamp_min_(0).sqrt_(), idx
-    return far_dist, far_idx
+    xn2 = (Xu * Xu).sum(-1)
+    tables = {}
+    n_vis = _prefix_lengths(rows.vis)
+    if n_vis is not None and ns[0] <= SMALL_N:
+        d2 = torch.baddbmm(xn2.unsqueeze(-1) + xn2.unsqueeze(-2), Xu, Xu.transpose(1, 2), alpha=-2)
+        if bool((n_vis == K).all()):
+            far2, col = d2.amax(-1, keepdim=True), torch.zeros_like(n_vis)
+        else:
+            far2, col = torch.cummax(d2, dim=-1).values, (n_vis - 1).clamp_min(0)
+        tables["small"] = (d2, far2, col)
+    if ns[-1] > SMALL_N or "small" not in tables:
+        m = min(m, K)
+        far_dist = torch.zeros(Xu.shape[0], K, m, dtype=Xu.dtype, device=Xu.device)
+        far_idx = torch.zeros(Xu.shape[0], K, m, dtype=torch.long, device=Xu.device)
+        for u in range(Xu.shape[0]):
+            keys = torch.zeros(K, dtype=torch.bool, device=Xu.device)
+            keys[rows.order[rows.inv == u].flatten()] = True
+            U = keys.nonzero().squeeze(-1)                               # keys that are ever selected
+            d2 = torch.addmm(xn2[u, U].unsqueeze(-1) + xn2[u].unsqueeze(0), Xu[u, U], Xu[u].T, alpha=-2)
+            val, idx = torch.topk(d2, m, dim=-1)
+            far_dist[u, U], far_idx[u, U] = val.clamp_min_(0).sqrt_(), idx
+        tables["candidates"] = (far_dist, far_idx)
+    return tables
 
 
-def _d1(rows: _Rows, N: int, far, ok: torch.Tensor, chunk: int) -> torch.Tensor:
+def _d1(rows: _Rows, N: int, tables: dict, ok: torch.Tensor, chunk: int) -> torch.Tensor:
     """d1 = max over selected j and visible non-selected i of ||x_i - x_j|| per row: [b, q].
 
-    Each selected j looks up its farthest keys (`_far_candidates`, farthest first): the farthest one
-    that is visible and not selected gives max_i ||x_i - x_j|| exactly. Rows where some j has every
-    candidate excluded are recomputed over all keys. `ok` [b, q] marks the rows that count."""
-    far_dist, far_idx = far
+    Small N ("small" tables): j's farthest visible key is not selected when it is strictly farther
+    than every selected key, and then gives max_i ||x_i - x_j||. Otherwise ("candidates"): j's
+    farthest keys, farthest first: the first one that is visible and not selected gives it. Rows
+    where some j is left undecided are recomputed over all keys. `ok` [b, q] marks the rows that count."""
     b, q, K = rows.a.shape
-    m = far_idx.shape[-1]
     j = rows.order[..., :N]                                              # [b, q, N]
-    rowsel = (rows.inv.view(b, 1, 1) * K + j).flatten()                  # rows of the [u*K, m] tables
-    allowed = rows.vis & ~rows.selected(N)                               # [b, q, K]
-    cand = far_idx.view(-1, m).index_select(0, rowsel).view(b, q, N * m)
-    valid = allowed.gather(-1, cand)
-    dist = far_dist.view(-1, m).index_select(0, rowsel).view(b, q, N * m)
-    best = torch.where(valid, dist, float("-inf")).view(b, q, N, m).amax(-1)      # [b, q, N]
+    if N <= SMALL_N and "small" in tables:
+        d2, far2, col = tables["small"]
+        P = far2.shape[-1]
+        base = rows.inv.view(b, 1, 1) * K                                # first row of each head's table
+        fj = torch.take(far2, ((base + j) * P + col.view(1, q, 1)))     # [b, q, N]
+        ms = torch.take(d2, ((base + j).unsqueeze(-1) * K + j.unsqueeze(-2))).amax(-1)   # over selected i
+        best = torch.where(ms < fj, fj.clamp_min(0).sqrt(), float("-inf"))          # [b, q, N]
+    else:
+        far_dist, far_idx = tables["candidates"]
+        m = far_idx.shape[-1]
+        rowsel = (rows.inv.view(b, 1, 1) * K + j).flatten()              # rows of the [u*K, m] tables
+        allowed = rows.vis & ~rows.selected(N)                           # [b, q, K]
+        cand = far_idx.view(-1, m).index_select(0, rowsel).view(b, q, N * m)
+        valid = allowed.gather(-1, cand)
+        dist = far_dist.view(-1, m).index_select(0, rowsel).view(b, q, N * m)
+        best = torch.where(valid, dist, float("-inf")).view(b, q, N, m).amax(-1)  # [b, q, N]
     d1 = best.amax(-1)
     redo = (best == float("-inf")).any(-1) & ok
-    if bool(redo.any()):
+    if bool(redo.any()):                                                 # exact, over all keys
         bb, tt = redo.nonzero(as_tuple=True)
+        jj = j[bb, tt]                                                   # [r, N]
+        sel = torch.zeros(len(bb), K, dtype=torch.bool, device=jj.device).scatter_(-1, jj, True)
+        allowed = (rows.vis[tt] & ~sel).unsqueeze(1)                     # [r, 1, K]
         step = max(1, chunk // max(1, N * K))
         for c0 in range(0, len(bb), step):
-            bi, ti = bb[c0:c0 + step], tt[c0:c0 + step]
-            Xr = rows.X[bi]                                              # [r, K, D]
-            xj = Xr.gather(1, j[bi, ti].unsqueeze(-1).expand(-1, -1, Xr.shape[-1]))      # [r, N, D]
-            xn2 = rows.xn2[bi]
-            d2 = torch.baddbmm(xn2.gather(1, j[bi, ti]).unsqueeze(-1) + xn2.unsqueeze(1), xj,
-                               Xr.transpose(1, 2), alpha=-2)             # [r, N, K]
-            d2 = torch.where(allowed[bi, ti].unsqueeze(1), d2, float("-inf"))
-            d1[bi, ti] = d2.flatten(1).amax(-1).clamp_min(0).sqrt()
+            cs = slice(c0, c0 + step)
+            if "small" in tables:                                        # rows of the d2 table
+                d2 = tables["small"][0].view(-1, K).index_select(0, (rows.inv[bb[cs]].unsqueeze(-1) * K + jj[cs]).flatten())
+            else:
+                xj = rows.X[bb[cs].unsqueeze(-1), jj[cs]]                # [r, N, D]
+                d2 = torch.einsum("rnd,rkd->rnk", xj, rows.X[bb[cs]]).mul_(-2)
+                d2 += rows.xn2[bb[cs].unsqueeze(-1), jj[cs]].unsqueeze(-1) + rows.xn2[bb[cs]].unsqueeze(1)
+            d2 = torch.where(allowed[cs], d2.view(-1, N, K), float("-inf"))
+            d1[bb[cs], tt[cs]] = d2.flatten(1).amax(-1).clamp_min(0).sqrt()
     return d1
 
 
@@ -340,30 +381,27 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     need = set(stats)
     need_d1 = bool({"d1", "dmax_B", "dmax_R", "dmax_a"} & need)
     need_top = need_d1 or bool({"R", "abar"} & need)
-    need_E = bool({"E", "jensen"} & need)
     for bs, qs in _blocks(B, Q, K, chunk):
         Xu, inv, _ = _unique_x(X, xmap, bs, dtype)
         rows = _Rows(P[bs, qs], vis[qs], Xu, inv, ns[-1], dtype)
-        a, Xb, Lt = rows.a, rows.X, rows.Lt
+        a, Lt = rows.a, rows.Lt
         Lt1 = (Lt - 1).clamp_min(1).unsqueeze(-1)                        # [q, 1]
-        o = torch.bmm(a, Xb)                                             # sum_i y_i  [b, q, D]
+        o = torch.bmm(a, rows.X)                                         # sum_i y_i  [b, q, D]
         o2 = (o * o).sum(-1, keepdim=True)                               # [b, q, 1]
         ax = a * rows.xn2.unsqueeze(1)                                   # a_i ||x_i||^2  [b, q, K]
         buf = torch.empty_like(a)
-        if need_E:
-            A = ax * a                                                   # ||y_i||^2
-            By = torch.bmm(o, Xb.transpose(1, 2)).mul_(a)                # y_i . o
-            if "jensen" in need:
-                # sum_{j != i} ||y_j - mu_i||^2 = S2 - ||y_i||^2 - ||o - y_i||^2 / (L - 1)
-                c0 = A.sum(-1, keepdim=True) - o2 / Lt1
-                torch.mul(A, -Lt.unsqueeze(-1) / Lt1, out=buf).addcmul_(By, 2 / Lt1).add_(c0)
-                spread = _sqrt_sum(rows.visible_only(buf))               # [b, q]
+        if "jensen" in need:
+            # sum_{j != i} ||y_j - mu_i||^2 = S2 - ||y_i||^2 - ||o - y_i||^2 / (L - 1)
+            #   = L / (L - 1) * [(S2 (L - 1) - ||o||^2) / L - a_i (a_i ||x_i||^2 - 2 x_i.o / L)]
+            L_ = Lt.unsqueeze(-1)
+            c0 = ((a * ax).sum(-1, keepdim=True) * Lt1 - o2) / L_
+            spread = (L_ / Lt1).sqrt().squeeze(-1) * _root_sum(rows, ax, o / L_, c0, buf, sign=-1.0)
         if need_top:
             xn_top = rows.xn2.sqrt().unsqueeze(1).expand(a.shape).gather(-1, rows.order)   # ||x_j|| in order
             Rcum = torch.cummax(xn_top, dim=-1).values                   # [b, q, k]
             acum = torch.cumsum(a.gather(-1, rows.order), dim=-1)
         if need_d1:
-            far = _far_candidates(rows, ns[-1], FAR_CANDIDATES)
+            far = _far_tables(rows, ns, FAR_CANDIDATES)
         s = torch.zeros_like(o)
         n_done = 0
         for c, N in enumerate(ns):
@@ -371,22 +409,21 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
             s += rows.top_sum(n_done, N)
             n_done = N
             res = {}
-            if "dtilde_b" in need:
-                torch.bmm(s, Xb.transpose(1, 2), out=buf)                # x_i . s
-                torch.add(ax, buf, alpha=-2, out=buf).mul_(a).add_((s * s).sum(-1, keepdim=True))
-                buf.scatter_(-1, rows.order[..., :N], 0.0)               # selected keys out
-                res["dtilde_b"] = _sqrt_sum(rows.visible_only(buf))
+            if "dtilde_b" in need:                                       # ||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2
+                res["dtilde_b"] = _root_sum(rows, ax, s, (s * s).sum(-1, keepdim=True), buf,
+                                            drop=rows.order[..., :N])
             if "dtilde_a" in need:
                 res["dtilde_a"] = (o - 2 * s).norm(dim=-1)
-            if need_E:
+            if "E" in need:
+                # ||(1 + c) y_i - c o||^2 = (1 + c)^2 [a_i (a_i ||x_i||^2 - 2 k x_i.o) + k^2 ||o||^2],
+                # c = N / (L - 1), k = c / (1 + c)
                 cN = N / Lt1                                             # [q, 1]
-                if "E" in need:
-                    torch.mul(A, (1 + cN) ** 2, out=buf).addcmul_(By, -2 * (1 + cN) * cN).add_(cN ** 2 * o2)
-                    res["E"] = (Lt - N) / Lt * _sqrt_sum(rows.visible_only(buf))
-                if "jensen" in need:
-                    coef = (N * (Lt - 1 - N) / ((Lt - 1) * (Lt - 2))).clamp_min(0)
-                    coef = torch.where(Lt > 2, coef, torch.zeros_like(coef))
-                    res["jensen"] = (Lt - N) / Lt * coef.sqrt() * spread
+                k = cN / (1 + cN)
+                res["E"] = (Lt - N) / Lt * (1 + cN.squeeze(-1)) * _root_sum(rows, ax, k * o, k * k * o2, buf)
+            if "jensen" in need:
+                coef = (N * (Lt - 1 - N) / ((Lt - 1) * (Lt - 2))).clamp_min(0)
+                coef = torch.where(Lt > 2, coef, torch.zeros_like(coef))
+                res["jensen"] = (Lt - N) / Lt * coef.sqrt() * spread
             if need_top:
                 abar, R = acum[..., N - 1], Rcum[..., N - 1]
                 res["abar"], res["R"] = abar, R
@@ -677,11 +714,13 @@ def row_summary(scores: torch.Tensor, probs: torch.Tensor, q: torch.Tensor, k: t
 
 # ------------------------------------------------------------------------------------ gradients
 
-def _direction(b: int, vis: torch.Tensor, seed: int) -> torch.Tensor:
-    """Random unit direction over the visible keys of each row, for flattened head index b: [Q, K] float64.
-    One generator per (seed, head): results do not depend on chunking."""
+def _direction(b: int, vis: torch.Tensor, seed: int, Q: Optional[int] = None, rows: slice = slice(None)) -> torch.Tensor:
+    """Random unit direction over the visible keys of each row, for flattened head index b: [q, K] float64
+    for the rows `rows` of the head's Q rows (vis [q, K] their visibility; default all rows). One
+    generator per (seed, head): results do not depend on chunking."""
     g = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(b))
-    z = torch.randn(vis.shape, generator=g).to(vis.device, torch.float64) * vis   # float32 draw: 5x faster
+    Q = vis.shape[0] if Q is None else Q
+    z = torch.randn(Q, vis.shape[1], generator=g)[rows].to(vis.device, torch.float64) * vis   # float32 draw: 5x faster
     n = z.norm(dim=-1, keepdim=True)
     return torch.where(n > 0, z / n.clamp_min(1e-300), z)
 
@@ -713,28 +752,42 @@ def fd_grad_norms(scores: torch.Tensor, temperatures: Sequence[float], epsilons:
     B, Q, K = S.shape
     out = torch.empty(B, Q, len(Ts), len(Es), dtype=torch.float64)
     ok = vis.sum(-1) >= 2
-    hide = torch.zeros(vis.shape, dtype=torch.float64, device=vis.device).masked_fill_(~vis, float("-inf"))
+    masked = not bool(vis.all())
+    inf = float("inf")
     for bs, qs in _blocks(B, Q, K, chunk):
-        l = S[bs, qs].double().add_(hide[qs])                           # -inf on invisible keys
-        l = l.sub_(l.amax(-1, keepdim=True))                             # softmax is shift-invariant
-        v = torch.stack([_direction(b, vis, seed)[qs] for b in range(bs.start, bs.stop)])
-        base = torch.empty_like(l)
-        buf = torch.empty_like(l)
+        l = S[bs, qs].double()
+        if masked:
+            l = torch.where(vis[qs], l, -inf)                            # -inf on invisible keys
+        l.sub_(l.amax(-1, keepdim=True))                                 # max 0: softmax is shift-invariant
+        l_min = float((torch.where(vis[qs], l, inf) if masked else l).amin())   # lowest visible logit
+        v = torch.stack([_direction(b, vis[qs], seed, Q, qs) for b in range(bs.start, bs.stop)])
+        lT, p, e = torch.empty_like(l), torch.empty_like(l), torch.empty_like(l)
         for ti, T in enumerate(Ts):
-            _softmax_(torch.div(l, T, out=base))
+            torch.div(l, T, out=lT)
+            _exp_(p.copy_(lT), l_min / T)                                # max exponent 0
+            p.div_(p.sum(-1, keepdim=True))                              # softmax(l / T)
             for ei, eps in enumerate(Es):
-                _softmax_(torch.add(l, v, alpha=eps, out=buf).div_(T)).sub_(base)
-                out[bs, qs, ti, ei] = (torch.linalg.vector_norm(buf, dim=-1) / eps).cpu()
+                # exponents (l + eps v) / T, at most eps / T (l <= 0, |v_i| <= 1): shifted only when large
+                torch.add(lT, v, alpha=eps / T, out=e)
+                low = (l_min - eps) / T
+                if eps / T > 300:
+                    e.sub_(e.amax(-1, keepdim=True))
+                    low = -inf
+                _exp_(e, low)
+                total = e.sum(-1, keepdim=True)
+                e.addcmul_(p, total, value=-1)                           # e - total * p = total * (p' - p)
+                out[bs, qs, ti, ei] = (torch.linalg.vector_norm(e, dim=-1) / (total.squeeze(-1) * eps)).cpu()
     out[:, ~ok.cpu()] = float("nan")
     return out.reshape(*lead, Q, len(Ts), len(Es))
 
 
-def _softmax_(z: torch.Tensor) -> torch.Tensor:
-    """In-place softmax over the last dim of float64 logits. Exponents below -700 are clamped there
+def _exp_(z: torch.Tensor, low: float) -> torch.Tensor:
+    """exp in place; exponents are first clamped at -700 when they may go below `low` < -700
     (exp(-700) ~ 1e-304, far below any weight that matters): exp of large negative numbers takes a
-    slow denormal path on CPU that made this 10x slower at small temperatures."""
-    z.sub_(z.amax(-1, keepdim=True)).clamp_min_(-700.0).exp_()
-    return z.div_(z.sum(-1, keepdim=True))
+    slow denormal path on CPU that made softmax 10x slower at small temperatures."""
+    if low < -700:
+        z.clamp_min_(-700.0)
+    return z.exp_()
 
 
 def softmax_jacobian_norm(probs: torch.Tensor, T: float = 1.0, visible: Optional[torch.Tensor] = None,
@@ -879,7 +932,7 @@ def _bounds_blocks(probs, x, ns, vis, reading, chunk, window: int = 32):
 
 
 def distance_bounds(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visible: Optional[torch.Tensor] = None,
-                    *, reading: str = "b", chunk: int = 4 * DEFAULT_CHUNK) -> dict[str, torch.Tensor]:
+                    *, reading: str = "b", chunk: int = DEFAULT_CHUNK) -> dict[str, torch.Tensor]:
     """Cheap rigorous brackets of d~ and E for every row and N: dict d_lo, d_hi, e_lo, e_hi [..., Q, len(ns)].
 
     O(D) work per row and N instead of O(K D), from the triangle inequality
@@ -900,7 +953,7 @@ def distance_bounds(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], vis
     return {k: t.reshape(*lead, Q, len(ns)) for k, t in out.items()}
 
 
-def _bounds_head_means(probs, x, ns, vis, reading, chunk=16 * DEFAULT_CHUNK) -> dict[str, np.ndarray]:
+def _bounds_head_means(probs, x, ns, vis, reading, chunk=4 * DEFAULT_CHUNK) -> dict[str, np.ndarray]:
     """Per-head means over valid rows of the brackets: dict -> [heads, len(ns)] (NaN: no valid row)."""
     lead = probs.shape[:-2]
     B = int(np.prod(lead)) if len(lead) else 1

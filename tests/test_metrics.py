@@ -41,6 +41,27 @@ def test_distance_stats_equal_oracle(case, chunk):
             _close(a[k], b[k])
 
 
+@pytest.mark.parametrize("shape", ["causal", "bidirectional", "irregular"])
+def test_d1_lookups_equal_oracle(shape):
+    """d1 for small N (farthest visible key) and large N (farthest-key candidates), on prefix-shaped and
+    irregular visibility, with rows that fall back to the full recomputation (few keys, many ties)."""
+    g = torch.Generator().manual_seed(7)
+    L, D = 40, 3
+    vis = {"causal": torch.tril(torch.ones(L, L, dtype=torch.bool)),
+           "bidirectional": torch.ones(L, L, dtype=torch.bool),
+           "irregular": torch.rand(L, L, generator=g) > 0.3}[shape]
+    vis[:, 0] = True
+    scores = (torch.randn(2, 3, L, L, generator=g) * 2).masked_fill(~vis, float("-inf"))
+    probs = torch.softmax(scores, -1)
+    x = torch.randn(2, 3, L, D, generator=g)
+    x[..., 5, :] = x[..., 6, :]                                          # duplicate vectors: ties in distance
+    ns = [1, 4, metrics.SMALL_N, metrics.SMALL_N + 1, 30]
+    a = metrics.distance_stats(probs, x, ns, vis, stats=("d1", "dmax_B"))
+    b = oracle.distance_stats(probs, x, ns, vis, stats=("d1", "dmax_B"))
+    for k in ("d1", "dmax_B"):
+        _close(a[k], b[k])
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_separability_stats_equal_oracle(case):
     _, probs, x, hidden, vis = _inputs(seed=1, causal=case["causal"])
