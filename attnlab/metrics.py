@@ -9,18 +9,21 @@ Inputs (all torch tensors):
   `L_t = visible[t].sum()`; rows with `L_t <= N` are skipped (NaN in per-row outputs).
   Protocol "masked keys included" = pass `visible=None` (all keys, weight 0 where masked).
 
-Everything is computed in float64 (the critical-N scan: float32) on blocks of (head, query rows)
-small enough to stay in cache and bound memory (`chunk` = elements of one [heads, rows, K] block,
-2 MiB: a 12 x 12 model at L = 1024 never allocates more than a few such blocks per tensor). Top-N =
-the first N keys of each row sorted by weight, descending, ties broken by the lower key index
-(stable sort; a partial top-k selection with the same tie rule when only small N are needed), so
-one sort serves every N. Selected-set quantities (s, x_i.s, cumulative mass, max norm) are updated
-as N grows, from the Gram matrix, instead of being recomputed.
+Work is done on blocks of (heads, query rows) (`chunk` = elements of one [heads, rows, K] block,
+8 MiB in float64: big enough to amortise the ~10-20 us overhead of each torch operation, small
+enough to bound memory: a 12 x 12 model at L = 1024 keeps a few such blocks per tensor). Top-N =
+the first N keys of each row by weight, descending, ties broken by the lower key index: one `topk`
+per block serves every N (rows with a tie where the rule decides are redone with a stable sort).
 
-Distances use `||a_i x_i - s||^2 = a_i^2 ||x_i||^2 - 2 a_i x_i.s + ||s||^2` for the many non-selected
-keys (no [rows, K, D] tensors) and direct differences for the few selected ones. `attnlab.oracle`
-recomputes all of it row by row, directly from the formulas; the tests check both agree to 1e-5
-relative. Functions accept tensors on any device; per-row outputs come back on the CPU.
+Sums of distances over the K keys never form [rows, K, D] tensors: squared norms are expanded in
+dot products, `||a_i x_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2`, and each sum costs one
+matrix product fused with the first term (`baddbmm`) and one elementwise pass. The squares are
+float64 (the critical-N scan: float32), where the cancellation happens; their square roots and sums
+are float32 (~1e-7 relative; float64 roots are 4x slower on CPU). Theorem 2 grows N one key at a
+time (one Gram row per step). d1 (the largest selected-to-non-selected distance) comes from each
+key's farthest keys, precomputed once per head. `attnlab.oracle` recomputes everything row by
+row, directly from the formulas; the tests check both agree to 1e-5 relative. Functions accept
+tensors on any device; per-row outputs come back on the CPU.
 """
 from __future__ import annotations
 
@@ -34,7 +37,6 @@ import torch
 from attnlab import bounds
 
 DEFAULT_CHUNK = 1 << 20          # elements of one [heads, rows, K] block (8 MiB in float64: amortises per-op overhead)
-REANCHOR = 32                    # recompute s directly every REANCHOR steps of N (bounds rounding drift)
 DISTANCE_STATS = ("dtilde_b", "dtilde_a", "E", "jensen", "abar", "d1", "R", "dmax_B", "dmax_R", "dmax_a")
 SEPARABILITY_STATS = ("ns_frac", "r", "delta", "xi_row", "xi_pair", "xi_delta",
                       "lower_row", "lower_pair", "lower_delta",
@@ -192,23 +194,21 @@ def _top_order(a: torch.Tensor, vis: torch.Tensor, k: int) -> torch.Tensor:
     return order[..., :k]
 
 
-def _sqrt_sum(sq: torch.Tensor) -> torch.Tensor:
-    """sum over the last dim of sqrt(max(sq, 0)) for squared distances sq [..., K] (consumed) -> [...]
-    float64. The roots and their sum are taken in float32 (4x faster than float64 roots on CPU;
-    ~1e-7 relative): the squares, where cancellation happens, stay in sq's dtype."""
-    return sq.float().clamp_min_(0).sqrt_().sum(-1).double()
-
-
 def _root_sum(rows: "_Rows", ax: torch.Tensor, w: torch.Tensor, c: torch.Tensor, buf: torch.Tensor,
               sign: float = 1.0, drop: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """sum over the visible keys (but the positions `drop` [b, q, n]) of
-    sqrt(c + sign * a_i (ax_i - 2 x_i.w)): ax [b, q, K] = a_i ||x_i||^2, w [b, q, D], c [b, q, 1];
-    one matrix product fused with the first term (`baddbmm`), one elementwise pass. -> [b, q]."""
+    """sum over the visible keys (but the positions `drop` [b, q, n]) of the distances
+    sqrt(c + sign * a_i (ax_i - 2 x_i.w)): ax [b, q, K] = a_i ||x_i||^2, w [b, q, D], c [b, q, 1]
+    -> [b, q] float64. One matrix product fused with the first term (`baddbmm`) into `buf`, then one
+    pass that forms the squares in buf's dtype (float64 by default: the cancellation happens there);
+    their roots and sum are taken in float32 (~1e-7 relative; float64 roots are 4x slower on CPU)."""
     torch.baddbmm(ax, w, rows.XT, alpha=-2, out=buf)
     torch.addcmul(c, rows.a, buf, value=sign, out=buf)
+    sq = rows.buf32.copy_(buf)                                           # (mixed-dtype ops are 2x slower)
     if drop is not None:
-        buf.scatter_(-1, drop, 0.0)
-    return _sqrt_sum(rows.visible_only(buf))
+        sq.scatter_(-1, drop, 0.0)
+    if rows.vis32 is not None:
+        sq.mul_(rows.vis32)
+    return sq.clamp_min_(0).sqrt_().sum(-1).double()
 
 
 class _Rows:
@@ -226,7 +226,9 @@ class _Rows:
         self.masked = not bool(vis.all())
         self.vis = vis
         self.visf = vis.to(dtype) if self.masked else None
+        self.vis32 = vis.float() if self.masked else None
         self.a = probs.to(dtype) * self.visf if self.masked else probs.to(dtype)
+        self.buf32 = torch.empty(probs.shape, dtype=torch.float32, device=probs.device)
         self.Xu, self.inv = Xu, inv
         self.X = Xu[inv]
         self.XT = self.X.transpose(1, 2)                                 # [b, D, K]
@@ -245,10 +247,6 @@ class _Rows:
         K, D = self.Xu.shape[1:]
         xj = self.Xu.view(-1, D).index_select(0, (self.inv.view(b, 1, 1) * K + j).flatten())
         return torch.bmm(self.a.gather(-1, j).view(b * q, 1, -1), xj.view(b * q, -1, D)).view(b, q, D)
-
-    def visible_only(self, t: torch.Tensor) -> torch.Tensor:
-        """Zero the invisible keys of t [b, q, K] in place."""
-        return t if self.visf is None else t.mul_(self.visf)
 
     def selected(self, N: int) -> torch.Tensor:
         """bool [b, q, K]: the top-N keys of each row."""
@@ -360,7 +358,7 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
       abar, d1, R   top-N mass, max out-to-selected distance, max selected norm
       dmax_B, dmax_R, dmax_a   Theorem 1 fixed-set bounds ([B], [R], reading-(a) [R])
     Rows with L_t <= N are NaN. `ns` are sorted ascending in the output. `dtype` of the internal
-    arithmetic: float64 (default; matches the oracle to ~1e-12) or float32 (faster, ~1e-6 relative,
+    squares: float64 (default; matches the oracle to ~1e-7, `_root_sum`) or float32 (faster, ~1e-6 relative,
     used by the critical-N scan, which only ranks per-head means).
 
     Per row (y_i = a_i x_i, o = sum_i y_i, s = the top-N sum): the sums over keys come from squared
@@ -871,18 +869,18 @@ def ks_first_indistinguishable(d_heads: np.ndarray, e_heads: np.ndarray, ns: Seq
 
 def _bounds_blocks(probs, x, ns, vis, reading, chunk, window: int = 32):
     """Yield (heads slice, rows slice, output columns [w], rows-valid mask [b, q, w], brackets dict of
-    [b, q, w]) per block and window of consecutive N (see `distance_bounds`). One sort per block; the
+    [b, q, w]) per block and window of consecutive N (see `distance_bounds`). One top-k per block; the
     context vectors of a window of N come from one cumulative sum over the sorted weighted vectors."""
     K = probs.shape[-1]
     lead, P, X, xmap = _flat(probs, x)
     B, Q, _ = P.shape
     wanted = {N: c for c, N in enumerate(ns)}
-    slack = 2e-6                         # covers rounding of the exact values (float32 roots, `_sqrt_sum`)
+    slack = 2e-6                         # covers rounding of the exact values (float32 roots, `_root_sum`)
     for bs, qs in _blocks(B, Q, K, chunk):
         v = vis[qs]
         Xu, inv, _ = _unique_x(X, xmap, bs)
         Xb = Xu[inv]                                                     # [b, K, D]
-        order, rank = _sort(P[bs, qs], v)
+        order = _top_order(P[bs, qs], v, ns[-1])
         a = P[bs, qs].double() * v
         b, q, _ = a.shape
         bidx = torch.arange(b, device=a.device).view(b, 1, 1)
@@ -894,8 +892,9 @@ def _bounds_blocks(probs, x, ns, vis, reading, chunk, window: int = 32):
         SA, Syn = (yn * yn).sum(-1, keepdim=True), yn.sum(-1, keepdim=True)
         pre_top = torch.nn.functional.pad(torch.cumsum(yn.gather(-1, order), -1), (1, 0))   # by weight
         del yn
-        s = torch.matmul(a * (rank < ns[0] - 1), Xb)                     # s at N = ns[0] - 1, directly
-        del rank
+        first = torch.zeros_like(a).scatter_(-1, order[..., :ns[0] - 1], 1.0)
+        s = torch.matmul(a * first, Xb)                                  # s at N = ns[0] - 1, directly
+        del first
         tri = torch.ones(window, window, dtype=torch.float64, device=a.device).tril_()
         for n0 in range(ns[0], ns[-1] + 1, window):
             Nw = list(range(n0, min(ns[-1], n0 + window - 1) + 1))
