@@ -36,7 +36,7 @@ import torch
 
 from attnlab import bounds
 
-DEFAULT_CHUNK = 1 << 20          # elements of one [heads, rows, K] block (8 MiB in float64: amortises per-op overhead)
+DEFAULT_CHUNK = 1 << 20          # elements of one [heads, rows, K] block (8 MiB in float64)
 DISTANCE_STATS = ("dtilde_b", "dtilde_a", "E", "jensen", "abar", "d1", "R", "dmax_B", "dmax_R", "dmax_a")
 SEPARABILITY_STATS = ("ns_frac", "r", "delta", "xi_row", "xi_pair", "xi_delta",
                       "lower_row", "lower_pair", "lower_delta",
@@ -217,8 +217,8 @@ class _Rows:
     a [b, q, K] weights in `dtype`, 0 on invisible keys; order [b, q, k] the top k keys of each row
     (`_top_order`); X [b, K, D] the vectors of each head, from the distinct Xu [u, K, D] (one per head
     for value vectors, one per layer for hidden states; inv [b] says which), so Gram matrices are
-    made once per distinct x; xn2 [b, K] = ||x_i||^2; Lt [q] visible keys per row; visf [q, K] the
-    visibility as 0/1 weights (None when every key is visible).
+    made once per distinct x; xn2 [b, K] = ||x_i||^2; Lt [q] visible keys per row; visf / vis32
+    [q, K] the visibility as 0/1 weights (None when every key is visible); buf32 a float32 work buffer.
     """
 
     def __init__(self, probs, vis, Xu, inv, k: int, dtype):
@@ -324,7 +324,8 @@ def _d1(rows: _Rows, N: int, tables: dict, ok: torch.Tensor, chunk: int) -> torc
         for c0 in range(0, len(bb), step):
             cs = slice(c0, c0 + step)
             if "small" in tables:                                        # rows of the d2 table
-                d2 = tables["small"][0].view(-1, K).index_select(0, (rows.inv[bb[cs]].unsqueeze(-1) * K + jj[cs]).flatten())
+                at = (rows.inv[bb[cs]].unsqueeze(-1) * K + jj[cs]).flatten()
+                d2 = tables["small"][0].view(-1, K).index_select(0, at)
             else:
                 xj = rows.X[bb[cs].unsqueeze(-1), jj[cs]]                # [r, N, D]
                 d2 = torch.einsum("rnd,rkd->rnk", xj, rows.X[bb[cs]]).mul_(-2)
@@ -407,7 +408,7 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
             s += rows.top_sum(n_done, N)
             n_done = N
             res = {}
-            if "dtilde_b" in need:                                       # ||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2
+            if "dtilde_b" in need:                   # ||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2
                 res["dtilde_b"] = _root_sum(rows, ax, s, (s * s).sum(-1, keepdim=True), buf,
                                             drop=rows.order[..., :N])
             if "dtilde_a" in need:
