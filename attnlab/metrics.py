@@ -194,16 +194,15 @@ def _top_order(a: torch.Tensor, vis: torch.Tensor, k: int) -> torch.Tensor:
     return order[..., :k]
 
 
-def _root_sum(rows: "_Rows", ax: torch.Tensor, w: torch.Tensor, c: torch.Tensor, buf: torch.Tensor,
-              sign: float = 1.0, drop: Optional[torch.Tensor] = None) -> torch.Tensor:
+def _root_sum(rows: "_Rows", inner: torch.Tensor, c: torch.Tensor, sign: float = 1.0,
+              drop: Optional[torch.Tensor] = None) -> torch.Tensor:
     """sum over the visible keys (but the positions `drop` [b, q, n]) of the distances
-    sqrt(c + sign * a_i (ax_i - 2 x_i.w)): ax [b, q, K] = a_i ||x_i||^2, w [b, q, D], c [b, q, 1]
-    -> [b, q] float64. One matrix product fused with the first term (`baddbmm`) into `buf`, then one
-    pass that forms the squares in buf's dtype (float64 by default: the cancellation happens there);
+    sqrt(c + sign * a_i inner_i), where inner [b, q, K] = a_i ||x_i||^2 - 2 x_i.w (made by the caller
+    with one matrix product, or from a shared x_i.o; overwritten) and c [b, q, 1] -> [b, q] float64.
+    The squares are formed in inner's dtype (float64 by default: the cancellation happens there);
     their roots and sum are taken in float32 (~1e-7 relative; float64 roots are 4x slower on CPU)."""
-    torch.baddbmm(ax, w, rows.XT, alpha=-2, out=buf)
-    torch.addcmul(c, rows.a, buf, value=sign, out=buf)
-    sq = rows.buf32.copy_(buf)                                           # (mixed-dtype ops are 2x slower)
+    torch.addcmul(c, rows.a, inner, value=sign, out=inner)
+    sq = rows.buf32.copy_(inner)                                         # (mixed-dtype ops are 2x slower)
     if drop is not None:
         sq.scatter_(-1, drop, 0.0)
     if rows.vis32 is not None:
@@ -267,7 +266,8 @@ def _far_tables(rows: "_Rows", ns: Sequence[int], m: int) -> dict:
     tables = {}
     n_vis = _prefix_lengths(rows.vis)
     if n_vis is not None and ns[0] <= SMALL_N:
-        d2 = torch.baddbmm(xn2.unsqueeze(-1) + xn2.unsqueeze(-2), Xu, Xu.transpose(1, 2), alpha=-2)
+        d2 = torch.baddbmm(xn2.unsqueeze(-1).expand(-1, -1, K), Xu, Xu.transpose(1, 2), alpha=-2)
+        d2 += xn2.unsqueeze(-2)
         if bool((n_vis == K).all()):
             far2, col = d2.amax(-1, keepdim=True), torch.zeros_like(n_vis)
         else:
@@ -389,12 +389,14 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
         o2 = (o * o).sum(-1, keepdim=True)                               # [b, q, 1]
         ax = a * rows.xn2.unsqueeze(1)                                   # a_i ||x_i||^2  [b, q, K]
         buf = torch.empty_like(a)
+        xo = torch.bmm(o, rows.XT) if {"E", "jensen"} & need else None   # x_i.o, shared by E and jensen
         if "jensen" in need:
             # sum_{j != i} ||y_j - mu_i||^2 = S2 - ||y_i||^2 - ||o - y_i||^2 / (L - 1)
             #   = L / (L - 1) * [(S2 (L - 1) - ||o||^2) / L - a_i (a_i ||x_i||^2 - 2 x_i.o / L)]
             L_ = Lt.unsqueeze(-1)
             c0 = ((a * ax).sum(-1, keepdim=True) * Lt1 - o2) / L_
-            spread = (L_ / Lt1).sqrt().squeeze(-1) * _root_sum(rows, ax, o / L_, c0, buf, sign=-1.0)
+            torch.addcmul(ax, xo, 1 / L_, value=-2, out=buf)
+            spread = (L_ / Lt1).sqrt().squeeze(-1) * _root_sum(rows, buf, c0, sign=-1.0)
         if need_top:
             xn_top = rows.xn2.sqrt().unsqueeze(1).expand(a.shape).gather(-1, rows.order)   # ||x_j|| in order
             Rcum = torch.cummax(xn_top, dim=-1).values                   # [b, q, k]
@@ -409,16 +411,17 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
             n_done = N
             res = {}
             if "dtilde_b" in need:                   # ||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2
-                res["dtilde_b"] = _root_sum(rows, ax, s, (s * s).sum(-1, keepdim=True), buf,
-                                            drop=rows.order[..., :N])
+                torch.baddbmm(ax, s, rows.XT, alpha=-2, out=buf)
+                res["dtilde_b"] = _root_sum(rows, buf, (s * s).sum(-1, keepdim=True), drop=rows.order[..., :N])
             if "dtilde_a" in need:
-                res["dtilde_a"] = (o - 2 * s).norm(dim=-1)
+                res["dtilde_a"] = (o - 2 * s).square().sum(-1).sqrt()
             if "E" in need:
                 # ||(1 + c) y_i - c o||^2 = (1 + c)^2 [a_i (a_i ||x_i||^2 - 2 k x_i.o) + k^2 ||o||^2],
                 # c = N / (L - 1), k = c / (1 + c)
                 cN = N / Lt1                                             # [q, 1]
                 k = cN / (1 + cN)
-                res["E"] = (Lt - N) / Lt * (1 + cN.squeeze(-1)) * _root_sum(rows, ax, k * o, k * k * o2, buf)
+                torch.addcmul(ax, xo, k, value=-2, out=buf)
+                res["E"] = (Lt - N) / Lt * (1 + cN.squeeze(-1)) * _root_sum(rows, buf, k * k * o2)
             if "jensen" in need:
                 coef = (N * (Lt - 1 - N) / ((Lt - 1) * (Lt - 2))).clamp_min(0)
                 coef = torch.where(Lt > 2, coef, torch.zeros_like(coef))
@@ -662,18 +665,19 @@ def row_summary(scores: torch.Tensor, probs: torch.Tensor, q: torch.Tensor, k: t
     weights from the scores, exact under underflow), cor1_lo / cor1_hi (log Corollary-1 band with
     T = 1/scaling, Delta = ||q_t|| max_i ||k_i||), lemma1_lo / lemma1_hi (log Lemma-1 band for
     softmax with a = max_i |scores_i|, i.e. C = exp(-+2a)), L (row length), logit_err (max |scores -
-    scaling q.k| over the row: 0 when Corollary 1 applies to the model's logits).
+    scaling q.k| over the row, recomputed in float32 like the model's logits: ~1e-7 |score| when
+    Corollary 1 applies to them, far larger when the model adds position biases).
     """
     vis = check_inputs(probs, None, visible) & _visible_scores(scores, visible)
     if q.shape[:-1] != probs.shape[:-1] or k.shape[:-1] != probs.shape[:-2] + probs.shape[-1:]:
         raise ValueError(f"q {tuple(q.shape)} / k {tuple(k.shape)} do not match probs {tuple(probs.shape)}")
     lead, Q, K = probs.shape[:-2], probs.shape[-2], probs.shape[-1]
     S, P = scores.reshape(-1, Q, K), probs.reshape(-1, Q, K)
-    Qv, Kv = q.reshape(-1, Q, q.shape[-1]).double(), k.reshape(-1, K, k.shape[-1]).double()
+    Qv, Kv = q.reshape(-1, Q, q.shape[-1]).float(), k.reshape(-1, K, k.shape[-1]).float()
     B = S.shape[0]
     masked = not bool(vis.all())
     Lt_all = vis.sum(-1).double()                                        # [Q]
-    delta_all = Qv.norm(dim=-1) * _row_max(Kv.norm(dim=-1), vis)         # ||q_t|| max_i ||k_i||  [B, Q]
+    delta_all = Qv.double().norm(dim=-1) * _row_max(Kv.double().norm(dim=-1), vis)   # ||q_t|| max_i ||k_i|| [B, Q]
     inf = float("inf")
     keys = ("max_weight", "entropy", "score_min", "score_max", "lse", "logit_err")
     out = {key: torch.empty(B, Q, dtype=torch.float64) for key in keys}
@@ -692,8 +696,9 @@ def row_summary(scores: torch.Tensor, probs: torch.Tensor, q: torch.Tensor, k: t
             p = torch.where(v, p, 0.0)
         # -p log p in float32 (1 ulp per term; 0 log 0 = 0), summed in float64
         plogp = torch.log(p.clamp_min(1e-45)).mul_(p).sum(-1).double()
-        # |scaling q.k - score| in float64 (masked keys: +inf, then 0)
-        err = torch.baddbmm(sc.double(), Qv[bs, qs], Kv[bs].transpose(-1, -2), beta=-1, alpha=scaling).abs_()
+        # |scaling q.k - score| in float32, like the model's own logits (rounding ~1e-7 of |score|,
+        # far below the 1e-3 the claims test; masked keys: +inf, then 0)
+        err = torch.baddbmm(sc, Qv[bs, qs], Kv[bs].transpose(-1, -2), beta=-1, alpha=scaling).abs_()
         if masked:
             err = torch.where(v, err, 0.0)
         vals = {"max_weight": p.amax(-1), "entropy": -plogp, "score_min": lo, "score_max": hi.squeeze(-1),

@@ -155,7 +155,10 @@ def test_vectorised_equals_oracle_through_experiments(causal):
         for ra, rb in zip(a.rows, b.rows):
             for k, va in ra.items():
                 if isinstance(va, float) and not math.isnan(va):
-                    assert va == pytest.approx(rb[k], rel=1e-5, abs=1e-7), (fig.__name__, k)
+                    # logit_err is float32 rounding of the logits (recomputed in float32 by the
+                    # vectorised code, float64 by the oracle): both are ~1e-7, far below the 1e-3 tested
+                    tol = dict(rel=0, abs=1e-5) if k == "logit_err" else dict(rel=1e-5, abs=1e-7)
+                    assert va == pytest.approx(rb[k], **tol), (fig.__name__, k)
                 elif not isinstance(va, float):
                     assert va == rb[k], (fig.__name__, k)
 
