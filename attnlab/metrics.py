@@ -16,14 +16,15 @@ the first N keys of each row by weight, descending, ties broken by the lower key
 per block serves every N (rows with a tie where the rule decides are redone with a stable sort).
 
 Sums of distances over the K keys never form [rows, K, D] tensors: squared norms are expanded in
-dot products, `||a_i x_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2`, and each sum costs one
-matrix product fused with the first term (`baddbmm`) and one elementwise pass. The squares are
-float64 (the critical-N scan: float32), where the cancellation happens; their square roots and sums
-are float32 (~1e-7 relative; float64 roots are 4x slower on CPU). Theorem 2 grows N one key at a
-time (one Gram row per step). d1 (the largest selected-to-non-selected distance) comes from each
-key's farthest keys, precomputed once per head. `attnlab.oracle` recomputes everything row by
-row, directly from the formulas; the tests check both agree to 1e-5 relative. Functions accept
-tensors on any device; per-row outputs come back on the CPU.
+dot products, `||a_i x_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2`, and each sum costs at
+most one matrix product (`baddbmm`, fused with the first term; E and the Jensen spread share one
+x_i.o) and one elementwise pass. The squares are float64 (the critical-N scan: float32), where the
+cancellation happens; their square roots and sums are float32 (~1e-7 relative; float64 roots are 4x
+slower on CPU). Theorem 2 grows N one key at a time (one Gram row per step). d1 (the largest
+selected-to-non-selected distance) comes from each key's farthest keys, precomputed once per head.
+`attnlab.oracle` recomputes everything row by row, directly from the formulas; the tests check both
+agree to 1e-5 relative. Functions accept tensors on any device; per-row outputs come back on the
+CPU.
 """
 from __future__ import annotations
 
@@ -202,7 +203,7 @@ def _root_sum(rows: "_Rows", inner: torch.Tensor, c: torch.Tensor, sign: float =
     The squares are formed in inner's dtype (float64 by default: the cancellation happens there);
     their roots and sum are taken in float32 (~1e-7 relative; float64 roots are 4x slower on CPU)."""
     torch.addcmul(c, rows.a, inner, value=sign, out=inner)
-    sq = rows.buf32.copy_(inner)                                         # (mixed-dtype ops are 2x slower)
+    sq = inner if rows.buf32 is None else rows.buf32.copy_(inner)        # (mixed-dtype ops are 2x slower)
     if drop is not None:
         sq.scatter_(-1, drop, 0.0)
     if rows.vis32 is not None:
@@ -216,18 +217,19 @@ class _Rows:
     a [b, q, K] weights in `dtype`, 0 on invisible keys; order [b, q, k] the top k keys of each row
     (`_top_order`); X [b, K, D] the vectors of each head, from the distinct Xu [u, K, D] (one per head
     for value vectors, one per layer for hidden states; inv [b] says which), so Gram matrices are
-    made once per distinct x; xn2 [b, K] = ||x_i||^2; Lt [q] visible keys per row; visf / vis32
-    [q, K] the visibility as 0/1 weights (None when every key is visible); buf32 a float32 work buffer.
+    made once per distinct x; xn2 [b, K] = ||x_i||^2; Lt [q] visible keys per row; vis32 [q, K] the
+    visibility as float32 0/1 weights (None when every key is visible); buf32 a float32 work buffer
+    for the roots (None when dtype is float32: the squares are then rooted in place).
     """
 
     def __init__(self, probs, vis, Xu, inv, k: int, dtype):
         self.order = _top_order(probs, vis, k)
         self.masked = not bool(vis.all())
         self.vis = vis
-        self.visf = vis.to(dtype) if self.masked else None
         self.vis32 = vis.float() if self.masked else None
-        self.a = probs.to(dtype) * self.visf if self.masked else probs.to(dtype)
-        self.buf32 = torch.empty(probs.shape, dtype=torch.float32, device=probs.device)
+        self.a = probs.to(dtype) * vis if self.masked else probs.to(dtype)
+        self.buf32 = (None if dtype == torch.float32 else
+                      torch.empty(probs.shape, dtype=torch.float32, device=probs.device))
         self.Xu, self.inv = Xu, inv
         self.X = Xu[inv]
         self.XT = self.X.transpose(1, 2)                                 # [b, D, K]
