@@ -225,12 +225,13 @@ def _visible(trace, p: dict) -> Optional[torch.Tensor]:
 
 def _head_rows(trace, values: dict, **fixed) -> list[dict]:
     """One row per (layer, head) of arrays values[name] [layer, head]."""
+    values = {k: torch.as_tensor(v).double().tolist() for k, v in values.items()}    # one conversion per array
     rows = []
     for li, layer in enumerate(trace.layers):
         for hi, head in enumerate(trace.heads):
             row = dict(fixed, layer=int(layer), head=int(head))
             for k, v in values.items():
-                row[k] = float(v[li, hi])
+                row[k] = v[li][hi]
             rows.append(row)
     return rows
 

@@ -12,23 +12,28 @@ Inputs (all torch tensors):
 Work is done on blocks of (heads, query rows) (`chunk` = elements of one [heads, rows, K] block,
 8 MiB in float64: big enough to amortise the ~10-20 us overhead of each torch operation, small
 enough to bound memory: a 12 x 12 model at L = 1024 keeps a few such blocks per tensor). Top-N =
-the first N keys of each row by weight, descending, ties broken by the lower key index: one `topk`
-per block serves every N (rows with a tie where the rule decides are redone with a stable sort).
+the first N keys of each row by weight, descending, ties broken by the lower key index: one top-k
+per block serves every N.
 
 Sums of distances over the K keys never form [rows, K, D] tensors: squared norms are expanded in
 dot products, `||a_i x_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2`, and each sum costs at
-most one matrix product (`baddbmm`, fused with the first term; E and the Jensen spread share one
-x_i.o) and one elementwise pass. The squares are float64 (the critical-N scan: float32), where the
-cancellation happens; their square roots and sums are float32 (~1e-7 relative; float64 roots are 4x
-slower on CPU). Theorem 2 grows N one key at a time (one Gram row per step). d1 (the largest
-selected-to-non-selected distance) comes from each key's farthest keys, precomputed once per head.
-`attnlab.oracle` recomputes everything row by row, directly from the formulas; the tests check both
-agree to 1e-5 relative. Functions accept tensors on any device; per-row outputs come back on the
-CPU.
+most one matrix product (E and the Jensen spread share one x_i.o; for N <= SMALL_N, x_i.s comes from
+the d1 table instead) and one pass over the keys. The squares are float64 (the critical-N scan's
+inputs: float32), where the cancellation happens; their square roots are float32 (~1e-7 relative;
+float64 roots are 4x slower on CPU), their sums float64. Theorem 2 grows N one key at a time (one
+Gram row per step). d1 (the largest selected-to-non-selected distance) comes from each key's
+farthest keys, precomputed once per head.
+
+On CPU the per-key loops (the root sums, a small top-k, the d1 lookups) run as numba kernels
+(`attnlab.kernels`, `FUSED`): one pass per row where torch makes one per operation. Elsewhere (GPU,
+or ATTNLAB_KERNELS=0) the same formulas run as torch operations. `attnlab.oracle` recomputes
+everything row by row, directly from the formulas; the tests check both engines against it, to 1e-5
+relative. Functions accept tensors on any device; per-row outputs come back on the CPU.
 """
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from typing import Iterable, Iterator, Optional, Sequence
 
@@ -38,6 +43,11 @@ import torch
 from attnlab import bounds
 
 DEFAULT_CHUNK = 1 << 20          # elements of one [heads, rows, K] block (8 MiB in float64)
+# CPU: the hot loops run as the numba kernels of `attnlab.kernels`; False (or ATTNLAB_KERNELS=0): plain
+# torch everywhere, the path GPUs take (the tests check both against the oracle)
+FUSED = os.environ.get("ATTNLAB_KERNELS", "1") != "0"
+SMALL_N = 16                     # N <= SMALL_N: d1 from each key's farthest visible key (else candidates),
+                                 # x_i.s from the d1 table, top-k by insertion (CPU)
 DISTANCE_STATS = ("dtilde_b", "dtilde_a", "E", "jensen", "abar", "d1", "R", "dmax_B", "dmax_R", "dmax_a")
 SEPARABILITY_STATS = ("ns_frac", "r", "delta", "xi_row", "xi_pair", "xi_delta",
                       "lower_row", "lower_pair", "lower_delta",
@@ -181,11 +191,17 @@ FAR_CANDIDATES = 8               # farthest keys kept per key for d1 (exact; row
 
 def _top_order(a: torch.Tensor, vis: torch.Tensor, k: int) -> torch.Tensor:
     """order [b, q, k]: the first k keys of each row by weight, descending, ties broken by the lower key
-    index, invisible keys last (the first k of `_sort`). One `topk`; rows where two of the first k + 1
-    weights are equal (where the tie rule decides) are redone with the stable `_sort_top`."""
+    index, invisible keys last (the first k of `_sort`). On CPU and for k <= SMALL_N one scan per row
+    (`kernels.top_k`, when `FUSED`; insertion loses to torch's partial sort for larger k); else one
+    `topk`, and rows where two of the first k + 1 weights are equal (where the tie rule decides) are
+    redone with the stable `_sort_top`."""
     K = a.shape[-1]
     if k >= K - 1:
         return _sort(a, vis)[0][..., :k]
+    if FUSED and a.device.type == "cpu" and k <= SMALL_N:
+        from attnlab import kernels
+
+        return kernels.top_k(a, None if bool(vis.all()) else vis, k)
     w = a if bool(vis.all()) else a.masked_fill(~vis, float("-inf"))
     vals, order = torch.topk(w, k + 1, dim=-1)
     tie = ((vals[..., 1:] == vals[..., :-1]) & (vals[..., 1:] > float("-inf"))).any(-1)     # [b, q]
@@ -195,48 +211,63 @@ def _top_order(a: torch.Tensor, vis: torch.Tensor, k: int) -> torch.Tensor:
     return order[..., :k]
 
 
-def _root_sum(rows: "_Rows", inner: torch.Tensor, c: torch.Tensor, sign: float = 1.0,
-              drop: Optional[torch.Tensor] = None) -> torch.Tensor:
+def _root_sum(rows: "_Rows", w: Optional[torch.Tensor], c0: torch.Tensor, g, sign: float = 1.0,
+              drop: Optional[torch.Tensor] = None, s2_coef=0.0, table: Optional[tuple] = None) -> torch.Tensor:
     """sum over the visible keys (but the positions `drop` [b, q, n]) of the distances
-    sqrt(c + sign * a_i inner_i), where inner [b, q, K] = a_i ||x_i||^2 - 2 x_i.w (made by the caller
-    with one matrix product, or from a shared x_i.o; overwritten) and c [b, q, 1] -> [b, q] float64.
-    The squares are formed in inner's dtype (float64 by default: the cancellation happens there);
-    their roots and sum are taken in float32 (~1e-7 relative; float64 roots are 4x slower on CPU)."""
-    torch.addcmul(c, rows.a, inner, value=sign, out=inner)
-    sq = inner if rows.buf32 is None else rows.buf32.copy_(inner)        # (mixed-dtype ops are 2x slower)
+    sqrt(c + sign * a_i (a_i ||x_i||^2 - 2 g w_i)), c = c0 + s2_coef * sum_j a_j^2 ||x_j||^2: [b, q]
+    float64, for w [b, q, K] (x_i.s or x_i.o, one matrix product; None on CPU with table = (H, inv) of
+    `_far_tables`: w_i = x_i.s for s the dropped keys' sum, from H), c0 [b, q, 1], g and s2_coef numbers or
+    [q, 1]. The squares are formed in float64 by default (the cancellation happens there), their roots
+    in float32 (~1e-7 relative; float64 roots are 4x slower on CPU), the sums in float64. On CPU one
+    fused pass per row (`attnlab.kernels`, when `FUSED`); elsewhere torch, a pass per operation."""
+    if FUSED and rows.a.device.type == "cpu":
+        from attnlab import kernels
+
+        c0, g, s2_coef = (v.squeeze(-1) if torch.is_tensor(v) else v for v in (c0, g, s2_coef))
+        return kernels.root_sums(rows.p, rows.xn2, w, c0, g, sign, rows.vis if rows.masked else None, drop,
+                                 s2_coef=s2_coef, table=table)
+    ax = rows.a * rows.xn2.unsqueeze(1)                                  # a_i ||x_i||^2
+    c = c0 + s2_coef * (rows.a * ax).sum(-1, keepdim=True)
+    sq = torch.addcmul(c, rows.a, ax.sub_(w * g, alpha=2), value=sign).float()
     if drop is not None:
         sq.scatter_(-1, drop, 0.0)
-    if rows.vis32 is not None:
-        sq.mul_(rows.vis32)
+    if rows.masked:
+        sq.masked_fill_(~rows.vis, 0.0)
     return sq.clamp_min_(0).sqrt_().sum(-1).double()
 
 
 class _Rows:
     """One block of attention rows (b heads x q queries x K keys), prepared once for every N.
 
-    a [b, q, K] weights in `dtype`, 0 on invisible keys; order [b, q, k] the top k keys of each row
-    (`_top_order`); X [b, K, D] the vectors of each head, from the distinct Xu [u, K, D] (one per head
-    for value vectors, one per layer for hidden states; inv [b] says which), so Gram matrices are
-    made once per distinct x; xn2 [b, K] = ||x_i||^2; Lt [q] visible keys per row; vis32 [q, K] the
-    visibility as float32 0/1 weights (None when every key is visible); buf32 a float32 work buffer
-    for the roots (None when dtype is float32: the squares are then rooted in place).
+    p [b, q, K] the weights as given, a the same in `dtype`, 0 on invisible keys; order [b, q, k] the
+    top k keys of each row (`_top_order`); X [b, K, D] the vectors of each head, from the distinct Xu
+    [u, K, D] (one per head for value vectors, one per layer for hidden states; inv [b] says which), so
+    Gram matrices are made once per distinct x; xn2 [b, K] = ||x_i||^2; n [q] visible keys per row
+    (`lengths`, if the caller has them) and Lt the same in `dtype`; masked: some key is invisible to
+    some row; prefix: every row sees the keys 0..n_t - 1 (given, or found when first asked).
     """
 
-    def __init__(self, probs, vis, Xu, inv, k: int, dtype):
+    def __init__(self, probs, vis, Xu, inv, k: int, dtype, lengths=None, prefix=None):
         self.order = _top_order(probs, vis, k)
-        self.masked = not bool(vis.all())
+        self.p = probs
+        self.n = vis.sum(-1) if lengths is None else lengths
+        self.masked = bool((self.n < vis.shape[-1]).any())
+        self._prefix = prefix
         self.vis = vis
-        self.vis32 = vis.float() if self.masked else None
         self.a = probs.to(dtype) * vis if self.masked else probs.to(dtype)
-        self.buf32 = (None if dtype == torch.float32 else
-                      torch.empty(probs.shape, dtype=torch.float32, device=probs.device))
         self.Xu, self.inv = Xu, inv
         self.X = Xu[inv]
         self.XT = self.X.transpose(1, 2)                                 # [b, D, K]
         self.xn2 = (self.X * self.X).sum(-1)
-        self.Lt = vis.sum(-1).to(dtype)
+        self.Lt = self.n.to(dtype)
         b = probs.shape[0]
         self.bidx = torch.arange(b, device=probs.device).view(b, 1, 1)
+
+    @property
+    def prefix(self) -> bool:
+        if self._prefix is None:
+            self._prefix = _prefix_lengths(self.vis) is not None
+        return self._prefix
 
     def top_sum(self, lo: int, hi: int) -> torch.Tensor:
         """sum of y_j = a_j x_j over the keys at positions lo..hi-1 of each row's order: [b, q, D]."""
@@ -246,8 +277,8 @@ class _Rows:
             return torch.bmm(w, self.X)
         j = self.order[..., lo:hi]
         K, D = self.Xu.shape[1:]
-        xj = self.Xu.view(-1, D).index_select(0, (self.inv.view(b, 1, 1) * K + j).flatten())
-        return torch.bmm(self.a.gather(-1, j).view(b * q, 1, -1), xj.view(b * q, -1, D)).view(b, q, D)
+        xj = self.Xu.view(-1, D).index_select(0, (self.inv.view(b, 1, 1) * K + j).flatten()).view(b, q, -1, D)
+        return (self.a.gather(-1, j).unsqueeze(-1) * xj).sum(-2)
 
     def selected(self, N: int) -> torch.Tensor:
         """bool [b, q, K]: the top-N keys of each row."""
@@ -255,26 +286,24 @@ class _Rows:
             -1, self.order[..., :N], True)
 
 
-SMALL_N = 16                     # d1 for N <= SMALL_N from each key's farthest visible key (else candidates)
-
-
 def _far_tables(rows: "_Rows", ns: Sequence[int], m: int) -> dict:
     """Lookup tables for `_d1`. For small N and prefix-shaped visibility (bidirectional or causal rows):
-    the squared distances d2 [u, K, K] (from the Gram rows, float64) and far2 [u, K, P], the largest
-    d2[j, i] over the first n keys, at column col[t] for row t's n = L_t. For larger N: each key's m
-    farthest keys, farthest first (far_dist, far_idx [u, K, m]), for the keys that are ever selected."""
+    H [u, K, K] (float64), H_ji = ||x_i||^2 - 2 x_j.x_i, so that the squared distance is
+    d2[j, i] = H_ji + ||x_j||^2 (formed so wherever it is needed); xn2 [u, K] = ||x_i||^2; and far2
+    [u, K, P], the largest d2[j, i] over the first n keys, at column col[t] for row t's n = L_t. For
+    larger N: each key's m farthest keys, farthest first (far_dist, far_idx [u, K, m]), for the keys
+    that are ever selected."""
     Xu, K = rows.Xu, rows.a.shape[-1]
     xn2 = (Xu * Xu).sum(-1)
     tables = {}
-    n_vis = _prefix_lengths(rows.vis)
+    n_vis = rows.n if rows.prefix else None
     if n_vis is not None and ns[0] <= SMALL_N:
-        d2 = torch.baddbmm(xn2.unsqueeze(-1).expand(-1, -1, K), Xu, Xu.transpose(1, 2), alpha=-2)
-        d2 += xn2.unsqueeze(-2)
+        H = torch.baddbmm(xn2.unsqueeze(-2).expand(-1, K, -1), Xu, Xu.transpose(1, 2), alpha=-2)
         if bool((n_vis == K).all()):
-            far2, col = d2.amax(-1, keepdim=True), torch.zeros_like(n_vis)
+            far2, col = H.amax(-1, keepdim=True), torch.zeros_like(n_vis)
         else:
-            far2, col = torch.cummax(d2, dim=-1).values, (n_vis - 1).clamp_min(0)
-        tables["small"] = (d2, far2, col)
+            far2, col = torch.cummax(H, dim=-1).values, (n_vis - 1).clamp_min(0)
+        tables["small"] = (H, xn2, far2.add_(xn2.unsqueeze(-1)), col)
     if ns[-1] > SMALL_N or "small" not in tables:
         m = min(m, K)
         far_dist = torch.zeros(Xu.shape[0], K, m, dtype=Xu.dtype, device=Xu.device)
@@ -294,17 +323,22 @@ def _d1(rows: _Rows, N: int, tables: dict, ok: torch.Tensor, chunk: int) -> torc
     """d1 = max over selected j and visible non-selected i of ||x_i - x_j|| per row: [b, q].
 
     Small N ("small" tables): j's farthest visible key is not selected when it is strictly farther
-    than every selected key, and then gives max_i ||x_i - x_j||. Otherwise ("candidates"): j's
+    than every selected key, and then gives max_i ||x_i - x_j|| (on CPU: `kernels.d1_small`). Otherwise ("candidates"): j's
     farthest keys, farthest first: the first one that is visible and not selected gives it. Rows
     where some j is left undecided are recomputed over all keys. `ok` [b, q] marks the rows that count."""
     b, q, K = rows.a.shape
     j = rows.order[..., :N]                                              # [b, q, N]
+    if N <= SMALL_N and "small" in tables and FUSED and rows.a.device.type == "cpu":
+        from attnlab import kernels
+
+        return kernels.d1_small(*tables["small"], rows.inv, rows.order, N, rows.vis if rows.masked else None)
     if N <= SMALL_N and "small" in tables:
-        d2, far2, col = tables["small"]
+        H, xn2, far2, col = tables["small"]
         P = far2.shape[-1]
         base = rows.inv.view(b, 1, 1) * K                                # first row of each head's table
         fj = torch.take(far2, ((base + j) * P + col.view(1, q, 1)))     # [b, q, N]
-        ms = torch.take(d2, ((base + j).unsqueeze(-1) * K + j.unsqueeze(-2))).amax(-1)   # over selected i
+        Hjj = torch.take(H, ((base + j).unsqueeze(-1) * K + j.unsqueeze(-2)))                # [b, q, N, N]
+        ms = (Hjj + torch.take(xn2, base + j).unsqueeze(-1)).amax(-1)  # d2 to the selected i, max over i
         best = torch.where(ms < fj, fj.clamp_min(0).sqrt(), float("-inf"))          # [b, q, N]
     else:
         far_dist, far_idx = tables["candidates"]
@@ -325,9 +359,10 @@ def _d1(rows: _Rows, N: int, tables: dict, ok: torch.Tensor, chunk: int) -> torc
         step = max(1, chunk // max(1, N * K))
         for c0 in range(0, len(bb), step):
             cs = slice(c0, c0 + step)
-            if "small" in tables:                                        # rows of the d2 table
+            if "small" in tables:                                        # rows of the H table
+                H, xn2, _, _ = tables["small"]
                 at = (rows.inv[bb[cs]].unsqueeze(-1) * K + jj[cs]).flatten()
-                d2 = tables["small"][0].view(-1, K).index_select(0, at)
+                d2 = H.view(-1, K).index_select(0, at).view(-1, N, K) + xn2.view(-1).index_select(0, at).view(-1, N, 1)
             else:
                 xj = rows.X[bb[cs].unsqueeze(-1), jj[cs]]                # [r, N, D]
                 d2 = torch.einsum("rnd,rkd->rnk", xj, rows.X[bb[cs]]).mul_(-2)
@@ -382,29 +417,28 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     need = set(stats)
     need_d1 = bool({"d1", "dmax_B", "dmax_R", "dmax_a"} & need)
     need_top = need_d1 or bool({"R", "abar"} & need)
+    lengths, prefix = vis.sum(-1), _prefix_lengths(vis) is not None      # (once, not per block)
     for bs, qs in _blocks(B, Q, K, chunk):
         Xu, inv, _ = _unique_x(X, xmap, bs, dtype)
-        rows = _Rows(P[bs, qs], vis[qs], Xu, inv, ns[-1], dtype)
+        rows = _Rows(P[bs, qs], vis[qs], Xu, inv, ns[-1], dtype, lengths[qs], prefix)
         a, Lt = rows.a, rows.Lt
         Lt1 = (Lt - 1).clamp_min(1).unsqueeze(-1)                        # [q, 1]
-        o = torch.bmm(a, rows.X)                                         # sum_i y_i  [b, q, D]
+        o = torch.bmm(rows.XT, a.transpose(1, 2)).transpose(1, 2)        # sum_i y_i  [b, q, D]
         o2 = (o * o).sum(-1, keepdim=True)                               # [b, q, 1]
-        ax = a * rows.xn2.unsqueeze(1)                                   # a_i ||x_i||^2  [b, q, K]
-        buf = torch.empty_like(a)
         xo = torch.bmm(o, rows.XT) if {"E", "jensen"} & need else None   # x_i.o, shared by E and jensen
         if "jensen" in need:
             # sum_{j != i} ||y_j - mu_i||^2 = S2 - ||y_i||^2 - ||o - y_i||^2 / (L - 1)
-            #   = L / (L - 1) * [(S2 (L - 1) - ||o||^2) / L - a_i (a_i ||x_i||^2 - 2 x_i.o / L)]
+            #   = L / (L - 1) * [(S2 (L - 1) - ||o||^2) / L - a_i (a_i ||x_i||^2 - 2 x_i.o / L)],
+            #   S2 = sum_j ||y_j||^2 (`s2_coef`)
             L_ = Lt.unsqueeze(-1)
-            c0 = ((a * ax).sum(-1, keepdim=True) * Lt1 - o2) / L_
-            torch.addcmul(ax, xo, 1 / L_, value=-2, out=buf)
-            spread = (L_ / Lt1).sqrt().squeeze(-1) * _root_sum(rows, buf, c0, sign=-1.0)
+            spread = (L_ / Lt1).sqrt().squeeze(-1) * _root_sum(rows, xo, -o2 / L_, 1 / L_, sign=-1.0, s2_coef=Lt1 / L_)
         if need_top:
             xn_top = rows.xn2.sqrt().unsqueeze(1).expand(a.shape).gather(-1, rows.order)   # ||x_j|| in order
             Rcum = torch.cummax(xn_top, dim=-1).values                   # [b, q, k]
             acum = torch.cumsum(a.gather(-1, rows.order), dim=-1)
-        if need_d1:
-            far = _far_tables(rows, ns, FAR_CANDIDATES)
+        far = _far_tables(rows, ns, FAR_CANDIDATES) if need_d1 else {}
+        fused = FUSED and a.device.type == "cpu"
+        table = (far["small"][0], rows.inv) if fused and "small" in far and dtype == torch.float64 else None
         s = torch.zeros_like(o)
         n_done = 0
         for c, N in enumerate(ns):
@@ -413,8 +447,11 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
             n_done = N
             res = {}
             if "dtilde_b" in need:                   # ||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2
-                torch.baddbmm(ax, s, rows.XT, alpha=-2, out=buf)
-                res["dtilde_b"] = _root_sum(rows, buf, (s * s).sum(-1, keepdim=True), drop=rows.order[..., :N])
+                top = rows.order[..., :N]
+                if table is not None and N <= SMALL_N:   # x_i.s from the d1 table H: N products per key, not D
+                    res["dtilde_b"] = _root_sum(rows, None, (s * s).sum(-1, keepdim=True), 1.0, drop=top, table=table)
+                else:
+                    res["dtilde_b"] = _root_sum(rows, torch.bmm(s, rows.XT), (s * s).sum(-1, keepdim=True), 1.0, drop=top)
             if "dtilde_a" in need:
                 res["dtilde_a"] = (o - 2 * s).square().sum(-1).sqrt()
             if "E" in need:
@@ -422,8 +459,7 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
                 # c = N / (L - 1), k = c / (1 + c)
                 cN = N / Lt1                                             # [q, 1]
                 k = cN / (1 + cN)
-                torch.addcmul(ax, xo, k, value=-2, out=buf)
-                res["E"] = (Lt - N) / Lt * (1 + cN.squeeze(-1)) * _root_sum(rows, buf, k * k * o2)
+                res["E"] = (Lt - N) / Lt * (1 + cN.squeeze(-1)) * _root_sum(rows, xo, k * k * o2, k)
             if "jensen" in need:
                 coef = (N * (Lt - 1 - N) / ((Lt - 1) * (Lt - 2))).clamp_min(0)
                 coef = torch.where(Lt > 2, coef, torch.zeros_like(coef))

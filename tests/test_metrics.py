@@ -28,9 +28,16 @@ def _close(a: torch.Tensor, b: torch.Tensor, rtol=1e-5, atol=1e-9):
 CASES = [dict(causal=True, keys="visible"), dict(causal=True, keys="all"), dict(causal=False, keys="visible")]
 
 
+@pytest.fixture(params=[True, False], ids=["kernels", "torch"])
+def fused(request, monkeypatch):
+    """Run a test on both engines: the CPU numba kernels and the plain-torch path (the one GPUs take)."""
+    monkeypatch.setattr(metrics, "FUSED", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("chunk", [metrics.DEFAULT_CHUNK, 40])
-def test_distance_stats_equal_oracle(case, chunk):
+def test_distance_stats_equal_oracle(case, chunk, fused):
     _, probs, x, hidden, vis = _inputs(causal=case["causal"])
     visible = vis if case["keys"] == "visible" else None
     ns = [1, 2, 3, 5, 11]
@@ -42,7 +49,7 @@ def test_distance_stats_equal_oracle(case, chunk):
 
 
 @pytest.mark.parametrize("shape", ["causal", "bidirectional", "irregular"])
-def test_d1_lookups_equal_oracle(shape):
+def test_d1_lookups_equal_oracle(shape, fused):
     """d1 for small N (farthest visible key) and large N (farthest-key candidates), on prefix-shaped and
     irregular visibility, with rows that fall back to the full recomputation (few keys, many ties)."""
     g = torch.Generator().manual_seed(7)
@@ -63,7 +70,7 @@ def test_d1_lookups_equal_oracle(shape):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_separability_stats_equal_oracle(case):
+def test_separability_stats_equal_oracle(case, fused):
     _, probs, x, hidden, vis = _inputs(seed=1, causal=case["causal"])
     visible = vis if case["keys"] == "visible" else None
     ns = [1, 2, 4, 8]
@@ -126,6 +133,25 @@ def test_ties_break_to_lower_index_and_top_n():
     assert metrics.top_n(p, 2, vis).tolist() == [[2, 4]]
     order, rank = metrics.sort_rows(p)
     assert torch.equal(rank.gather(-1, order), torch.arange(5)[None])
+
+
+def test_top_k_kernel_equals_stable_sort_with_ties():
+    """The insertion top-k (CPU kernel) keeps the tie rule: weight descending, lower index first,
+    invisible keys last, also where rows have fewer visible keys than k."""
+    from attnlab import kernels
+
+    g = torch.Generator().manual_seed(3)
+    p = (torch.rand(3, 9, 40, generator=g) * 4).floor() / 4          # many exact ties, zeros
+    for vis in (torch.tril(torch.ones(9, 40, dtype=torch.bool), diagonal=2),   # rows with 3..11 keys
+                torch.rand(9, 40, generator=g) > 0.5, torch.ones(9, 40, dtype=torch.bool)):
+        order = metrics._sort(p, vis)[0]
+        for k in (1, 5, metrics.SMALL_N):
+            top = kernels.top_k(p, None if bool(vis.all()) else vis, k)
+            n_vis = vis.sum(-1).view(1, -1, 1)
+            first = torch.arange(k).view(1, 1, -1) < n_vis                # the visible part is exact
+            assert torch.equal(top[first.expand_as(top)], order[..., :k][first.expand_as(top)])
+            assert bool((top.sort(-1).values.diff(dim=-1) > 0).all())    # distinct keys in every row
+            assert bool(vis.gather(-1, top[0]).eq(first[0]).all())         # invisible keys only after the visible
 
 
 def test_partial_sort_equals_full_sort_with_ties():
@@ -238,7 +264,7 @@ def test_ks_first_indistinguishable_known_answer():
         metrics.ks_first_indistinguishable(d, e[:, :3], ns)
 
 
-def test_critical_n_scans_every_N_and_matches_oracle():
+def test_critical_n_scans_every_N_and_matches_oracle(fused):
     _, probs, x, _, vis = _inputs(seed=5, layers=4, heads=5, L=14, sharp=1.0, causal=False)
     ref = oracle.critical_n(probs, x, vis, alpha=0.01)
     plain = metrics.critical_n(probs, x, vis, alpha=0.01, block=2, certify=False)
