@@ -10,10 +10,10 @@ per row r = (head, query t):
 with w_i = x_i . v for a vector v per row (o or s): either given ([b, q, K], one matrix product), or,
 for v = s = sum_{j dropped} a_j x_j (the top-N sum of d~), formed from the table H_ji = ||x_i||^2 -
 2 x_j . x_i that the d1 lookups hold already: x_i . s = (||x_i||^2 sum_j a_j - sum_j a_j H_ji) / 2,
-N multiply-adds per key instead of D. In torch each step of the
-expression is a pass over a [heads, rows, keys] tensor (about 8 of them); here one loop reads the keys
-of a row once. Squares in float64 (where the cancellation happens), roots in float32 (~1e-7
-relative), sums in float64, as in the torch version.
+N multiply-adds per key instead of D (float64: its rounding, ~1e-16 of ||x_i||^2 sum_j a_j, is far
+below the roots' 1e-7). In torch each step of the expression is a pass over a [heads, rows, keys]
+tensor (about 8 of them); here one loop reads the keys of a row once. Squares in float64 (where the
+cancellation happens), roots in float32 (~1e-7 relative), sums in float64, as in the torch version.
 
 `top_k` (`metrics._top_order`, small k): the k heaviest visible keys of each row in one scan
 (insertion into a sorted list of k), ties to the lower index by construction.
