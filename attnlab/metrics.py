@@ -189,6 +189,15 @@ def context_vector(probs: torch.Tensor, x: torch.Tensor, n: int, visible: Option
 FAR_CANDIDATES = 8               # farthest keys kept per key for d1 (exact; rows where all are excluded recompute)
 
 
+def _kernels(t: torch.Tensor):
+    """`attnlab.kernels` when they serve tensors like t (CPU, `FUSED`), else None (torch operations)."""
+    if FUSED and t.device.type == "cpu":
+        from attnlab import kernels
+
+        return kernels
+    return None
+
+
 def _top_order(a: torch.Tensor, vis: torch.Tensor, k: int) -> torch.Tensor:
     """order [b, q, k]: the first k keys of each row by weight, descending, ties broken by the lower key
     index, invisible keys last (the first k of `_sort`). On CPU and for k <= SMALL_N one scan per row
@@ -198,9 +207,8 @@ def _top_order(a: torch.Tensor, vis: torch.Tensor, k: int) -> torch.Tensor:
     K = a.shape[-1]
     if k >= K - 1:
         return _sort(a, vis)[0][..., :k]
-    if FUSED and a.device.type == "cpu" and k <= SMALL_N:
-        from attnlab import kernels
-
+    kernels = _kernels(a)
+    if kernels is not None and k <= SMALL_N:
         return kernels.top_k(a, None if bool(vis.all()) else vis, k)
     w = a if bool(vis.all()) else a.masked_fill(~vis, float("-inf"))
     vals, order = torch.topk(w, k + 1, dim=-1)
@@ -220,9 +228,8 @@ def _root_sum(rows: "_Rows", w: Optional[torch.Tensor], c0: torch.Tensor, g, sig
     [q, 1]. The squares are formed in float64 by default (the cancellation happens there), their roots
     in float32 (~1e-7 relative; float64 roots are 4x slower on CPU), the sums in float64. On CPU one
     fused pass per row (`attnlab.kernels`, when `FUSED`); elsewhere torch, a pass per operation."""
-    if FUSED and rows.a.device.type == "cpu":
-        from attnlab import kernels
-
+    kernels = _kernels(rows.a)
+    if kernels is not None:
         c0, g, s2_coef = (v.squeeze(-1) if torch.is_tensor(v) else v for v in (c0, g, s2_coef))
         return kernels.root_sums(rows.p, rows.xn2, w, c0, g, sign, rows.vis if rows.masked else None, drop,
                                  s2_coef=s2_coef, table=table)
@@ -323,15 +330,15 @@ def _d1(rows: _Rows, N: int, tables: dict, ok: torch.Tensor, chunk: int) -> torc
     """d1 = max over selected j and visible non-selected i of ||x_i - x_j|| per row: [b, q].
 
     Small N ("small" tables): j's farthest visible key is not selected when it is strictly farther
-    than every selected key, and then gives max_i ||x_i - x_j|| (on CPU: `kernels.d1_small`). Otherwise ("candidates"): j's
-    farthest keys, farthest first: the first one that is visible and not selected gives it. Rows
-    where some j is left undecided are recomputed over all keys. `ok` [b, q] marks the rows that count."""
+    than every selected key, and then gives max_i ||x_i - x_j|| (on CPU: `kernels.d1_small`).
+    Otherwise ("candidates"): j's farthest keys, farthest first: the first one that is visible and not
+    selected gives it. Rows where some j is left undecided are recomputed over all keys. `ok` [b, q]
+    marks the rows that count."""
+    kernels = _kernels(rows.a)
+    if N <= SMALL_N and "small" in tables and kernels is not None:
+        return kernels.d1_small(*tables["small"], rows.inv, rows.order, N, rows.vis if rows.masked else None)
     b, q, K = rows.a.shape
     j = rows.order[..., :N]                                              # [b, q, N]
-    if N <= SMALL_N and "small" in tables and FUSED and rows.a.device.type == "cpu":
-        from attnlab import kernels
-
-        return kernels.d1_small(*tables["small"], rows.inv, rows.order, N, rows.vis if rows.masked else None)
     if N <= SMALL_N and "small" in tables:
         H, xn2, far2, col = tables["small"]
         P = far2.shape[-1]
@@ -395,9 +402,10 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
       jensen    its Jensen-gap bound (`bounds.theorem1_jensen_bound`)
       abar, d1, R   top-N mass, max out-to-selected distance, max selected norm
       dmax_B, dmax_R, dmax_a   Theorem 1 fixed-set bounds ([B], [R], reading-(a) [R])
-    Rows with L_t <= N are NaN. `ns` are sorted ascending in the output. `dtype` of the internal
-    squares: float64 (default; matches the oracle to ~1e-7, `_root_sum`) or float32 (faster, ~1e-6 relative,
-    used by the critical-N scan, which only ranks per-head means).
+    Rows with L_t <= N are NaN. `ns` are sorted ascending in the output. `dtype` of the weights, vectors
+    and matrix products: float64 (default; matches the oracle to ~1e-7, `_root_sum`) or float32 (faster;
+    d~ and E within 6e-7 relative of float64 on MiniLM's traces, L = 32..512; used by the critical-N
+    scan, which only ranks per-head means). The CPU kernels form the squares in float64 either way.
 
     Per row (y_i = a_i x_i, o = sum_i y_i, s = the top-N sum): the sums over keys come from squared
     norms expanded in dot products, `||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2` and
@@ -437,8 +445,9 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
             Rcum = torch.cummax(xn_top, dim=-1).values                   # [b, q, k]
             acum = torch.cumsum(a.gather(-1, rows.order), dim=-1)
         far = _far_tables(rows, ns, FAR_CANDIDATES) if need_d1 else {}
-        fused = FUSED and a.device.type == "cpu"
-        table = (far["small"][0], rows.inv) if fused and "small" in far and dtype == torch.float64 else None
+        # x_i.s for N <= SMALL_N from the d1 table H (kernels only): N products per key instead of D
+        on_kernels = _kernels(a) is not None and dtype == torch.float64
+        table = (far["small"][0], rows.inv) if on_kernels and "small" in far else None
         s = torch.zeros_like(o)
         n_done = 0
         for c, N in enumerate(ns):
@@ -447,11 +456,10 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
             n_done = N
             res = {}
             if "dtilde_b" in need:                   # ||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2
-                top = rows.order[..., :N]
-                if table is not None and N <= SMALL_N:   # x_i.s from the d1 table H: N products per key, not D
-                    res["dtilde_b"] = _root_sum(rows, None, (s * s).sum(-1, keepdim=True), 1.0, drop=top, table=table)
-                else:
-                    res["dtilde_b"] = _root_sum(rows, torch.bmm(s, rows.XT), (s * s).sum(-1, keepdim=True), 1.0, drop=top)
+                from_table = table is not None and N <= SMALL_N
+                xs = None if from_table else torch.bmm(s, rows.XT)
+                res["dtilde_b"] = _root_sum(rows, xs, (s * s).sum(-1, keepdim=True), 1.0, drop=rows.order[..., :N],
+                                            table=table if from_table else None)
             if "dtilde_a" in need:
                 res["dtilde_a"] = (o - 2 * s).square().sum(-1).sqrt()
             if "E" in need:
