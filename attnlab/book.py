@@ -4,6 +4,10 @@ cached on disk (shared by every chapter and by rebuilds), and traces for live sl
     from attnlab import book
     inputs = book.inputs()                       # ATTNLAB_MODEL / ATTNLAB_DEVICE, War and Peace
     res = book.figure_results(["fig2a", "fig2b"], inputs)   # {id: Result}, from the cache when present
+    res = book.cached_result("compare", {"lengths": [64, 128]}, compute, model=inputs.model)
+
+Every cached Result goes through `attnlab.core.cache` (one key recipe: the package's sources,
+model + weights checksum, text checksum, grids and protocol).
 """
 from __future__ import annotations
 
@@ -11,9 +15,9 @@ import os
 from functools import lru_cache
 from typing import Optional, Sequence
 
-from attnlab.cache import cached
-from attnlab.cli_figures import FIGURES, Inputs, compute_figures
-from attnlab.result import Result
+from attnlab.core.cache import cached, model_key
+from attnlab.core.result import Result
+from attnlab.figures import FIGURES, Inputs, compute_figures
 
 
 @lru_cache(maxsize=4)
@@ -22,24 +26,12 @@ def inputs(model: Optional[str] = None, device: Optional[str] = None) -> Inputs:
     return Inputs(model or os.environ.get("ATTNLAB_MODEL", "auto"), device or os.environ.get("ATTNLAB_DEVICE", "cpu"))
 
 
-@lru_cache(maxsize=1)
-def source_hash() -> str:
-    """sha256 of the package's sources: cached Results are recomputed after any code change."""
-    import hashlib
-    from pathlib import Path
-
-    h = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        h.update(path.name.encode() + path.read_bytes())
-    return h.hexdigest()[:16]
-
-
 def _key(fig_id: str, inp: Inputs, quick: bool) -> dict:
-    key = {"figure": fig_id, "quick": quick, "device": inp.device, "sources": source_hash()}
+    key = {"figure": fig_id, "quick": quick, "device": inp.device}
     if FIGURES[fig_id].needs == "model+text":
-        key.update(model=inp.model.name, weights=inp.model.weights_sha256, text=inp.corpus.sha256)
+        key.update(model_key(inp.model), text=inp.corpus.sha256)
     elif FIGURES[fig_id].needs == "encoder":
-        key.update(model=inp.encoder.name, weights=inp.encoder.weights_sha256)
+        key.update(model_key(inp.encoder))
     return key
 
 
@@ -76,3 +68,15 @@ def trace(length: int, model: Optional[str] = None, device: Optional[str] = None
     inp = inputs(model, device)
     ids = inp.model.window(inp.corpus.text, length)
     return inp.model.capture(ids, keep=keep, text_sha256=inp.corpus.sha256)
+
+
+def cached_result(name: str, key: dict, compute, *, model=None, text_sha256: Optional[str] = None,
+                  refresh: bool = False) -> Result:
+    """A chapter's own experiment, cached like the figures: `key` names its grids and protocol; the
+    model (name + weights checksum) and the text checksum are added when given."""
+    full = dict(key)
+    if model is not None:
+        full.update(model_key(model))
+    if text_sha256 is not None:
+        full["text"] = text_sha256
+    return cached(name, full, compute, refresh=refresh)

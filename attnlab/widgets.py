@@ -8,7 +8,7 @@ imports the package, computes through it, and shows results with the helpers bel
 
     import matplotlib.pyplot as plt
     from attnlab import load_model
-    from attnlab.models import default_device, default_model_name   # ATTNLAB_MODEL / ATTNLAB_DEVICE
+    from attnlab.core.models import default_device, default_model_name   # ATTNLAB_MODEL / ATTNLAB_DEVICE
     from attnlab.widgets import (frame_slider, frame_slider_2d, frames_from, live_slider,
                                  model_note, static_figure)
     model = load_model(default_model_name(), default_device())

@@ -1,66 +1,24 @@
-"""The claim table: each paper claim with its measured value and a verdict, from already computed Results.
-
-A row is a dict with keys id, claim, paper, measured, verdict; verdict is one of
-"holds", "does not hold", "not applicable" (the Result needed was not computed, or its grid does
-not reach the claim's range). Claim groups are registered by name; `check(results)` runs them all.
-
-    from attnlab.claims import register_claims
-    register_claims("tsc")(tsc_claims)        # or use it as a decorator: @register_claims("tsc")
-
-Paper 1 (arXiv 2508.17821) thresholds where the paper gives no number are stated in each row's
-`claim` text (e.g. "about linear" = least-squares fit with R^2 >= 0.95).
+"""The claim table of arXiv 2508.17821: each claim with its measured value and a verdict, from computed
+Results (`paper1_claims`). Rows: `attnlab.core.verdicts.claim_row`; a missing Result or a grid that
+does not reach the claim's range gives "not applicable". Thresholds where the paper gives no number
+are stated in each row's `claim` text (e.g. "about linear" = least-squares fit with R^2 >= 0.95).
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
-from attnlab.result import Result
-
-VERDICTS = ("holds", "does not hold", "not applicable")
-CLAIM_GROUPS: dict[str, Callable[[dict], list[dict]]] = {}
+from attnlab.core.result import Result
+from attnlab.core.verdicts import claim_row, verdict
+from attnlab.normalization.paper import CRITICAL_FRAC, ONE_OVER_T_BELOW, PLATEAU_N, SEPARABILITY_BAND, SATURATION_N
 
 LINEAR_R2 = 0.95          # "grows roughly linearly": R^2 of a straight-line fit
 PLATEAU_REL = 0.25        # "plateaus": |d(N_max) - d(20)| / d(20) at most this
 SLOPE_TOL = 0.25          # "follows 1/T": log-log slope within -1 -+ this
 DROP_FACTOR = 100.0       # "two orders of magnitude"
-CRITICAL_FRAC = 0.06      # "critical N ~ 0.06 L"
-SEPARABILITY_BAND = (0.70, 0.85)
-
-
-def register_claims(name: str) -> Callable:
-    """Decorator (or call) adding a claim group `fn(results: dict[str, Result]) -> list[dict]`."""
-    def deco(fn: Callable[[dict], list[dict]]):
-        CLAIM_GROUPS[name] = fn
-        return fn
-    return deco
-
-
-def check(results: dict, groups: Optional[list[str]] = None) -> list[dict]:
-    """Rows of every registered claim group (or of `groups`). A group that raises gives one
-    "not applicable" row naming the error, so one broken group does not hide the others."""
-    rows = []
-    for name in (groups or list(CLAIM_GROUPS)):
-        if name not in CLAIM_GROUPS:
-            raise ValueError(f"unknown claim group {name!r}; registered: {sorted(CLAIM_GROUPS)}")
-        try:
-            got = CLAIM_GROUPS[name](results)
-        except Exception as exc:  # noqa: BLE001 - reported in the table
-            got = [row(f"{name}-error", f"claim group {name} could not be evaluated", "-",
-                       f"{type(exc).__name__}: {exc}", "not applicable")]
-        rows += got
-    return rows
-
-
-def row(cid: str, claim: str, paper: str, measured: str, verdict: str) -> dict:
-    if verdict not in VERDICTS:
-        raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
-    return {"id": cid, "claim": claim, "paper": paper, "measured": measured, "verdict": verdict}
-
-
-def _v(ok: bool) -> str:
-    return "holds" if ok else "does not hold"
+row = claim_row
+_v = verdict
 
 
 def _na(cid: str, claim: str, paper: str, why: str) -> dict:
@@ -180,12 +138,12 @@ def _claims_fig2(results) -> list[dict]:
     claim = f"d~ plateaus for N >= 20: |d~(N_max) - d~(20)| / d~(20) <= {PLATEAU_REL} (N_max = largest N of the grid, 100)"
     paper = "Fig. 2b: 'increasing N beyond 20 yields diminishing returns: the distance plateaus while the bound tightens'"
     ns = sorted(res.unique("N")) if res is not None else []
-    if res is None or 20 not in ns or ns[-1] <= 20:
+    if res is None or PLATEAU_N not in ns or ns[-1] <= PLATEAU_N:
         out.append(_na(cid, claim, paper, "fig2b not computed or its N grid does not go beyond 20"))
     else:
         N, d, _ = _head_mean(res, "dtilde_b", "N")
         _, dm, _ = _head_mean(res, "dmax_B", "N")
-        d20, dN = d[list(N).index(20)], d[-1]
+        d20, dN = d[list(N).index(PLATEAU_N)], d[-1]
         rel = abs(dN - d20) / d20
         measured = (f"d~ = {', '.join(f'{x:.3g} (N={int(n)})' for n, x in zip(N, d))}; relative change 20 -> "
                     f"{int(N[-1])}: {rel:.3f}; d_max[B] {dm[0]:.3g} -> {dm[-1]:.3g} (L={res.rows[0]['L']}, {_model(res)})")
@@ -220,13 +178,13 @@ def _claims_fig3(results) -> list[dict]:
     claim = f"N_s/N lies in [{lo}, {hi}] for N >= 16 (median over heads of the token-mean, every N >= 16 of the grid)"
     paper = "Fig. 3: 'declines up to N ~ 16 and then saturates between 0.7 and 0.85'; abstract: 'no more than ~80%'"
     ns = sorted(res.unique("N")) if res is not None else []
-    if res is None or not [n for n in ns if n >= 16]:
+    if res is None or not [n for n in ns if n >= SATURATION_N]:
         out.append(_na(cid, claim, paper, "fig3 not computed or no N >= 16 in its grid"))
     else:
         med = {}
         for n in ns:
             med[n] = float(np.nanmedian(res.column("ns_frac", N=n)))
-        big = {n: m for n, m in med.items() if n >= 16}
+        big = {n: m for n, m in med.items() if n >= SATURATION_N}
         ok = all(lo <= m <= hi for m in big.values())
         measured = (f"median N_s/N: N=1: {med[ns[0]]:.3f}, N=16..{ns[-1]}: {min(big.values()):.3f}..{max(big.values()):.3f} "
                     f"(L={res.rows[0]['L']}, {_model(res)})")
@@ -268,7 +226,7 @@ def _claims_fig4(results) -> list[dict]:
     eps = sorted(res.unique("eps"))
     e0 = eps[0]
     T, g = _fig4_series(res, e0)
-    small = (T < 0.1) & (g > 0)
+    small = (T < ONE_OVER_T_BELOW) & (g > 0)
     claim = f"For T < 0.1 the max-over-heads g follows 1/T: log-log slope within -1 -+ {SLOPE_TOL} (eps = {e0:g})"
     if small.sum() < 2:
         out.append(_na(ids[0], claim, paper + ": 'for T < 0.1 the empirical curves follow the 1/T trend'",
@@ -296,7 +254,7 @@ def _claims_fig4(results) -> list[dict]:
                        _v(r0 >= DROP_FACTOR)))
     claim = "Smaller eps gives larger max g at every T < 0.1"
     curves = [(_fig4_series(res, e)[1]) for e in eps]
-    sm = T < 0.1
+    sm = T < ONE_OVER_T_BELOW
     if len(eps) < 2 or not sm.any():
         out.append(_na(ids[2], claim, paper + ": 'smaller eps values yield larger gradients'", "one eps or no T < 0.1"))
     else:
@@ -317,18 +275,8 @@ def _claims_fig4(results) -> list[dict]:
     return out
 
 
-@register_claims("paper1")
 def paper1_claims(results: dict) -> list[dict]:
     """Claims of arXiv 2508.17821 from Results keyed "fig1", "fig2a", "fig2b", "fig2c", "fig3", "fig4"
-    (as returned by `attnlab.experiments.run_figures`); missing Results give "not applicable"."""
+    (as returned by `attnlab.normalization.experiments.run_figures`); missing Results give "not applicable"."""
     return (_claims_cor1(results) + _claims_thm1(results) + _claims_fig2(results) + _claims_fig3(results)
             + _claims_fig4(results))
-
-
-def format_table(rows: list[dict]) -> str:
-    """Plain-text table of claim rows (for the CLI)."""
-    lines = []
-    for r in rows:
-        lines.append(f"[{r['verdict']:>14}] {r['id']}: {r['claim']}\n{'':17}measured: {r['measured']}\n"
-                     f"{'':17}paper: {r['paper']}")
-    return "\n".join(lines)

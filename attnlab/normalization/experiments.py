@@ -19,35 +19,42 @@ Protocol switches (all recorded in provenance; defaults are the digest's best re
   `jac_rows` (rows per head for the exact Jacobian curve of Fig. 4), `reading` (d~ of the KS
   test of Fig. 2c: "b" default, "a"), `threads` (torch threads while computing; None = as set),
   `text` (dict of text
-  provenance: name, sha256, offset, ... recorded as given), `impl` ("vectorised" or "oracle").
+  provenance: name, sha256, offset, ... recorded as given), `impl` ("vectorised", or the oracle module: benchmarks).
 """
 from __future__ import annotations
 
 import math
 import time
+from types import SimpleNamespace
 from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 import torch
 
-from attnlab import bounds, metrics, oracle
-from attnlab.result import Result, provenance
+from attnlab.core.result import Result, provenance
+from attnlab.core.util import progress as progress_bar
+from attnlab.core.util import with_threads
+from attnlab.normalization import bounds, critical_n, distance, gradients, rows, separability
+from attnlab.normalization.engine import DEFAULT_CHUNK, row_mean, visible_scores
+from attnlab.normalization.paper import EPSILONS, FIG2A_N, FIG2B_NS, FIG3_NMAX, KS_ALPHA
 
 FIGURES = ("fig1", "fig2a", "fig2b", "fig2c", "fig3", "fig4")
-FIG2B_NS = (1, 5, 10, 20, 100)
-FIG2A_N = 5
-FIG3_NMAX = 32
-EPSILONS = (1e-3, 1e-1, 10.0)
+# the engine's functions under one name; `attnlab.normalization.oracle` has the same names (impl=oracle)
+VECTORISED = SimpleNamespace(NAME="vectorised", row_summary=rows.row_summary,
+                             distance_stats=distance.distance_stats, critical_n=critical_n.critical_n,
+                             separability_stats=separability.separability_stats,
+                             fd_grad_norms=gradients.fd_grad_norms,
+                             softmax_jacobian_norm=gradients.softmax_jacobian_norm)
 HOLD_RTOL = 1e-6          # a bound "holds" in a row if value <= bound * (1 + rtol) + atol: float32 weights sum
                           # to 1 only within ~1e-7, and bounds such as Theorem 1 (a) are tight for one-hot rows
 HOLD_ATOL = 1e-12
 
-DEFAULTS = {"x": "v", "keys": "visible", "seed": 0, "alpha": 0.01, "n_max": None, "jac_rows": 16,
+DEFAULTS = {"x": "v", "keys": "visible", "seed": 0, "alpha": KS_ALPHA, "n_max": None, "jac_rows": 16,
             "lengths": None, "ns": None, "temperatures": None, "epsilons": None, "text": None,
-            "impl": "vectorised", "chunk": metrics.DEFAULT_CHUNK, "reading": "b", "threads": None}
+            "impl": "vectorised", "chunk": DEFAULT_CHUNK, "reading": "b", "threads": None}
 
 
-def _protocol(quick: bool, protocol: dict) -> dict:
+def resolve_protocol(quick: bool, protocol: dict) -> dict:
     bad = set(protocol) - set(DEFAULTS)
     if bad:
         raise ValueError(f"unknown protocol option(s) {sorted(bad)}; known: {sorted(DEFAULTS)}")
@@ -58,8 +65,8 @@ def _protocol(quick: bool, protocol: dict) -> dict:
         raise ValueError(f"keys must be 'visible' or 'all', got {p['keys']!r}")
     if p["reading"] not in ("a", "b"):
         raise ValueError(f"reading must be 'a' or 'b' (d~ used by the KS test of Fig. 2c), got {p['reading']!r}")
-    if p["impl"] not in ("vectorised", "oracle"):
-        raise ValueError(f"impl must be 'vectorised' or 'oracle', got {p['impl']!r}")
+    if p["impl"] != "vectorised" and getattr(p["impl"], "NAME", None) != "oracle":
+        raise ValueError(f"impl must be 'vectorised' or the oracle module, got {p['impl']!r}")
     if not 0 < float(p["alpha"]) < 1:
         raise ValueError(f"alpha must be in (0, 1), got {p['alpha']}")
     if p["jac_rows"] is None:
@@ -70,41 +77,12 @@ def _protocol(quick: bool, protocol: dict) -> dict:
     return p
 
 
-def threads(n: Optional[int]):
-    """Context manager: torch intra-op threads = n inside (None: unchanged). On a busy shared CPU one
-    thread can be several times faster than two (OpenMP threads wait for each other)."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def ctx():
-        if n is None:
-            yield
-            return
-        old = torch.get_num_threads()
-        torch.set_num_threads(int(n))
-        try:
-            yield
-        finally:
-            torch.set_num_threads(old)
-    return ctx()
-
-
-def _with_threads(fn: Callable) -> Callable:
-    """Run a figure / entry point under the `threads` protocol option."""
-    import functools
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with threads(kwargs.get("threads")):
-            return fn(*args, **kwargs)
-    return wrapper
-
-
 def _impl(p: dict):
-    return metrics if p["impl"] == "vectorised" else oracle
+    """The functions that compute the rows: the vectorised engine, or the oracle (benchmarks)."""
+    return VECTORISED if p["impl"] == "vectorised" else p["impl"]
 
 
-def _windows(ids) -> list[torch.Tensor]:
+def as_windows(ids) -> list[torch.Tensor]:
     if isinstance(ids, torch.Tensor):
         if ids.ndim == 1:
             return [ids.long()]
@@ -118,14 +96,6 @@ def _windows(ids) -> list[torch.Tensor]:
     if len(n) != 1:
         raise ValueError(f"all windows must have the same length, got {sorted(n)}")
     return wins
-
-
-def _tqdm(iterable, progress: bool, desc: str, total=None):
-    if not progress:
-        return iterable
-    from tqdm.auto import tqdm
-
-    return tqdm(iterable, desc=desc, total=total, leave=False)
 
 
 # --------------------------------------------------------------------------------------- captures
@@ -174,16 +144,16 @@ class Captures:
             raise ValueError(f"these captures kept {self.keep}; the figure also needs {sorted(missing)}")
 
 
-def _needs(fig: str, p: dict) -> set[str]:
+def trace_needs(fig: str, p: dict) -> set[str]:
     xk = {"v"} if p["x"] == "v" else {"hidden"}
     return {"fig1": {"probs", "scores", "q", "k"}, "fig2a": {"probs"} | xk, "fig2b": {"probs"} | xk,
             "fig2c": {"probs"} | xk, "fig3": {"probs"} | xk, "fig4": {"scores"}}[fig]
 
 
 def _captures(model, ids, fig: str, p: dict, captures) -> list[Captures]:
-    need = _needs(fig, p)
+    need = trace_needs(fig, p)
     if captures is None:
-        return [Captures(model, w, need) for w in _windows(ids)]
+        return [Captures(model, w, need) for w in as_windows(ids)]
     caps = list(captures) if isinstance(captures, (list, tuple)) else [captures]
     for c in caps:
         c.require(need)
@@ -263,7 +233,7 @@ def _finish(name: str, model, caps: list[Captures], p: dict, grids: dict, rows: 
                        "a also reported",
         dmax_form="B default, R reported",
         xi_estimator="row (||a_i x_i - s||) default; pair and delta reported",
-        quick=p["quick"], impl=p["impl"], seed=p["seed"], alpha=p["alpha"], grids=grids,
+        quick=p["quick"], impl=_impl(p).NAME, seed=p["seed"], alpha=p["alpha"], grids=grids,
         n_passes=sum(c.n_passes for c in caps), capture_seconds=round(sum(c.seconds for c in caps), 3),
         runtime_seconds=round(time.perf_counter() - t0, 3), torch_threads=torch.get_num_threads())
     return Result(name=name, rows=rows, provenance=prov)
@@ -298,18 +268,18 @@ def fig1_rows(trace, p: dict, L: int, window: int = 0) -> list[dict]:
     return _head_rows(trace, values, window=window, L=L, uniform=1.0 / L, n_rows=trace.probs.shape[-2])
 
 
-@_with_threads
+@with_threads
 def fig1(model, ids, *, quick: bool = False, progress: bool = True, captures=None, **protocol) -> Result:
     """Fig. 1 (quantitative counterpart): vanishing attention. For every L and head: mean max weight,
     entropy (and entropy / log L_t), and the Corollary-1 band `log10(1/L) -+ 2 Delta/(T ln 10)` with
     T = 1/scaling, Delta = ||q_t|| max ||k_i||; `cor1_holds` = fraction of rows inside the band."""
     t0 = time.perf_counter()
-    p = _protocol(quick, protocol)
+    p = resolve_protocol(quick, protocol)
     caps = _captures(model, ids, "fig1", p, captures)
     grid = length_grid(model, len(caps[0].ids), quick, p["lengths"])
     rows = []
     for w, cap in enumerate(caps):
-        for L in _tqdm(grid, progress, f"fig1 w{w}"):
+        for L in progress_bar(grid, progress, f"fig1 w{w}"):
             rows += fig1_rows(cap.get(L), p, L, w)
     return _finish("fig1", model, caps, p, {"lengths": grid}, rows, t0)
 
@@ -327,7 +297,7 @@ def distance_rows(trace, p: dict, ns: Sequence[int], L: int, window: int = 0) ->
     st = impl.distance_stats(trace.probs, _x(trace, p), ns, _visible(trace, p), stats=DIST_STATS, chunk=p["chunk"])
     hold = {"holds_B": _hold_frac(st["dtilde_b"], st["dmax_B"]), "holds_R": _hold_frac(st["dtilde_b"], st["dmax_R"]),
             "holds_a": _hold_frac(st["dtilde_a"], st["dmax_a"])}
-    means = {k: metrics.row_mean(v, dim=-2) for k, v in st.items()}
+    means = {k: row_mean(v, dim=-2) for k, v in st.items()}
     n_rows = (~torch.isnan(st["dtilde_b"])).sum(-2)
     rows = []
     for c, N in enumerate(ns):
@@ -340,31 +310,31 @@ def distance_rows(trace, p: dict, ns: Sequence[int], L: int, window: int = 0) ->
     return rows
 
 
-@_with_threads
+@with_threads
 def fig2a(model, ids, *, quick: bool = False, progress: bool = True, captures=None, **protocol) -> Result:
     """Fig. 2a: N = 5, L = 32, 64, ... : per head the true d~, the expectation E and d_max."""
     t0 = time.perf_counter()
-    p = _protocol(quick, protocol)
+    p = resolve_protocol(quick, protocol)
     caps = _captures(model, ids, "fig2a", p, captures)
     grid = length_grid(model, len(caps[0].ids), quick, p["lengths"])
     ns = list(p["ns"] or [FIG2A_N])
     rows = []
     for w, cap in enumerate(caps):
-        for L in _tqdm(grid, progress, f"fig2a w{w}"):
+        for L in progress_bar(grid, progress, f"fig2a w{w}"):
             rows += distance_rows(cap.get(L), p, ns, L, w)
     return _finish("fig2a", model, caps, p, {"lengths": grid, "ns": ns}, rows, t0)
 
 
-@_with_threads
+@with_threads
 def fig2b(model, ids, *, quick: bool = False, progress: bool = True, captures=None, **protocol) -> Result:
     """Fig. 2b: L = largest, N in {1, 5, 10, 20, 100} (those < L): d~, E, d_max per head."""
     t0 = time.perf_counter()
-    p = _protocol(quick, protocol)
+    p = resolve_protocol(quick, protocol)
     caps = _captures(model, ids, "fig2b", p, captures)
     L = length_grid(model, len(caps[0].ids), quick, p["lengths"])[-1]
     ns = [n for n in (p["ns"] or (FIG2B_NS[:4] if quick else FIG2B_NS)) if n < L]
     rows = []
-    for w, cap in enumerate(_tqdm(caps, progress and len(caps) > 1, "fig2b")):
+    for w, cap in enumerate(progress_bar(caps, progress and len(caps) > 1, "fig2b")):
         rows += distance_rows(cap.get(L), p, ns, L, w)
     return _finish("fig2b", model, caps, p, {"L": L, "ns": ns}, rows, t0)
 
@@ -376,7 +346,7 @@ def critical_rows(trace, p: dict, L: int, window: int = 0, progress: bool = Fals
     heads), each carrying the critical N (first N not rejected; -1 if none up to n_max)."""
     impl = _impl(p)
     bar = None
-    if progress and impl is metrics:
+    if progress and impl is VECTORISED:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=(p["n_max"] or L - 1), desc=f"fig2c N scan, L={L}", leave=False)
@@ -393,17 +363,17 @@ def critical_rows(trace, p: dict, L: int, window: int = 0, progress: bool = Fals
             for N, pv, ks, d, e in zip(res["ns"], res["pvalues"], res["ks"], res["d_mean"], res["e_mean"])]
 
 
-@_with_threads
+@with_threads
 def fig2c(model, ids, *, quick: bool = False, progress: bool = True, captures=None, **protocol) -> Result:
     """Fig. 2c: for each L, the critical top-N (KS two-sample test of per-head mean d~ vs per-head mean
     E, alpha = 0.01; every N from 1 upward, first non-rejection) and critical N / L vs 0.06."""
     t0 = time.perf_counter()
-    p = _protocol(quick, protocol)
+    p = resolve_protocol(quick, protocol)
     caps = _captures(model, ids, "fig2c", p, captures)
     grid = length_grid(model, len(caps[0].ids), quick, p["lengths"])
     rows = []
     for w, cap in enumerate(caps):
-        for L in _tqdm(grid, progress, f"fig2c w{w}"):
+        for L in progress_bar(grid, progress, f"fig2c w{w}"):
             rows += critical_rows(cap.get(L), p, L, w, progress)
     return _finish("fig2c", model, caps, p, {"lengths": grid, "n_scan": "every N from 1, stop at first p > alpha",
                                              "n_max": p["n_max"] or "L-1"}, rows, t0)
@@ -411,7 +381,7 @@ def fig2c(model, ids, *, quick: bool = False, progress: bool = True, captures=No
 
 # ------------------------------------------------------------------------------------------ figure 3
 
-SEP_STATS = metrics.SEPARABILITY_STATS
+SEP_STATS = separability.SEPARABILITY_STATS
 
 
 def separability_rows(trace, p: dict, ns: Sequence[int], L: int, window: int = 0) -> list[dict]:
@@ -425,7 +395,7 @@ def separability_rows(trace, p: dict, ns: Sequence[int], L: int, window: int = 0
             "lower_pair_holds": _hold_frac(st["lower_pair"], st["ns_frac"]),
             "upper_B_holds": _hold_frac(st["ns_frac"], st["upper_B_row"]),
             "upper_R_holds": _hold_frac(st["ns_frac"], st["upper_R_row"])}
-    means = {k: metrics.row_mean(v, dim=-2) for k, v in st.items()}
+    means = {k: row_mean(v, dim=-2) for k, v in st.items()}
     rows = []
     for c, N in enumerate(ns):
         vals = {k: v[..., c] for k, v in means.items()}
@@ -434,16 +404,16 @@ def separability_rows(trace, p: dict, ns: Sequence[int], L: int, window: int = 0
     return rows
 
 
-@_with_threads
+@with_threads
 def fig3(model, ids, *, quick: bool = False, progress: bool = True, captures=None, **protocol) -> Result:
     """Fig. 3: L = largest, N = 1..32: N_s/N per head (x on the unit sphere) with the Theorem-2 bounds."""
     t0 = time.perf_counter()
-    p = _protocol(quick, protocol)
+    p = resolve_protocol(quick, protocol)
     caps = _captures(model, ids, "fig3", p, captures)
     L = length_grid(model, len(caps[0].ids), quick, p["lengths"])[-1]
     ns = [n for n in (p["ns"] or range(1, (8 if quick else FIG3_NMAX) + 1)) if n < L]
     rows = []
-    for w, cap in enumerate(_tqdm(caps, progress and len(caps) > 1, "fig3")):
+    for w, cap in enumerate(progress_bar(caps, progress and len(caps) > 1, "fig3")):
         rows += separability_rows(cap.get(L), p, ns, L, w)
     return _finish("fig3", model, caps, p, {"L": L, "ns": ns, "M": 1.0}, rows, t0)
 
@@ -462,7 +432,7 @@ def gradient_rows(trace, p: dict, Ts: Sequence[float], Es: Sequence[float], L: i
     impl = _impl(p)
     vis = trace.visible()
     g = impl.fd_grad_norms(trace.scores, Ts, Es, vis, seed=p["seed"], chunk=p["chunk"])   # [l, h, Q, T, E]
-    gm = metrics.row_mean(g, dim=-3)                                                     # [l, h, T, E]
+    gm = row_mean(g, dim=-3)                                                     # [l, h, T, E]
     H = gm.shape[0] * gm.shape[1]
     flat = gm.reshape(H, len(Ts), len(Es))
     jac = None
@@ -470,14 +440,11 @@ def gradient_rows(trace, p: dict, Ts: Sequence[float], Es: Sequence[float], L: i
         Q = trace.scores.shape[-2]
         rows_idx = torch.unique(torch.linspace(1, Q - 1, min(p["jac_rows"], Q - 1)).round().long())
         sc = trace.scores[..., rows_idx, :]
-        vsub = metrics._visible_scores(sc, vis[rows_idx])
+        vsub = visible_scores(sc, vis[rows_idx])
         jac = []
         for T in Ts:
             a = torch.softmax((sc.double() / T).masked_fill(~vsub, float("-inf")), dim=-1)
-            if impl is metrics:
-                j = metrics.softmax_jacobian_norm(a, T, vsub, method="secular")
-            else:
-                j = oracle.softmax_jacobian_norm(a, T, vsub)
+            j = impl.softmax_jacobian_norm(a, T, vsub, method="secular")
             jac.append(float(j.mean(-1).max()))
     rows = []
     valid = ~torch.isnan(g)
@@ -502,19 +469,19 @@ def gradient_rows(trace, p: dict, Ts: Sequence[float], Es: Sequence[float], L: i
     return rows
 
 
-@_with_threads
+@with_threads
 def fig4(model, ids, *, quick: bool = False, progress: bool = True, captures=None, **protocol) -> Result:
     """Fig. 4: T in logspace(-3, 2, 26), eps in {1e-3, 1e-1, 10}: max over heads of the token-mean g(T, eps)
     with min{1/(4T), sqrt 2} (paper) and 1/(2T) (exact spectral bound). Logits = the model's own
     pre-softmax scores over visible keys (T = 1 is the native model); one seeded unit direction per row."""
     t0 = time.perf_counter()
-    p = _protocol(quick, protocol)
+    p = resolve_protocol(quick, protocol)
     caps = _captures(model, ids, "fig4", p, captures)
     L = length_grid(model, len(caps[0].ids), quick, p["lengths"])[-1]
     Ts = list(p["temperatures"] or temperature_grid(quick))
     Es = list(p["epsilons"] or EPSILONS)
     rows = []
-    for w, cap in enumerate(_tqdm(caps, progress and len(caps) > 1, "fig4")):
+    for w, cap in enumerate(progress_bar(caps, progress and len(caps) > 1, "fig4")):
         rows += gradient_rows(cap.get(L), p, Ts, Es, L, w)
     return _finish("fig4", model, caps, p, {"L": L, "temperatures": Ts, "epsilons": Es,
                                             "direction": "z/||z||, z ~ N(0, I) over visible keys, one per row, "
@@ -529,13 +496,13 @@ FIGURE_FUNCS: dict[str, Callable] = {"fig1": fig1, "fig2a": fig2a, "fig2b": fig2
 
 
 def _all_windows(ids, ids_list) -> list[torch.Tensor]:
-    wins = _windows(ids)
+    wins = as_windows(ids)
     if ids_list is not None:
-        wins += _windows(ids_list)
-    return _windows(wins)
+        wins += as_windows(ids_list)
+    return as_windows(wins)
 
 
-@_with_threads
+@with_threads
 def run_figures(model, ids, ids_list=None, *, quick: bool = False, progress: bool = True,
                 figures: Optional[Sequence[str]] = None, **protocol) -> dict[str, Result]:
     """Every figure of the paper (or `figures`), sharing forward passes: dict name -> Result.
@@ -547,87 +514,10 @@ def run_figures(model, ids, ids_list=None, *, quick: bool = False, progress: boo
     bad = set(names) - set(FIGURES)
     if bad:
         raise ValueError(f"unknown figures {sorted(bad)}; known: {FIGURES}")
-    p = _protocol(quick, protocol)
-    keep = set().union(*(_needs(n, p) for n in names))
+    p = resolve_protocol(quick, protocol)
+    keep = set().union(*(trace_needs(n, p) for n in names))
     caps = [Captures(model, w, keep) for w in _all_windows(ids, ids_list)]
     out = {}
-    for name in _tqdm(names, progress, "figures"):
+    for name in progress_bar(names, progress, "figures"):
         out[name] = FIGURE_FUNCS[name](model, None, quick=quick, progress=progress, captures=caps, **protocol)
     return out
-
-
-def _subset(trace, n_layers: int):
-    """The first n_layers layers of a trace (all heads)."""
-    from dataclasses import replace
-
-    cut = {}
-    for name in ("q", "k", "v", "scores", "probs", "hidden"):
-        t = getattr(trace, name)
-        cut[name] = None if t is None else t[:n_layers]
-    return replace(trace, layers=trace.layers[:n_layers], **cut)
-
-
-class _Fixed(Captures):
-    """Captures over already made traces (bench: same inputs for both implementations)."""
-
-    def __init__(self, source: Captures, n_layers: Optional[int] = None):
-        self.model, self.ids, self.keep = source.model, source.ids, source.keep
-        self.n_passes, self.seconds = 0, 0.0
-        self._src, self._n_layers = source, n_layers
-        self.traces, self.last = {}, None
-
-    def get(self, L: int):
-        t = self._src.get(L)
-        self.last = t if self._n_layers is None else _subset(t, self._n_layers)
-        return self.last
-
-
-@_with_threads
-def bench_figures(model, ids, quick: bool = True, *, oracle_layers: Optional[int] = None,
-                  figures: Optional[Sequence[str]] = None, progress: bool = False, repeats: int = 3,
-                  **protocol) -> list[dict]:
-    """Time each figure, vectorised vs the per-row oracle, on the same captured traces.
-
-    The forward passes are made once, before timing. The oracle runs on the first `oracle_layers`
-    layers (default: all when quick, 1 otherwise: the oracle is linear in the number of heads), and
-    the vectorised code is timed on the same subset (`speedup`, like for like; the median of
-    `repeats` runs, after a first run on all layers that also warms up) and on all layers.
-    `oracle_full_s_est` extrapolates the oracle linearly to all layers. One dict per figure.
-    """
-    names = list(figures or FIGURES)
-    p = _protocol(quick, protocol)
-    keep = set().union(*(_needs(n, p) for n in names))
-    cap = Captures(model, _windows(ids)[0], keep)
-    grid = length_grid(model, len(cap.ids), quick, p["lengths"])
-    for L in (grid if not model.causal else grid[-1:]):
-        cap.get(L)
-    n_layers = len(cap.get(grid[-1]).layers)
-    sub = n_layers if (oracle_layers is None and quick) else min(n_layers, oracle_layers or 1)
-    rows = []
-    for name in names:
-        func = FIGURE_FUNCS[name]
-        proto = {k: v for k, v in protocol.items() if k != "impl"}
-        timings = {}
-        for label, layers, impl, n in (("vectorised_full", None, "vectorised", 1),
-                                       ("vectorised", sub, "vectorised", max(1, repeats)), ("oracle", sub, "oracle", 1)):
-            run = dict(proto)
-            if impl == "oracle" and name == "fig2c":
-                # the oracle scans exactly as far as the vectorised run on the same inputs did
-                run["n_max"] = max(r["N"] for r in res.rows)
-            times = []
-            for _ in range(n):
-                t0 = time.perf_counter()
-                res = func(model, None, quick=quick, progress=progress, captures=[_Fixed(cap, layers)], impl=impl,
-                           **run)
-                times.append(time.perf_counter() - t0)
-            timings[label] = float(np.median(times))
-        rows.append({"figure": name, "model": model.name, "quick": quick, "L_max": grid[-1],
-                     "layers_total": n_layers, "oracle_layers": sub,
-                     "vectorised_full_s": round(timings["vectorised_full"], 4),
-                     "vectorised_s": round(timings["vectorised"], 4), "oracle_s": round(timings["oracle"], 4),
-                     "speedup": round(timings["oracle"] / max(timings["vectorised"], 1e-9), 2),
-                     "oracle_full_s_est": round(timings["oracle"] * n_layers / sub, 2),
-                     "speedup_full_est": round(timings["oracle"] * n_layers / sub / max(timings["vectorised_full"], 1e-9), 2),
-                     "repeats": max(1, repeats), "capture_s": round(cap.seconds, 3),
-                     "torch_threads": torch.get_num_threads()})
-    return rows

@@ -1,5 +1,5 @@
 """Token sample complexity of attention: attention as a map on measures, its exact infinite-token
-limits, the horizon, and log-log slope fits.
+limits, and the horizon (Monte Carlo and slope fits: `montecarlo`).
 
 Paper: Bohbot, Letrouit, Peyre, Vialard, "Token Sample Complexity of Attention" (arXiv 2512.10656).
 Only the abstract of the paper was available; formulas below say where they come from:
@@ -23,11 +23,12 @@ moments             mean ``m = E[z]`` and population covariance ``C = E[z z^T] -
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Optional
 
 import numpy as np
 import torch
+
+from attnlab.core.util import as_float64
 
 TEMPERATURE_CONVENTION = (
     "A = W_k^T W_q * temperature, temperature = 1/sqrt(d_head) included in A (scores <A x, y>); "
@@ -44,13 +45,6 @@ Tensorish = "torch.Tensor | np.ndarray | Sequence[float] | float"
 # --------------------------------------------------------------------------------------------------
 # validation helpers
 # --------------------------------------------------------------------------------------------------
-
-def _t(x, *, dtype=torch.float64, device=None) -> torch.Tensor:
-    """Any array-like -> torch tensor of `dtype` on `device` (keeps the tensor's device if None)."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().to(dtype=dtype, device=device if device is not None else x.device)
-    return torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=dtype, device=device)
-
 
 def check_positive_int(value, name: str) -> int:
     """Return int(value) or raise ValueError when it is not an integer >= 1."""
@@ -70,7 +64,7 @@ def check_scale(value, name: str = "scale") -> float:
 def check_psd(Sigma, name: str = "Sigma", *, tol: float = 1e-8) -> torch.Tensor:
     """Sigma as a float64 tensor ``[d, d]``; ValueError unless square, symmetric and positive
     semi-definite (smallest eigenvalue >= -tol * largest |eigenvalue|)."""
-    S = _t(Sigma, device="cpu")
+    S = as_float64(Sigma, device="cpu")
     if S.ndim != 2 or S.shape[0] != S.shape[1]:
         raise ValueError(f"{name} must be a square [d, d] matrix, got shape {tuple(S.shape)}")
     if not torch.isfinite(S).all():
@@ -114,7 +108,7 @@ def bilinear_form(W_q, W_k, temperature: Optional[float] = None) -> torch.Tensor
     ``[d_head, d]`` (nn.Linear weight layout).  ``temperature=None`` uses ``1/sqrt(d_head)`` with
     ``d_head = W_q.shape[0]`` (single head).  For the row-stacked weights of all heads,
     ``W_k^T W_q = sum_h W_{k,h}^T W_{q,h}``; pass ``temperature=1/sqrt(d_head)`` explicitly."""
-    Wq, Wk = _t(W_q), _t(W_k)
+    Wq, Wk = as_float64(W_q), as_float64(W_k)
     if Wq.shape != Wk.shape or Wq.ndim != 2:
         raise ValueError(f"W_q and W_k must have the same [d_head, d] shape, got {tuple(Wq.shape)} "
                          f"and {tuple(Wk.shape)}")
@@ -162,18 +156,18 @@ def attention_map(x, tokens, A, V=None, *, chunk: Optional[int] = None,
     """
     y = tokens
     if not isinstance(y, torch.Tensor):
-        y = _t(y)
-    x = _t(x, dtype=y.dtype, device=y.device)
+        y = as_float64(y)
+    x = as_float64(x, dtype=y.dtype, device=y.device)
     d = y.shape[-1]
     if y.shape[-2] < 1:
         raise ValueError("need n >= 1 tokens")
     if x.shape[-1] != d:
         raise ValueError(f"dimension mismatch: queries have d={x.shape[-1]}, tokens d={d}")
-    A = _t(A, dtype=y.dtype, device=y.device)
+    A = as_float64(A, dtype=y.dtype, device=y.device)
     _check_square(A, d)
     vals = y
     if V is not None:
-        V = _t(V, dtype=y.dtype, device=y.device)
+        V = as_float64(V, dtype=y.dtype, device=y.device)
         _check_value_map(V, d)
         vals = y @ V.T
     return attend(x @ A.T, y, vals, chunk=chunk, max_scores=max_scores)
@@ -206,8 +200,8 @@ def self_attention_moments(tokens, A, V=None, *, chunk: Optional[int] = None,
 def moment_errors(mean, cov, ref_mean, ref_cov, *, cov_norm: str = "fro"):
     """``||m - m_ref||_2`` ``[...]`` and ``||C - C_ref||`` ``[...]`` (``cov_norm``: "fro" as the
     authors' Gaussian/BERT runs, or "spectral" as their sphere run), float64."""
-    dm = mean.to(torch.float64) - _t(ref_mean, device=mean.device)
-    dc = cov.to(torch.float64) - _t(ref_cov, device=cov.device)
+    dm = mean.to(torch.float64) - as_float64(ref_mean, device=mean.device)
+    dc = cov.to(torch.float64) - as_float64(ref_cov, device=cov.device)
     err_m = torch.linalg.vector_norm(dm, ord=2, dim=-1)
     if cov_norm == "fro":
         err_c = torch.linalg.matrix_norm(dc, ord="fro")
@@ -216,53 +210,6 @@ def moment_errors(mean, cov, ref_mean, ref_cov, *, cov_norm: str = "fro"):
     else:
         raise ValueError(f"cov_norm must be 'fro' or 'spectral', got {cov_norm!r}")
     return err_m, err_c
-
-
-# --------------------------------------------------------------------------------------------------
-# samplers
-# --------------------------------------------------------------------------------------------------
-
-def make_generator(seed: int, device="cpu") -> torch.Generator:
-    """A torch.Generator on `device` seeded with `seed`."""
-    g = torch.Generator(device=torch.device(device))
-    g.manual_seed(int(seed))
-    return g
-
-
-def derive_seed(*parts: int) -> int:
-    """Deterministic 63-bit seed from integers (numpy SeedSequence), for per-grid-point streams."""
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, dtype=np.uint64)[0] >> 1)
-
-
-def sample_gaussian(n: int, m, Sigma, *, batch: tuple = (), generator: Optional[torch.Generator] = None,
-                    dtype=torch.float64, device="cpu") -> torch.Tensor:
-    """``[*batch, n, d]`` i.i.d. tokens ~ N(m, Sigma) (Sigma PSD, singular allowed)."""
-    n = check_positive_int(n, "n")
-    S = check_psd(Sigma)
-    m = _t(m)
-    if m.ndim != 1 or m.shape[0] != S.shape[0]:
-        raise ValueError(f"dimension mismatch: m has shape {tuple(m.shape)}, Sigma {tuple(S.shape)}")
-    L = sqrtm_psd(S).to(dtype=dtype, device=device)
-    z = torch.randn(*batch, n, S.shape[0], generator=generator, dtype=dtype, device=device)
-    return z @ L.T + m.to(dtype=dtype, device=device)
-
-
-def sample_sphere(n: int, d: int, *, radius: float = 1.0, batch: tuple = (),
-                  generator: Optional[torch.Generator] = None, dtype=torch.float64,
-                  device="cpu") -> torch.Tensor:
-    """``[*batch, n, d]`` i.i.d. tokens uniform on the sphere of radius `radius` in R^d."""
-    n, d = check_positive_int(n, "n"), check_positive_int(d, "d")
-    radius = check_scale(radius, "radius")
-    z = torch.randn(*batch, n, d, generator=generator, dtype=dtype, device=device)
-    return radius * z / z.norm(dim=-1, keepdim=True)
-
-
-def subsample_iid(n_total: int, n: int, k: int, *, generator: Optional[torch.Generator] = None,
-                  device="cpu") -> torch.Tensor:
-    """``[k, n]`` indices drawn i.i.d. uniformly *with replacement* from range(n_total)
-    (the authors' BERT protocol)."""
-    n_total, n, k = (check_positive_int(v, nm) for v, nm in ((n_total, "n_total"), (n, "n"), (k, "k")))
-    return torch.randint(0, n_total, (k, n), generator=generator, device=device)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -277,13 +224,13 @@ def gaussian_map(x, m, Sigma, A, V=None) -> torch.Tensor:
     """
     S = check_psd(Sigma)
     d = S.shape[0]
-    A, m, x = _t(A, device="cpu"), _t(m, device="cpu"), _t(x, device="cpu")
+    A, m, x = as_float64(A, device="cpu"), as_float64(m, device="cpu"), as_float64(x, device="cpu")
     _check_square(A, d)
     if x.shape[-1] != d or m.shape != (d,):
         raise ValueError(f"dimension mismatch: x {tuple(x.shape)}, m {tuple(m.shape)}, Sigma {tuple(S.shape)}")
     out = m + x @ (S @ A).T
     if V is not None:
-        V = _t(V, device="cpu")
+        V = as_float64(V, device="cpu")
         _check_value_map(V, d)
         out = out @ V.T
     return out
@@ -294,11 +241,11 @@ def gaussian_output_moments(m, Sigma, A, V=None) -> tuple[torch.Tensor, torch.Te
     mean ``V (m + Sigma A m)`` ``[d_out]``, covariance ``V Sigma A Sigma A^T Sigma V^T`` ``[d_out, d_out]``."""
     S = check_psd(Sigma)
     d = S.shape[0]
-    A, m = _t(A, device="cpu"), _t(m, device="cpu")
+    A, m = as_float64(A, device="cpu"), as_float64(m, device="cpu")
     _check_square(A, d)
     if m.shape != (d,):
         raise ValueError(f"dimension mismatch: m {tuple(m.shape)}, Sigma {tuple(S.shape)}")
-    Vm = torch.eye(d, dtype=torch.float64) if V is None else _t(V, device="cpu")
+    Vm = torch.eye(d, dtype=torch.float64) if V is None else as_float64(V, device="cpu")
     _check_value_map(Vm, d)
     B = Vm @ S @ A                               # [d_out, d]: the linear part of the map
     cov = B @ S @ B.T
@@ -329,8 +276,8 @@ def sphere_map(x, A, V=None, *, radius: float = 1.0) -> torch.Tensor:
     ``Gamma(x) = radius * A_d(radius ||A x||) * A x / ||A x||`` (von Mises-Fisher mean), then V.
     x ``[..., d]`` -> ``[..., d_out]`` float64; Gamma(x) = 0 where A x = 0."""
     radius = check_scale(radius, "radius")
-    x = _t(x)
-    A = _t(A, device=x.device)
+    x = as_float64(x)
+    A = as_float64(A, device=x.device)
     d = A.shape[-1]
     _check_square(A, d)
     if x.shape[-1] != d:
@@ -341,7 +288,7 @@ def sphere_map(x, A, V=None, *, radius: float = 1.0) -> torch.Tensor:
     ratio = torch.as_tensor(bessel_ratio(kappa, d), dtype=torch.float64, device=a.device)
     out = radius * ratio * a / torch.where(norm > 0, norm, torch.ones_like(norm))
     if V is not None:
-        V = _t(V, device=a.device)
+        V = as_float64(V, device=a.device)
         _check_value_map(V, d)
         out = out @ V.T
     return out
@@ -393,7 +340,7 @@ def sphere_output_moments(A, V=None, *, radius: float = 1.0, method: str = "auto
     method, node/sample count and (Monte Carlo) the standard error of each lambda_i.
     """
     radius = check_scale(radius, "radius")
-    A = _t(A, device="cpu")
+    A = as_float64(A, device="cpu")
     d = A.shape[-1]
     _check_square(A, d)
     if method == "auto":
@@ -435,7 +382,7 @@ def sphere_output_moments(A, V=None, *, radius: float = 1.0, method: str = "auto
     lam = np.where(sig2 == 0, 0.0, lam)
     cov = (U * torch.as_tensor(lam, dtype=torch.float64)) @ U.T
     if V is not None:
-        V = _t(V, device="cpu")
+        V = as_float64(V, device="cpu")
         _check_value_map(V, d)
         cov = V @ cov @ V.T
     cov = 0.5 * (cov + cov.T)
@@ -451,9 +398,9 @@ def map_error_constant(x, m, Sigma, A, V=None) -> torch.Tensor:
     ``exp(||Sigma^1/2 A x||^2 / 2)``: the exponential C(R) of the paper's first result."""
     S = check_psd(Sigma)
     d = S.shape[0]
-    A, x = _t(A, device="cpu"), _t(x, device="cpu")
+    A, x = as_float64(A, device="cpu"), as_float64(x, device="cpu")
     _check_square(A, d)
-    Vm = torch.eye(d, dtype=torch.float64) if V is None else _t(V, device="cpu")
+    Vm = torch.eye(d, dtype=torch.float64) if V is None else as_float64(V, device="cpu")
     _check_value_map(Vm, d)
     a = x @ A.T                                       # [..., d]
     quad = (a @ S * a).sum(-1)                        # a^T Sigma a
@@ -461,18 +408,6 @@ def map_error_constant(x, m, Sigma, A, V=None) -> torch.Tensor:
     tr = torch.trace(VS @ Vm.T) + ((a @ VS.T) ** 2).sum(-1)
     return torch.sqrt(torch.exp(quad) * tr)
 
-
-def empirical_reference(draw: Callable[[int, torch.Generator], torch.Tensor], A, V=None, *,
-                        n_ref: int = 100_000, seed: int = 0, device="cpu",
-                        max_scores: int = MAX_SCORES) -> tuple[torch.Tensor, torch.Tensor]:
-    """The authors' large-sample reference: self-attention moments of ONE fresh draw of ``n_ref``
-    tokens (float64, query-chunked so no n_ref x n_ref matrix is formed).  ``draw(n, generator)``
-    returns ``[n, d]`` tokens.  Carries its own Monte Carlo error (~ n_ref^-beta), which floors the
-    error curves; compare with the exact limit."""
-    n_ref = check_positive_int(n_ref, "n_ref")
-    X = draw(n_ref, make_generator(seed, device)).to(torch.float64)
-    return self_attention_moments(X, _t(A, device=X.device),
-                                  None if V is None else _t(V, device=X.device), max_scores=max_scores)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -487,7 +422,7 @@ def horizon(A, Sigma, *, sided: str = "two", eps: float = 0.0) -> float:
     temperature is inside A is the caller's convention; ours includes it (TEMPERATURE_CONVENTION).
     """
     S = check_psd(Sigma)
-    A = _t(A, device="cpu")
+    A = as_float64(A, device="cpu")
     _check_square(A, S.shape[0])
     eps = check_scale(eps, "eps")
     R = sqrtm_psd(S + eps * torch.eye(S.shape[0], dtype=torch.float64))
@@ -511,146 +446,3 @@ def beta_reference(H):
         raise ValueError("horizon H must be >= 0")
     out = 1.0 / (2.0 * (1.0 + Ha ** 2))
     return float(out) if out.ndim == 0 else out
-
-
-# --------------------------------------------------------------------------------------------------
-# log-log fits
-# --------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class SlopeFit:
-    """``log err = intercept + slope * log n`` (natural logs): slope, its standard error and the
-    intercept (``exp(intercept)`` is the constant C in ``err ~ C n^slope``)."""
-
-    slope: float
-    se: float
-    intercept: float
-    intercept_se: float
-    n_points: int
-    weighted: bool
-
-    @property
-    def beta(self) -> float:
-        """|beta| = -slope."""
-        return -self.slope
-
-
-def _loglog_design(n, err, err_std, k, degree: int):
-    n = np.asarray(n, dtype=np.float64).ravel()
-    err = np.asarray(err, dtype=np.float64).ravel()
-    if n.shape != err.shape:
-        raise ValueError(f"n and err must have the same length, got {n.size} and {err.size}")
-    if n.size < degree + 1:
-        raise ValueError(f"need at least {degree + 1} points for a degree-{degree} log-log fit, got {n.size}")
-    if np.any(n <= 0) or np.any(err <= 0) or not np.all(np.isfinite(err)):
-        raise ValueError("log-log fit needs n > 0 and finite err > 0")
-    weighted = err_std is not None and k is not None and int(k) >= 2
-    if weighted:
-        std = np.asarray(err_std, dtype=np.float64).ravel()
-        var = np.maximum((std / math.sqrt(int(k)) / err) ** 2, 1e-18)
-        w = 1.0 / var
-    else:
-        w = np.ones_like(n)
-    return np.log(n), np.log(err), w, weighted
-
-
-def _wls(X: np.ndarray, y: np.ndarray, w: np.ndarray):
-    XtW = X.T * w
-    G = XtW @ X
-    coef = np.linalg.solve(G, XtW @ y)
-    resid = y - X @ coef
-    dof = X.shape[0] - X.shape[1]
-    if dof <= 0:
-        return coef, np.full((X.shape[1], X.shape[1]), np.nan)
-    sigma2 = float((w * resid ** 2).sum() / dof)
-    return coef, np.linalg.inv(G) * sigma2
-
-
-def fit_loglog(n, err, err_std=None, k: Optional[int] = None) -> SlopeFit:
-    """Weighted least squares of ``log err`` on ``log n`` as in the authors' ``fit.py`` [CODE]:
-    weights ``1 / var(log err)``, ``var(log err) ~ (err_std / sqrt(k) / err)^2`` (floored at 1e-18);
-    the covariance of the coefficients is ``(X^T W X)^{-1}`` scaled by the weighted residual
-    variance with ``dof = points - 2`` (se = nan with 2 points).  Without ``err_std`` and ``k >= 2``
-    it is ordinary least squares.  n, err, err_std: ``[points]``."""
-    x, y, w, weighted = _loglog_design(n, err, err_std, k, 1)
-    X = np.column_stack([np.ones_like(x), x])
-    coef, cov = _wls(X, y, w)
-    return SlopeFit(slope=float(coef[1]), se=float(np.sqrt(max(cov[1, 1], 0.0))) if np.isfinite(cov[1, 1]) else float("nan"),
-                    intercept=float(coef[0]), intercept_se=float(np.sqrt(max(cov[0, 0], 0.0))) if np.isfinite(cov[0, 0]) else float("nan"),
-                    n_points=int(x.size), weighted=weighted)
-
-
-def fit_loglog_curvature(n, err, err_std=None, k: Optional[int] = None) -> dict:
-    """Quadratic fit ``log err = c0 + c1 u + c2 u^2`` with ``u = log n - mean(log n)`` (same weights
-    as :func:`fit_loglog`).  A power law has c2 = 0; a decay slower than any power law over the
-    range (e.g. ``(log n)^-a``) bends upward: c2 > 0.  Returns slope_mid (= c1, the slope at the
-    centre), curvature (= c2) and their standard errors (needs >= 4 points for the se)."""
-    x, y, w, weighted = _loglog_design(n, err, err_std, k, 2)
-    u = x - x.mean()
-    X = np.column_stack([np.ones_like(u), u, u ** 2])
-    coef, cov = _wls(X, y, w)
-    se = np.sqrt(np.clip(np.diag(cov), 0, None))
-    return {"slope_mid": float(coef[1]), "slope_mid_se": float(se[1]), "curvature": float(coef[2]),
-            "curvature_se": float(se[2]), "weighted": weighted}
-
-
-def local_slopes(n, err) -> np.ndarray:
-    """Slopes between consecutive points, ``diff(log err) / diff(log n)`` ``[points - 1]``."""
-    x, y = np.log(np.asarray(n, dtype=np.float64)), np.log(np.asarray(err, dtype=np.float64))
-    return np.diff(y) / np.diff(x)
-
-
-# --------------------------------------------------------------------------------------------------
-# Monte Carlo engine (vectorised over replicates)
-# --------------------------------------------------------------------------------------------------
-
-#: replicate-batching budget on the CPU (score entries): batching many small problems saves python
-#: and dispatch overhead, but batches of large n x n score matrices fall out of cache and run slower
-#: than a loop (measured by tsc_experiments.bench_monte_carlo on 2 cores).
-CPU_BATCH_SCORES = 2 ** 20
-
-
-def replicate_batch(n: int, k: int, max_scores: int = MAX_SCORES, device="cpu", heads: int = 1) -> int:
-    """Replicates processed together for n tokens: as many full ``heads x n x n`` score tensors as
-    fit in the budget (``max_scores``, capped at ``CPU_BATCH_SCORES`` on the CPU); in [1, k]."""
-    budget = max_scores if str(device).startswith("cuda") else min(max_scores, CPU_BATCH_SCORES)
-    return max(1, min(int(k), budget // max(1, heads * n * n)))
-
-
-def mc_moment_errors(draw: Callable[[int, int, torch.Generator], torch.Tensor], A, V,
-                     n_values: Sequence[int], k: int, references: dict, *, cov_norm: str = "fro",
-                     seed: int = 0, device="cpu", dtype=torch.float32,
-                     max_scores: int = MAX_SCORES, batch: Optional[int] = None) -> list[dict]:
-    """Monte Carlo moment errors of self-attention on n tokens against one or more references.
-
-    ``draw(n, b, generator)`` returns ``[b, n, d]`` tokens; for each n, ``k`` replicates are drawn in
-    batches of ``batch`` (None: :func:`replicate_batch`) from a generator seeded with
-    ``derive_seed(seed, n)``; attention runs in ``dtype``, moments in float64.
-    ``references``: name -> (mean ``[d_out]``, cov ``[d_out, d_out]``).
-    Returns one row per (n, reference, moment) with err_mean, err_std (ddof=1), err_se = std/sqrt(k).
-    """
-    k = check_positive_int(k, "k")
-    A = _t(A, dtype=dtype, device=device)
-    Vt = None if V is None else _t(V, dtype=dtype, device=device)
-    rows = []
-    for n in n_values:
-        n = check_positive_int(n, "n")
-        gen = make_generator(derive_seed(seed, n), device)
-        b = replicate_batch(n, k, max_scores, device) if batch is None else check_positive_int(batch, "batch")
-        errs = {(r, mom): [] for r in references for mom in ("mean", "cov")}
-        done = 0
-        while done < k:
-            bb = min(b, k - done)
-            X = draw(n, bb, gen).to(dtype=dtype, device=device)
-            mean, cov = self_attention_moments(X, A, Vt, max_scores=max_scores)
-            for r, (rm, rc) in references.items():
-                em, ec = moment_errors(mean, cov, rm, rc, cov_norm=cov_norm)
-                errs[(r, "mean")].append(em.cpu())
-                errs[(r, "cov")].append(ec.cpu())
-            done += bb
-        for (r, mom), parts in errs.items():
-            e = torch.cat(parts).numpy()
-            std = float(e.std(ddof=1)) if k > 1 else 0.0
-            rows.append({"n": n, "reference": r, "moment": mom, "err_mean": float(e.mean()),
-                         "err_std": std, "err_se": std / math.sqrt(k), "k": k})
-    return rows

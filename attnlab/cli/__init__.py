@@ -1,35 +1,23 @@
 """Command line: attnlab info | figures | check | bench | diagnose.
 
-Each subcommand lives beside the science it drives: a module listed in SUBCOMMAND_MODULES provides
-`add_cli(subparsers)` and sets `func` on its parser. This file only dispatches.
+Argument parsing and printing only: each subcommand module (`figures`, `info`, `bench`, `diagnose`)
+adds its parser with `add_cli(subparsers)` and calls the library. This file only dispatches.
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import warnings
 
-SUBCOMMAND_MODULES = ["attnlab.cli_info", "attnlab.cli_figures", "attnlab.diagnose"]
+from attnlab.cli import bench, diagnose, figures, info
 
-
-def model_args(parser: argparse.ArgumentParser, default: str = "auto") -> None:
-    """--model and --device, shared by the subcommands."""
-    parser.add_argument("--model", default=default,
-                        help="auto (GPT-2 if available, else MiniLM), gpt2, minilm, tiny-gpt2, a hub id or a local dir")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+SUBCOMMANDS = (info, figures, diagnose, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="attnlab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError as exc:
-            if exc.name != name:
-                raise
-            continue
+    for module in SUBCOMMANDS:
         module.add_cli(sub)
     return parser
 
@@ -60,7 +48,3 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         print(f"attnlab {args.command}: error: {exc}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,14 +14,14 @@ from typing import Any, Iterable
 import numpy as np
 
 
-def _plain(value: Any) -> Any:
+def to_plain(value: Any) -> Any:
     """Make numpy/torch scalars and arrays JSON-friendly."""
     if hasattr(value, "tolist"):
         return value.tolist()
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): to_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [to_plain(v) for v in value]
     if isinstance(value, Path):
         return str(value)
     return value
@@ -50,7 +50,7 @@ def provenance(**fields: Any) -> dict:
         info["transformers"] = transformers.__version__
     except ImportError:  # pragma: no cover
         pass
-    info.update(_plain(fields))
+    info.update(to_plain(fields))
     return info
 
 
@@ -84,9 +84,9 @@ class Result:
         with open(tmp, "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=keys)
             writer.writeheader()
-            writer.writerows({k: _plain(v) for k, v in r.items()} for r in self.rows)
+            writer.writerows({k: to_plain(v) for k, v in r.items()} for r in self.rows)
         os.replace(tmp, paths["csv"])
-        meta = {"name": self.name, "columns": keys, "n_rows": len(self.rows), "provenance": _plain(self.provenance)}
+        meta = {"name": self.name, "columns": keys, "n_rows": len(self.rows), "provenance": to_plain(self.provenance)}
         tmp = paths["json"].with_suffix(".json.tmp")
         tmp.write_text(json.dumps(meta, indent=2, default=str))
         os.replace(tmp, paths["json"])

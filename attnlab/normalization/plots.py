@@ -7,21 +7,17 @@ windows of the head aggregate, shaded by the spread (std) over windows.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
-from attnlab.result import Result
+from attnlab.core.result import Result
+from attnlab.core.util import figure_row
+from attnlab.normalization.paper import CRITICAL_FRAC, SEPARABILITY_BAND
 
 COLORS = {"dtilde": "tab:green", "E": "tab:blue", "dmax_B": "tab:red", "dmax_R": "darkred", "bound": "black"}
 
 
 def _figure(ncols: int = 1, width: float = 5.0, height: float = 3.8):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width * ncols, height), layout="constrained")
-    axes = fig.subplots(1, ncols, squeeze=False)[0]
-    return fig, axes
+    return figure_row(ncols, width, height)
 
 
 def title(result: Result, what: str) -> str:
@@ -130,7 +126,7 @@ def plot_fig2b(result: Result):
     return fig
 
 
-def plot_fig2c(result: Result, frac: float = 0.06):
+def plot_fig2c(result: Result, frac: float = CRITICAL_FRAC):
     """Critical N against L, with the 0.06 L line; right: critical N / L."""
     fig, (a1, a2) = _figure(2, 4.6)
     per = {}
@@ -161,7 +157,7 @@ def plot_fig2c(result: Result, frac: float = 0.06):
     return fig
 
 
-def plot_fig3(result: Result, band: tuple = (0.70, 0.85)):
+def plot_fig3(result: Result, band: tuple = SEPARABILITY_BAND):
     """Box plots over heads of N_s/N against N, with the Theorem-2 bounds (head means)."""
     fig, (ax,) = _figure(1, 7.0)
     ns = sorted(result.unique("N"))
@@ -218,15 +214,3 @@ def plot_fig4(result: Result):
     L = result.rows[0]["L"] if result.rows else "?"
     fig.suptitle(title(result, f"Fig. 4: gradient sensitivity (L = {L})"), fontsize=9)
     return fig
-
-
-PLOTS = {"fig1": plot_fig1, "fig2a": plot_fig2a, "fig2b": plot_fig2b, "fig2c": plot_fig2c,
-         "fig3": plot_fig3, "fig4": plot_fig4}
-
-
-def plot(result: Result, name: Optional[str] = None):
-    """The plot of a Result by its name (fig1 ... fig4)."""
-    key = name or result.name
-    if key not in PLOTS:
-        raise ValueError(f"no plot for {key!r}; known: {sorted(PLOTS)}")
-    return PLOTS[key](result)

@@ -13,7 +13,6 @@ uniform_map          result 1: sup over a ball of radius R of the map error, aga
 moment_convergence   result 2: mean/covariance errors of the output tokens; fitted |beta| against H.
 hardmax              result 3: the sphere at very large attention scale; slower than any power law.
 real_encoder         a pretrained encoder (MiniLM by default) on WikiText-2; per-layer |beta| and H.
-bench_monte_carlo    vectorised Monte Carlo against a per-replicate python loop (timing rows).
 """
 from __future__ import annotations
 
@@ -25,8 +24,10 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from attnlab.result import Result, provenance
-from attnlab import sample_complexity as sc
+from attnlab.core.result import Result, provenance
+from attnlab.core.util import as_float64
+from attnlab.sample_complexity import montecarlo as mc
+from attnlab.sample_complexity import theory
 
 PAPER = ("Bohbot, Letrouit, Peyre, Vialard. Token Sample Complexity of Attention. "
          "arXiv:2512.10656 (ICML 2026)")
@@ -35,18 +36,18 @@ FIT = ("weighted least squares of log err on log n, weights 1/var(log err) with 
        "var(log err) = (err_se/err)^2, slope se scaled by the weighted residual variance (dof = points-2), "
        "as in the authors' src/tsc/fit.py")
 
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
-def _dtype(dtype) -> torch.dtype:
+def as_dtype(dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
-    if dtype not in _DTYPES:
+    if dtype not in DTYPES:
         raise ValueError(f"dtype must be float32 or float64, got {dtype!r}")
-    return _DTYPES[dtype]
+    return DTYPES[dtype]
 
 
-def _check_device(device) -> str:
+def check_device(device) -> str:
     device = str(device)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available; use device='cpu'")
@@ -62,13 +63,13 @@ def _preset(table: dict, quick: bool, preset: str, **overrides) -> dict:
     return {**table[name], **{k: v for k, v in overrides.items() if v is not None}}
 
 
-def _grid(values, name: str, *, integer: bool = False) -> list:
+def grid_values(values, name: str, *, integer: bool = False) -> list:
     vals = list(np.atleast_1d(np.asarray(values, dtype=np.float64)))
     if not vals:
         raise ValueError(f"{name} must not be empty")
     if integer:
-        return [sc.check_positive_int(round(v) if abs(v - round(v)) < 1e-9 else v, name) for v in vals]
-    return [sc.check_scale(v, name) for v in vals]
+        return [theory.check_positive_int(round(v) if abs(v - round(v)) < 1e-9 else v, name) for v in vals]
+    return [theory.check_scale(v, name) for v in vals]
 
 
 def _fit_row(points: list[dict]) -> dict:
@@ -81,7 +82,7 @@ def _fit_row(points: list[dict]) -> dict:
     if len(pts) < 2 or min(err) <= 0:
         return {"slope": float("nan"), "slope_se": float("nan"), "intercept": float("nan"),
                 "beta": float("nan"), "n_points": len(pts)}
-    f = sc.fit_loglog(n, err, std, k)
+    f = mc.fit_loglog(n, err, std, k)
     return {"slope": f.slope, "slope_se": f.se, "intercept": f.intercept, "beta": -f.slope,
             "n_points": f.n_points}
 
@@ -93,9 +94,9 @@ def _ref_norm(ref: tuple, moment: str, cov_norm: str) -> float:
     return float(torch.linalg.matrix_norm(ref[1].double(), ord="fro" if cov_norm == "fro" else 2))
 
 
-def _weights(d: int, seed: int, std: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def random_weights(d: int, seed: int, std: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """W_q, W_k, W_v [d, d] float64 with i.i.d. N(0, std^2) entries from `seed` (drawn once)."""
-    g = sc.make_generator(seed)
+    g = mc.make_generator(seed)
     return tuple(std * torch.randn(d, d, dtype=torch.float64, generator=g) for _ in range(3))
 
 
@@ -119,12 +120,12 @@ def probe_points(d: int, R: float, A, Sigma, *, n_random: int = 16, seed: int = 
     the effective sample size of the softmax weights is smallest), and ``n_random`` fixed points
     uniform on the sphere of radius R (from `seed`).  P = 1 + 2d + 2 + n_random.
     """
-    d = sc.check_positive_int(d, "d")
-    R = sc.check_scale(R, "R")
+    d = theory.check_positive_int(d, "d")
+    R = theory.check_scale(R, "R")
     eye = torch.eye(d, dtype=torch.float64)
-    _, _, Vh = torch.linalg.svd(sc.sqrtm_psd(Sigma) @ sc._t(A))
+    _, _, Vh = torch.linalg.svd(theory.sqrtm_psd(Sigma) @ as_float64(A))
     top = Vh[0]
-    g = sc.make_generator(seed)
+    g = mc.make_generator(seed)
     rnd = torch.randn(n_random, d, dtype=torch.float64, generator=g)
     rnd = rnd / rnd.norm(dim=-1, keepdim=True)
     pts = torch.cat([torch.zeros(1, d, dtype=torch.float64), R * eye, -R * eye,
@@ -138,34 +139,34 @@ def uniform_map(*, quick: bool = False, preset: str = "default", d: Optional[int
                 rho: Optional[float] = None, H: Optional[float] = None,
                 radii: Optional[Sequence[float]] = None, n_values: Optional[Sequence[int]] = None,
                 k: Optional[int] = None, n_random_probes: Optional[int] = None, seed: int = 0,
-                device: str = "cpu", dtype="float64", max_scores: int = sc.MAX_SCORES) -> Result:
+                device: str = "cpu", dtype="float64", max_scores: int = theory.MAX_SCORES) -> Result:
     """Result 1: ``sup_{||x|| <= R} ||Gamma_{mu_n}(x) - Gamma_mu(x)||_2`` against n, for several R.
 
     Tokens ``mu = N(0, rho I_d)``; A a fixed random matrix (seed) rescaled to horizon ``H``;
-    V = I.  Reference: the exact limit ``Gamma_mu(x) = Sigma A x`` (:func:`sc.gaussian_map`).
+    V = I.  Reference: the exact limit ``Gamma_mu(x) = Sigma A x`` (:func:`theory.gaussian_map`).
     The sup is estimated as the max over :func:`probe_points` (centre, axes, the top tilt
     direction, fixed random points on the sphere of radius R); each replicate draws n fresh keys and
     all radii share them (common random numbers).  Error bars: std/sqrt(k) of that max.
     Fit rows carry the slope (expected -1/2), ``C = exp(intercept)`` (the constant C(R) of
     ``err ~ C(R)/sqrt(n)``) and ``C_pred``, the [DERIVED] delta-method constant
-    (:func:`sc.map_error_constant`) maximised over the probes.
+    (:func:`theory.map_error_constant`) maximised over the probes.
     """
     t0 = time.perf_counter()
     cfg = _preset(UNIFORM_MAP_PRESETS, quick, preset, d=d, rho=rho, H=H, radii=radii, n_values=n_values, k=k,
                   n_random_probes=n_random_probes)
-    d = sc.check_positive_int(cfg["d"], "d")
-    rho = sc.check_scale(cfg["rho"], "rho")
-    Hval = sc.check_scale(cfg["H"], "H")
-    radii = _grid(cfg["radii"], "radius")
-    n_values = _grid(cfg["n_values"], "n", integer=True)
-    k = sc.check_positive_int(cfg["k"], "k")
-    device, dt = _check_device(device), _dtype(dtype)
+    d = theory.check_positive_int(cfg["d"], "d")
+    rho = theory.check_scale(cfg["rho"], "rho")
+    Hval = theory.check_scale(cfg["H"], "H")
+    radii = grid_values(cfg["radii"], "radius")
+    n_values = grid_values(cfg["n_values"], "n", integer=True)
+    k = theory.check_positive_int(cfg["k"], "k")
+    device, dt = check_device(device), as_dtype(dtype)
 
     Sigma = rho * torch.eye(d, dtype=torch.float64)
     m = torch.zeros(d, dtype=torch.float64)
-    g = sc.make_generator(seed)
+    g = mc.make_generator(seed)
     A0 = torch.randn(d, d, dtype=torch.float64, generator=g)
-    h0 = sc.horizon(A0, Sigma)
+    h0 = theory.horizon(A0, Sigma)
     A = A0 * (Hval / h0) if h0 > 0 else A0 * 0
     probes, labels = [], []
     for R in radii:
@@ -174,20 +175,20 @@ def uniform_map(*, quick: bool = False, preset: str = "default", d: Optional[int
         labels.append(lab)
     P = probes[0].shape[0]
     X_all = torch.cat(probes)                                   # [len(radii) * P, d]
-    exact = sc.gaussian_map(X_all, m, Sigma, A)                 # [len(radii) * P, d]
-    C_pred = sc.map_error_constant(X_all, m, Sigma, A).reshape(len(radii), P).max(dim=1).values
-    tilt = (X_all @ A.T @ sc.sqrtm_psd(Sigma)).norm(dim=-1).reshape(len(radii), P).max(dim=1).values
+    exact = theory.gaussian_map(X_all, m, Sigma, A)                 # [len(radii) * P, d]
+    C_pred = theory.map_error_constant(X_all, m, Sigma, A).reshape(len(radii), P).max(dim=1).values
+    tilt = (X_all @ A.T @ theory.sqrtm_psd(Sigma)).norm(dim=-1).reshape(len(radii), P).max(dim=1).values
 
     Xq, Ad, ex = X_all.to(device, dt), A.to(device, dt), exact.to(device, dt)
     rows = []
     for n in n_values:
-        gen = sc.make_generator(sc.derive_seed(seed, n), device)
+        gen = mc.make_generator(mc.derive_seed(seed, n), device)
         b = max(1, min(k, max_scores // max(1, n * X_all.shape[0])))
         sups, done = [], 0
         while done < k:
             bb = min(b, k - done)
             keys = math.sqrt(rho) * torch.randn(bb, n, d, generator=gen, dtype=dt, device=device)
-            out = sc.attention_map(Xq, keys, Ad, max_scores=max_scores)       # [bb, R*P, d]
+            out = theory.attention_map(Xq, keys, Ad, max_scores=max_scores)       # [bb, R*P, d]
             err = (out - ex).norm(dim=-1).reshape(bb, len(radii), P)
             sups.append(err.max(dim=-1).values.to(torch.float64).cpu())       # [bb, radii]
             done += bb
@@ -210,7 +211,7 @@ def uniform_map(*, quick: bool = False, preset: str = "default", d: Optional[int
                       f"(seed {seed + 1}); E[max] over k replicates"),
         common_random_numbers="all radii share each replicate's keys", radii=radii, n_values=n_values, k=k,
         seed=seed, seeds=f"keys for each n from derive_seed({seed}, n)", error_bars=ERROR_BARS, fit=FIT,
-        temperature_convention=sc.TEMPERATURE_CONVENTION, dtype=str(dt), device=device,
+        temperature_convention=theory.TEMPERATURE_CONVENTION, dtype=str(dt), device=device,
         max_scores=max_scores, preset="quick" if quick else preset, torch_threads=torch.get_num_threads(),
         runtime_s=round(time.perf_counter() - t0, 3))
     return Result("tsc_uniform_map", rows, prov)
@@ -238,7 +239,7 @@ def moment_convergence(*, quick: bool = False, preset: str = "default", d: Optio
                        n_values: Optional[Sequence[int]] = None, k: Optional[int] = None,
                        reference: Optional[str] = None, n_ref: Optional[int] = None,
                        seed: Optional[int] = None, cov_norm: str = "fro", device: str = "cpu",
-                       dtype="float32", max_scores: int = sc.MAX_SCORES) -> Result:
+                       dtype="float32", max_scores: int = theory.MAX_SCORES) -> Result:
     """Result 2: mean and covariance errors of the self-attention output of n Gaussian tokens.
 
     The authors' setting (``preset="paper"``, spec section 3.1): ``mu = N(0, rho I_d)``; W_q, W_k, W_v
@@ -254,21 +255,21 @@ def moment_convergence(*, quick: bool = False, preset: str = "default", d: Optio
     t0 = time.perf_counter()
     cfg = _preset(MOMENT_PRESETS, quick, preset, d=d, rho=rho, scales=scales, n_values=n_values, k=k,
                   reference=reference, n_ref=n_ref, seed=seed)
-    d = sc.check_positive_int(cfg["d"], "d")
-    rho = sc.check_scale(cfg["rho"], "rho")
-    scales = _grid(cfg["scales"], "scale")
-    n_values = _grid(cfg["n_values"], "n", integer=True)
-    k = sc.check_positive_int(cfg["k"], "k")
+    d = theory.check_positive_int(cfg["d"], "d")
+    rho = theory.check_scale(cfg["rho"], "rho")
+    scales = grid_values(cfg["scales"], "scale")
+    n_values = grid_values(cfg["n_values"], "n", integer=True)
+    k = theory.check_positive_int(cfg["k"], "k")
     seed = int(cfg["seed"])
     ref_kind = cfg["reference"]
     if ref_kind not in ("exact", "sample", "both"):
         raise ValueError(f"reference must be 'exact', 'sample' or 'both', got {ref_kind!r}")
-    n_ref = sc.check_positive_int(cfg["n_ref"], "n_ref")
-    device, dt = _check_device(device), _dtype(dtype)
+    n_ref = theory.check_positive_int(cfg["n_ref"], "n_ref")
+    device, dt = check_device(device), as_dtype(dtype)
 
     Sigma = rho * torch.eye(d, dtype=torch.float64)
     m = torch.zeros(d, dtype=torch.float64)
-    Wq, Wk, Wv = _weights(d, seed, 1.0 / math.sqrt(d))
+    Wq, Wk, Wv = random_weights(d, seed, 1.0 / math.sqrt(d))
     base = Wk.T @ Wq
     sd = math.sqrt(rho)
 
@@ -278,17 +279,17 @@ def moment_convergence(*, quick: bool = False, preset: str = "default", d: Optio
     rows = []
     for i, s in enumerate(scales):
         A = s * base / math.sqrt(d)
-        H = sc.horizon(A, Sigma)
-        H_auth = sc.horizon(s * base, Sigma)
+        H = theory.horizon(A, Sigma)
+        H_auth = theory.horizon(s * base, Sigma)
         refs = {}
         if ref_kind in ("exact", "both"):
-            refs["exact"] = sc.gaussian_output_moments(m, Sigma, A, Wv)
+            refs["exact"] = theory.gaussian_output_moments(m, Sigma, A, Wv)
         if ref_kind in ("sample", "both"):
-            refs["sample"] = sc.empirical_reference(
+            refs["sample"] = mc.empirical_reference(
                 lambda n, gen: sd * torch.randn(n, d, generator=gen, dtype=torch.float64, device=device),
-                A, Wv, n_ref=n_ref, seed=sc.derive_seed(seed, 7, i), device=device, max_scores=max_scores)
-        pts = sc.mc_moment_errors(draw, A, Wv, n_values, k, refs, cov_norm=cov_norm,
-                                  seed=sc.derive_seed(seed, i), device=device, dtype=dt, max_scores=max_scores)
+                A, Wv, n_ref=n_ref, seed=mc.derive_seed(seed, 7, i), device=device, max_scores=max_scores)
+        pts = mc.mc_moment_errors(draw, A, Wv, n_values, k, refs, cov_norm=cov_norm,
+                                  seed=mc.derive_seed(seed, i), device=device, dtype=dt, max_scores=max_scores)
         common = {"scale": s, "horizon": H, "horizon_authors": H_auth}
         rows += [{"kind": "point", **common, **p} for p in pts]
         for r in refs:
@@ -296,7 +297,7 @@ def moment_convergence(*, quick: bool = False, preset: str = "default", d: Optio
                 fit = _fit_row([p for p in pts if p["reference"] == r and p["moment"] == mom])
                 rows.append({"kind": "fit", **common, "reference": r, "moment": mom, **fit,
                              "ref_norm": _ref_norm(refs[r], mom, cov_norm),
-                             "beta_ref": sc.beta_reference(H), "beta_ref_authors": sc.beta_reference(H_auth),
+                             "beta_ref": theory.beta_reference(H), "beta_ref_authors": theory.beta_reference(H_auth),
                              "k": k})
     prov = provenance(
         experiment="moment_convergence", paper=PAPER, result="2 (moments of the output distribution)",
@@ -309,7 +310,7 @@ def moment_convergence(*, quick: bool = False, preset: str = "default", d: Optio
         exact_reference="m = V(m + Sigma A m) = 0, C = V Sigma A Sigma A^T Sigma V^T [DERIVED closed form]",
         sample_reference="authors' protocol: one fresh draw of n_ref tokens per scale, self-attention moments",
         cov_norm=cov_norm, error_bars=ERROR_BARS, fit=FIT, beta_reference="1/(2(1+H^2)), the authors' "
-        "reference curve as encoded in their plotting code", temperature_convention=sc.TEMPERATURE_CONVENTION,
+        "reference curve as encoded in their plotting code", temperature_convention=theory.TEMPERATURE_CONVENTION,
         horizon="horizon = ours (A with temperature); horizon_authors = ||Sigma^1/2 (s W_k^T W_q) Sigma^1/2||_2",
         dtype=str(dt), moments_dtype="float64", device=device, max_scores=max_scores,
         torch_threads=torch.get_num_threads(), runtime_s=round(time.perf_counter() - t0, 3))
@@ -336,13 +337,13 @@ def hardmax(*, quick: bool = False, preset: str = "default", d: Optional[int] = 
             n_values: Optional[Sequence[int]] = None, k: Optional[int] = None,
             n_dirichlet: Optional[int] = None, seed: Optional[int] = None, reference: str = "exact",
             n_ref: int = 20_000, cov_norm: str = "spectral", device: str = "cpu", dtype="float32",
-            max_scores: int = sc.MAX_SCORES) -> Result:
+            max_scores: int = theory.MAX_SCORES) -> Result:
     """Result 3: the softmax near a hardmax (tokens uniform on the sphere, huge attention scale).
 
     The authors' sphere setting (spec section 3.2): tokens uniform on S^{d-1}(radius); G_q, G_k, G_v
     i.i.d. N(0, 1) drawn once; ``W_q, W_k <- s G``, ``W_v = G_v`` and temperature 1/sqrt(d), so
     ``A = s^2 G_k^T G_q / sqrt(d)``.  Reference ``"exact"``: mean 0 and the Bessel/Dirichlet covariance
-    (:func:`sc.sphere_output_moments`, Monte Carlo over the Dirichlet with ``n_dirichlet`` samples
+    (:func:`theory.sphere_output_moments`, Monte Carlo over the Dirichlet with ``n_dirichlet`` samples
     when d > 6); ``"sample"``/``"both"`` add the authors' large-sample reference (n_ref tokens).
     Errors: mean (L2) and covariance (``cov_norm``, spectral as the authors).  Fit rows add a
     quadratic-in-log-n fit (curvature > 0: bends away from a power law) and the first/last local slopes.
@@ -350,41 +351,41 @@ def hardmax(*, quick: bool = False, preset: str = "default", d: Optional[int] = 
     t0 = time.perf_counter()
     cfg = _preset(HARDMAX_PRESETS, quick, preset, d=d, radius=radius, scales=scales, n_values=n_values, k=k,
                   n_dirichlet=n_dirichlet, seed=seed)
-    d = sc.check_positive_int(cfg["d"], "d")
-    R = sc.check_scale(cfg["radius"], "radius")
-    scales = _grid(cfg["scales"], "scale")
-    n_values = _grid(cfg["n_values"], "n", integer=True)
-    k = sc.check_positive_int(cfg["k"], "k")
+    d = theory.check_positive_int(cfg["d"], "d")
+    R = theory.check_scale(cfg["radius"], "radius")
+    scales = grid_values(cfg["scales"], "scale")
+    n_values = grid_values(cfg["n_values"], "n", integer=True)
+    k = theory.check_positive_int(cfg["k"], "k")
     seed = int(cfg["seed"])
     if reference not in ("exact", "sample", "both"):
         raise ValueError(f"reference must be 'exact', 'sample' or 'both', got {reference!r}")
-    device, dt = _check_device(device), _dtype(dtype)
+    device, dt = check_device(device), as_dtype(dtype)
 
-    Gq, Gk, Gv = _weights(d, seed, 1.0)
+    Gq, Gk, Gv = random_weights(d, seed, 1.0)
     base = Gk.T @ Gq
     Sigma = (R ** 2 / d) * torch.eye(d, dtype=torch.float64)
 
     def draw(n, b, gen):
-        return sc.sample_sphere(n, d, radius=R, batch=(b,), generator=gen, dtype=dt, device=device)
+        return mc.sample_sphere(n, d, radius=R, batch=(b,), generator=gen, dtype=dt, device=device)
 
     rows, ref_info = [], []
     for i, s in enumerate(scales):
         A = s ** 2 * base / math.sqrt(d)
-        H = sc.horizon(A, Sigma)
-        H_auth = sc.horizon(s ** 2 * base, Sigma)
+        H = theory.horizon(A, Sigma)
+        H_auth = theory.horizon(s ** 2 * base, Sigma)
         refs = {}
         if reference in ("exact", "both"):
-            mean, cov, info = sc.sphere_output_moments(A, Gv, radius=R, n_mc=int(cfg["n_dirichlet"]),
-                                                       seed=sc.derive_seed(seed, 11, i), return_info=True)
+            mean, cov, info = theory.sphere_output_moments(A, Gv, radius=R, n_mc=int(cfg["n_dirichlet"]),
+                                                       seed=mc.derive_seed(seed, 11, i), return_info=True)
             refs["exact"] = (mean, cov)
             ref_info.append({"scale": s, **{kk: v for kk, v in info.items() if kk != "lambda_se"},
                              "max_lambda_se": max(info.get("lambda_se", [0.0]))})
         if reference in ("sample", "both"):
-            refs["sample"] = sc.empirical_reference(
-                lambda n, gen: sc.sample_sphere(n, d, radius=R, generator=gen, device=device),
-                A, Gv, n_ref=n_ref, seed=sc.derive_seed(seed, 7, i), device=device, max_scores=max_scores)
-        pts = sc.mc_moment_errors(draw, A, Gv, n_values, k, refs, cov_norm=cov_norm,
-                                  seed=sc.derive_seed(seed, i), device=device, dtype=dt, max_scores=max_scores)
+            refs["sample"] = mc.empirical_reference(
+                lambda n, gen: mc.sample_sphere(n, d, radius=R, generator=gen, device=device),
+                A, Gv, n_ref=n_ref, seed=mc.derive_seed(seed, 7, i), device=device, max_scores=max_scores)
+        pts = mc.mc_moment_errors(draw, A, Gv, n_values, k, refs, cov_norm=cov_norm,
+                                  seed=mc.derive_seed(seed, i), device=device, dtype=dt, max_scores=max_scores)
         common = {"scale": s, "horizon": H, "horizon_authors": H_auth}
         rows += [{"kind": "point", **common, **p} for p in pts]
         for r in refs:
@@ -394,14 +395,14 @@ def hardmax(*, quick: bool = False, preset: str = "default", d: Optional[int] = 
                 extra = {}
                 ns, es = [p["n"] for p in sel], [p["err_mean"] for p in sel]
                 if len(sel) >= 4:
-                    cf = sc.fit_loglog_curvature(ns, es, [p["err_std"] for p in sel], k)
+                    cf = mc.fit_loglog_curvature(ns, es, [p["err_std"] for p in sel], k)
                     extra = {"curvature": cf["curvature"], "curvature_se": cf["curvature_se"]}
                 if len(sel) >= 2:
-                    ls = sc.local_slopes(ns, es)
+                    ls = mc.local_slopes(ns, es)
                     extra.update(local_slope_first=float(ls[0]), local_slope_last=float(ls[-1]))
                 rows.append({"kind": "fit", **common, "reference": r, "moment": mom, **fit, **extra,
                              "ref_norm": _ref_norm(refs[r], mom, cov_norm),
-                             "beta_ref": sc.beta_reference(H), "k": k})
+                             "beta_ref": theory.beta_reference(H), "k": k})
     prov = provenance(
         experiment="hardmax", paper=PAPER, result="3 (hardmax regime, logarithmic rate)",
         preset="quick" if quick else preset, tokens=f"uniform on the sphere of radius {R} in d={d}",
@@ -413,7 +414,7 @@ def hardmax(*, quick: bool = False, preset: str = "default", d: Optional[int] = 
         "Bessel-ratio/Dirichlet formula [CODE]", exact_reference_numerics=ref_info,
         n_dirichlet=int(cfg["n_dirichlet"]), n_ref=n_ref if reference != "exact" else None, cov_norm=cov_norm,
         error_bars=ERROR_BARS, fit=FIT + "; curvature: quadratic fit in centred log n with the same weights",
-        temperature_convention=sc.TEMPERATURE_CONVENTION, dtype=str(dt), moments_dtype="float64",
+        temperature_convention=theory.TEMPERATURE_CONVENTION, dtype=str(dt), moments_dtype="float64",
         device=device, max_scores=max_scores, torch_threads=torch.get_num_threads(),
         runtime_s=round(time.perf_counter() - t0, 3))
     return Result("tsc_hardmax", rows, prov)
@@ -442,11 +443,11 @@ def _self_attention_module(hf, layer: int):
 
 
 def multihead_self_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float, *,
-                             max_scores: int = sc.MAX_SCORES) -> torch.Tensor:
+                             max_scores: int = theory.MAX_SCORES) -> torch.Tensor:
     """Bidirectional multi-head attention on captured projections: q, k, v ``[..., head, n, e]``
     -> head outputs concatenated ``[..., n, head * e]`` (the "context layer", before the output
     projection, no mask)."""
-    out = sc.attend(q, k, v, scale=scaling, max_scores=max_scores)       # [..., head, n, e]
+    out = theory.attend(q, k, v, scale=scaling, max_scores=max_scores)       # [..., head, n, e]
     out = out.transpose(-3, -2)                                           # [..., n, head, e]
     return out.reshape(*out.shape[:-2], -1)
 
@@ -456,7 +457,7 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
                  L: Optional[int] = None, offset: int = 0, layers: Optional[Sequence[int]] = None,
                  n_values: Optional[Sequence[int]] = None, k: Optional[int] = None, seed: int = 0,
                  eps: float = 0.0, cov_norm: str = "fro", device: str = "cpu", dtype="float32",
-                 max_scores: int = sc.MAX_SCORES) -> Result:
+                 max_scores: int = theory.MAX_SCORES) -> Result:
     """Token sample complexity of a pretrained encoder's self-attention, per layer.
 
     Protocol (the authors' BERT experiment, spec section 3.3, on attnlab's model and text):
@@ -481,17 +482,17 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
     """
     t0 = time.perf_counter()
     cfg = _preset(REAL_PRESETS, quick, preset, n_values=n_values, k=k)
-    n_values = _grid(cfg["n_values"], "n", integer=True)
-    k = sc.check_positive_int(cfg["k"], "k")
-    device, dt = _check_device(device), _dtype(dtype)
+    n_values = grid_values(cfg["n_values"], "n", integer=True)
+    k = theory.check_positive_int(cfg["k"], "k")
+    device, dt = check_device(device), as_dtype(dtype)
     if isinstance(model, str):
-        from attnlab.models import load_model
+        from attnlab.core.models import load_model
 
         model = load_model(model, device=device)
     text_prov: dict = {}
     if ids is None:
         if text is None:
-            from attnlab.text import load_corpus
+            from attnlab.core.text import load_corpus
 
             c = load_corpus(corpus)
             text, text_prov = c.text, c.provenance()
@@ -515,7 +516,7 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
         i = trace.layers.index(l)
         q, kk, v = (getattr(trace, nm)[i].to(device=device, dtype=dt) for nm in ("q", "k", "v"))   # [h, L, e]
         full = multihead_self_attention(q, kk, v, scaling, max_scores=max_scores)        # [L, h*e]
-        ref = sc.output_moments(full)
+        ref = theory.output_moments(full)
         hid = trace.hidden[i].to(torch.float64)                                           # [L, d_model]
         cen = hid - hid.mean(0)
         Sigma = cen.T @ cen / hid.shape[0]
@@ -523,19 +524,19 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
         Wq = attn.query.weight.detach().to("cpu", torch.float64)
         Wk = attn.key.weight.detach().to("cpu", torch.float64)
         A_raw = Wk.T @ Wq
-        H = sc.horizon(scaling * A_raw, Sigma, eps=eps)
-        H_auth = sc.horizon(A_raw, Sigma, eps=eps)
+        H = theory.horizon(scaling * A_raw, Sigma, eps=eps)
+        H_auth = theory.horizon(A_raw, Sigma, eps=eps)
         nh, e = q.shape[0], q.shape[-1]
         for n in n_values:
-            gen = sc.make_generator(sc.derive_seed(seed, l, n), device)
-            idx = sc.subsample_iid(Lw, n, k, generator=gen, device=device)                 # [k, n]
-            b = sc.replicate_batch(n, k, max_scores, device, heads=nh)
+            gen = mc.make_generator(mc.derive_seed(seed, l, n), device)
+            idx = mc.subsample_iid(Lw, n, k, generator=gen, device=device)                 # [k, n]
+            b = mc.replicate_batch(n, k, max_scores, device, heads=nh)
             em, ec = [], []
             for s in range(0, k, b):
                 sub = idx[s:s + b]                                                          # [b, n]
                 qs, ks, vs = (t[:, sub].transpose(0, 1) for t in (q, kk, v))                # [b, h, n, e]
-                mean, cov = sc.output_moments(multihead_self_attention(qs, ks, vs, scaling, max_scores=max_scores))
-                a, c = sc.moment_errors(mean, cov, *ref, cov_norm=cov_norm)
+                mean, cov = theory.output_moments(multihead_self_attention(qs, ks, vs, scaling, max_scores=max_scores))
+                a, c = theory.moment_errors(mean, cov, *ref, cov_norm=cov_norm)
                 em.append(a.cpu())
                 ec.append(c.cpu())
             for mom, parts in (("mean", em), ("cov", ec)):
@@ -547,7 +548,7 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
         for mom in ("mean", "cov"):
             fit = _fit_row([r for r in rows if r["kind"] == "point" and r["layer"] == l and r["moment"] == mom])
             rows.append({"kind": "fit", "layer": l, "horizon": H, "horizon_authors": H_auth, "moment": mom,
-                         **fit, "beta_ref": sc.beta_reference(H), "beta_ref_authors": sc.beta_reference(H_auth),
+                         **fit, "beta_ref": theory.beta_reference(H), "beta_ref_authors": theory.beta_reference(H_auth),
                          "k": k, "n_heads": nh, "d_head": e})
     prov = provenance(
         experiment="real_encoder", paper=PAPER, result="2 on a real encoder (the authors' BERT protocol)",
@@ -566,360 +567,7 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
                     f"(+ eps I, eps={eps}), A = scaling * sum_h W_kh^T W_qh (biases ignored); "
                     "horizon_authors without scaling",
         scaling=scaling, cov_norm=cov_norm, error_bars=ERROR_BARS, fit=FIT,
-        temperature_convention=sc.TEMPERATURE_CONVENTION, dtype=str(dt), moments_dtype="float64",
+        temperature_convention=theory.TEMPERATURE_CONVENTION, dtype=str(dt), moments_dtype="float64",
         device=device, max_scores=max_scores, torch_threads=torch.get_num_threads(),
         runtime_s=round(time.perf_counter() - t0, 3))
     return Result("tsc_real_encoder", rows, prov)
-
-
-# ==================================================================================================
-# benchmark: vectorised Monte Carlo against a per-replicate python loop
-# ==================================================================================================
-
-def bench_monte_carlo(*, n_values: Sequence[int] = (64, 256, 1024), k: int = 32, d: int = 50,
-                      scale: float = 10.0, rho: float = 0.1, repeats: int = 3, seed: int = 0,
-                      device: str = "cpu", dtype="float32", max_scores: int = sc.MAX_SCORES) -> Result:
-    """Timing rows: the same k pre-drawn token sets ``[k, n, d]`` (Gaussian setting of
-    :func:`moment_convergence`), their self-attention moments computed (a) vectorised over
-    replicates in batches of :func:`sc.replicate_batch` and (b) by a plain python loop, one
-    replicate at a time.  Best of ``repeats`` wall-clock times; ``speedup = loop / vectorised``
-    measured in the same run; ``max_abs_diff`` checks both give the same moments."""
-    device, dt = _check_device(device), _dtype(dtype)
-    k = sc.check_positive_int(k, "k")
-    Wq, Wk, Wv = _weights(d, seed, 1.0 / math.sqrt(d))
-    A = (scale * Wk.T @ Wq / math.sqrt(d)).to(device, dt)
-    V = Wv.to(device, dt)
-
-    def sync():
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-
-    rows = []
-    for n in _grid(n_values, "n", integer=True):
-        X = math.sqrt(rho) * torch.randn(k, n, d, generator=sc.make_generator(sc.derive_seed(seed, n), device),
-                                         dtype=dt, device=device)
-        b = sc.replicate_batch(n, k, max_scores, device)
-
-        def vectorised():
-            parts = [sc.self_attention_moments(X[s:s + b], A, V, max_scores=max_scores) for s in range(0, k, b)]
-            return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-
-        def loop():
-            out = [sc.self_attention_moments(X[i], A, V, max_scores=max_scores) for i in range(k)]
-            return torch.stack([o[0] for o in out]), torch.stack([o[1] for o in out])
-
-        times, results = {}, {}
-        for name, fn in (("vectorised", vectorised), ("loop", loop)):
-            best = float("inf")
-            for _ in range(max(1, repeats)):
-                sync()
-                t = time.perf_counter()
-                results[name] = fn()
-                sync()
-                best = min(best, time.perf_counter() - t)
-            times[name] = best
-        diff = max(float((results["vectorised"][j] - results["loop"][j]).abs().max()) for j in (0, 1))
-        for name in ("vectorised", "loop"):
-            rows.append({"method": name, "n": n, "k": k, "d": d, "batch": b if name == "vectorised" else 1,
-                         "seconds": times[name], "per_replicate_ms": 1e3 * times[name] / k,
-                         "speedup": times["loop"] / times[name], "max_abs_diff": diff, "device": device})
-    prov = provenance(experiment="bench_monte_carlo", paper=PAPER, n_values=list(n_values), k=k, d=d,
-                      scale=scale, rho=rho, repeats=repeats, seed=seed, device=device, dtype=str(dt),
-                      max_scores=max_scores, torch_threads=torch.get_num_threads(),
-                      timing="best of `repeats` wall-clock runs, same inputs for both methods")
-    return Result("tsc_bench_monte_carlo", rows, prov)
-
-
-# ==================================================================================================
-# plots (views: they read Results, never recompute science)
-# ==================================================================================================
-
-def _figure(ncols: int, width: float = 4.6, height: float = 3.6):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width * ncols, height), layout="constrained")
-    axes = fig.subplots(1, ncols, squeeze=False)[0]
-    return fig, axes
-
-
-def _colors(count: int, cmap: str = "viridis"):
-    import matplotlib
-
-    cm = matplotlib.colormaps[cmap]
-    return [cm(x) for x in np.linspace(0.05, 0.9, max(count, 1))]
-
-
-def _loglog(ax) -> None:
-    """Log-log axes without crowded minor tick labels."""
-    from matplotlib.ticker import NullFormatter
-
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.xaxis.set_minor_formatter(NullFormatter())
-
-
-def _curve(ax, pts: list[dict], fit: Optional[dict], color, label: str) -> None:
-    pts = sorted(pts, key=lambda r: r["n"])
-    n = np.array([p["n"] for p in pts], dtype=float)
-    ax.errorbar(n, [p["err_mean"] for p in pts], yerr=[p["err_se"] for p in pts], fmt="o", ms=3.5,
-                color=color, capsize=2, label=label)
-    if fit is not None and np.isfinite(fit.get("slope", np.nan)):
-        ax.plot(n, np.exp(fit["intercept"]) * n ** fit["slope"], "--", color=color, lw=1)
-
-
-def _title(result: Result, what: str) -> str:
-    p = result.provenance
-    return f"{what}\n({p.get('experiment')}, preset {p.get('preset', '-')}, k={p.get('k')}, {p.get('device', 'cpu')})"
-
-
-def _beta_panel(ax, fits: list[dict], hkey: str = "horizon") -> None:
-    """|beta| against H (log-log) with the beta(H) reference curve and the 1/2 line."""
-    markers = {"mean": ("o", "tab:purple"), "cov": ("s", "tab:orange")}
-    H_all = [f[hkey] for f in fits if f[hkey] > 0]
-    for mom, (mk, col) in markers.items():
-        sel = [f for f in fits if f["moment"] == mom and np.isfinite(f["beta"])]
-        if sel:
-            ax.errorbar([f[hkey] for f in sel], [max(f["beta"], 1e-4) for f in sel],
-                        yerr=[f["slope_se"] for f in sel], fmt=mk, color=col, capsize=2, ms=5,
-                        label=rf"$|\beta_{{\rm {mom}}}|$")
-    if H_all:
-        Hg = np.geomspace(min(H_all) / 1.5, max(H_all) * 1.5, 200)
-        ax.plot(Hg, sc.beta_reference(Hg), color="darkred", lw=1.5,
-                label=r"$\beta(H)=\frac{1}{2(1+H^2)}$ (authors' reference)")
-        ax.axhline(0.5, color="grey", ls="--", lw=1, label=r"$|\beta|=1/2$")
-    _loglog(ax)
-    ax.set_xlabel(r"horizon $H=\|\Sigma^{1/2}A\Sigma^{1/2}\|_2$" + (" (authors: no temperature)" if hkey == "horizon_authors" else " (A incl. temperature)"))
-    ax.set_ylabel(r"fitted $|\beta|$ (error $\propto n^{-|\beta|}$)")
-    ax.legend(fontsize=7)
-
-
-def plot_uniform_map(result: Result):
-    """Left: sup-error against n per R (log-log, error bars, fitted lines, n^-1/2 guide).
-    Right: the fitted constant C(R) and the [DERIVED] delta-method constant against R."""
-    fig, (ax, ax2) = _figure(2)
-    radii = result.unique("R")
-    cols = _colors(len(radii), "plasma")
-    for R, c in zip(radii, cols):
-        fit = result.select(kind="fit", R=R)
-        fit = fit[0] if fit else None
-        lab = f"R={R:g}" + (f": slope {fit['slope']:.2f}±{fit['slope_se']:.2f}" if fit else "")
-        _curve(ax, result.select(kind="point", R=R), fit, c, lab)
-    pts = result.select(kind="point")
-    if pts:
-        n = np.array(sorted({p["n"] for p in pts}), dtype=float)
-        y0 = min(p["err_mean"] for p in pts)
-        ax.plot(n, y0 * (n / n[-1]) ** -0.5 * 0.6, color="grey", ls=":", label=r"$n^{-1/2}$")
-    _loglog(ax)
-    ax.set(xlabel="n (tokens)", ylabel=r"$\sup_{\|x\|\leq R}\|\Gamma_{\mu_n}(x)-\Gamma_\mu(x)\|$")
-    ax.legend(fontsize=7)
-    fits = result.select(kind="fit")
-    ax2.plot([f["R"] for f in fits], [f["C"] for f in fits], "o-", label=r"fitted $C(R)=e^{\rm intercept}$")
-    ax2.plot([f["R"] for f in fits], [f["C_pred"] for f in fits], "s--",
-             label="delta-method RMS constant [DERIVED]")
-    ax2.set(yscale="log", xlabel="R (ball radius)", ylabel="C(R)")
-    ax2.legend(fontsize=7)
-    fig.suptitle(_title(result, f"Uniform map convergence, {result.provenance.get('tokens', '')}, "
-                                f"H={result.provenance.get('horizon')}"), fontsize=9)
-    return fig
-
-
-def plot_moment_convergence(result: Result, reference: Optional[str] = None, horizon_key: str = "horizon"):
-    """Mean and covariance errors against n (one curve per scale, colour by H) and fitted |beta|
-    against H with beta(H) and the 1/2 line.  `reference`: which reference to show (default the
-    exact one when present)."""
-    fits_all = result.select(kind="fit")
-    refs = list(dict.fromkeys(f["reference"] for f in fits_all))
-    ref = reference or ("exact" if "exact" in refs else refs[0])
-    fig, axes = _figure(3)
-    scales = result.unique("scale")
-    cols = _colors(len(scales), "autumn")
-    for ax, mom in zip(axes[:2], ("mean", "cov")):
-        for s, c in zip(scales, cols):
-            fit = result.select(kind="fit", scale=s, moment=mom, reference=ref)
-            fit = fit[0] if fit else None
-            H = fit[horizon_key] if fit else float("nan")
-            _curve(ax, result.select(kind="point", scale=s, moment=mom, reference=ref), fit, c, f"H={H:.3g}")
-        _loglog(ax)
-        ax.set(xlabel="n (tokens)",
-               ylabel=r"$\|m_n-m_\infty\|_2$" if mom == "mean" else r"$\|C_n-C_\infty\|$",
-               title=f"{mom} error vs {ref} reference")
-        ax.legend(fontsize=6, ncol=2)
-    _beta_panel(axes[2], [f for f in fits_all if f["reference"] == ref], horizon_key)
-    fig.suptitle(_title(result, f"Moment convergence, {result.provenance.get('tokens', '')}"), fontsize=9)
-    return fig
-
-
-def plot_hardmax(result: Result, reference: Optional[str] = None):
-    """Mean and covariance errors against n on the sphere, one curve per scale (log-log, fitted
-    power-law lines: a straight dashed line that misses the points' bend signals a non-power law)."""
-    fits_all = result.select(kind="fit")
-    refs = list(dict.fromkeys(f["reference"] for f in fits_all))
-    ref = reference or ("exact" if "exact" in refs else refs[0])
-    fig, axes = _figure(2)
-    scales = result.unique("scale")
-    cols = _colors(len(scales), "autumn")
-    for ax, mom in zip(axes, ("mean", "cov")):
-        for s, c in zip(scales, cols):
-            fit = result.select(kind="fit", scale=s, moment=mom, reference=ref)
-            fit = fit[0] if fit else None
-            lab = f"s={s:g}, H={fit['horizon']:.3g}: slope {fit['slope']:.3f}" if fit else f"s={s:g}"
-            _curve(ax, result.select(kind="point", scale=s, moment=mom, reference=ref), fit, c, lab)
-        _loglog(ax)
-        ax.set(xlabel="n (tokens)",
-               ylabel=r"$\|m_n-m_\infty\|_2$" if mom == "mean" else r"$\|C_n-C_\infty\|_2$",
-               title=f"{mom} error vs {ref} reference")
-        ax.legend(fontsize=7)
-    fig.suptitle(_title(result, f"Hardmax regime, {result.provenance.get('tokens', '')}"), fontsize=9)
-    return fig
-
-
-def plot_real_encoder(result: Result, horizon_key: str = "horizon"):
-    """Mean and covariance errors against n (one curve per layer) and |beta| against the layer's H
-    with beta(H) and the 1/2 line."""
-    fig, axes = _figure(3)
-    layers = result.unique("layer")
-    cols = _colors(len(layers), "viridis")
-    for ax, mom in zip(axes[:2], ("mean", "cov")):
-        for l, c in zip(layers, cols):
-            fit = result.select(kind="fit", layer=l, moment=mom)
-            fit = fit[0] if fit else None
-            lab = f"layer {l}" + (f": H={fit[horizon_key]:.2g}, slope {fit['slope']:.2f}" if fit else "")
-            _curve(ax, result.select(kind="point", layer=l, moment=mom), fit, c, lab)
-        _loglog(ax)
-        ax.set(xlabel="n (subsampled tokens)",
-               ylabel=r"$\|m_n-m_L\|_2$" if mom == "mean" else r"$\|C_n-C_L\|$", title=f"{mom} error")
-        ax.legend(fontsize=6)
-    _beta_panel(axes[2], result.select(kind="fit"), horizon_key)
-    p = result.provenance
-    fig.suptitle(_title(result, f"{p.get('model')} on {p.get('text', 'text')} ({p.get('window_tokens')} tokens), "
-                                "i.i.d. subsamples with replacement"), fontsize=9)
-    return fig
-
-
-# ==================================================================================================
-# claims
-# ==================================================================================================
-
-def _row(cid: str, claim: str, paper: str, measured: str, verdict: str) -> dict:
-    return {"id": cid, "claim": claim, "paper": paper, "measured": measured, "verdict": verdict}
-
-
-CLAIM_TEXT = {
-    "uniform_rate": ("The attention map converges uniformly on a ball of radius R at rate C(R)/sqrt(n): "
-                     "fitted slope of the sup-error within 0.1 of -1/2 for every R",
-                     "abstract: 'converges uniformly on a ball of radius R at rate C(R)/sqrt(n)'"),
-    "uniform_constant": ("C(R) increases with R and tracks, within a factor 2, the exponentially growing "
-                         "delta-method constant [DERIVED] at every tested R",
-                         "abstract: 'C(R) grows exponentially with R'"),
-    "moments_beta": ("Moment errors decay as n^-beta with beta < 1/2 depending on H; read as an "
-                     "upper-bound exponent, fitted |beta| lie at or above beta(H) = 1/(2(1+H^2))",
-                     "abstract: 'rate C'(R)/n^beta with beta < 1/2'; beta(H) = 1/(2(1+H^2)) is the authors' "
-                     "reference curve in their plotting code (the theorem's beta was not available)"),
-    "hardmax": ("Near the hardmax the error falls slower than n^-0.1 over the tested range",
-                "abstract: 'in this setting, we establish a logarithmic rate of convergence'"),
-    "real_beta": ("On a real encoder, fitted |beta| per layer lie at or above beta(H)",
-                  "abstract v1: 'Experiments on ... real BERT models on Wikipedia text confirm our predictions'"),
-}
-
-
-def _claim_uniform(res: Optional[Result]) -> list[dict]:
-    (c1, p1), (c2, p2) = CLAIM_TEXT["uniform_rate"], CLAIM_TEXT["uniform_constant"]
-    if res is None:
-        return [_row("tsc-uniform-rate", c1, p1, "not run", "not applicable"),
-                _row("tsc-uniform-constant", c2, p2, "not run", "not applicable")]
-    fits = sorted(res.select(kind="fit"), key=lambda f: f["R"])
-    ok = all(abs(f["slope"] + 0.5) <= 0.1 for f in fits)
-    meas = "; ".join(f"R={f['R']:g}: {f['slope']:.3f}±{f['slope_se']:.3f}" for f in fits)
-    rows = [_row("tsc-uniform-rate", c1, p1, meas, "holds" if ok else "does not hold")]
-    C = [f["C"] for f in fits]
-    ratio = [f["C"] / f["C_pred"] for f in fits]
-    grows = all(b > a for a, b in zip(C, C[1:]))
-    tracks = all(0.5 <= r <= 2.0 for r in ratio)
-    meas2 = (", ".join(f"C({f['R']:g})={f['C']:.3g}" for f in fits)
-             + "; delta-method constant exp(||Sigma^1/2 A x||^2/2)-type [DERIVED]: "
-             + ", ".join(f"{f['C_pred']:.3g}" for f in fits)
-             + f"; measured/derived in [{min(ratio):.2f}, {max(ratio):.2f}]")
-    rows.append(_row("tsc-uniform-constant", c2, p2, meas2, "holds" if (grows and tracks) else "does not hold"))
-    return rows
-
-
-BETA_TOL_FLOOR = 0.03  # a WLS se on a few points can be tiny; near H = 0, beta(H) = 1/2 is the Monte Carlo
-                       # rate itself, so |beta| = 0.49 +- 0.003 is a tie, not a violation
-
-
-def _beta_claim(fits: list[dict], cid: str, claim: str, paper: str) -> dict:
-    fits = [f for f in fits if np.isfinite(f["beta"])]
-    if not fits:
-        return _row(cid, claim, paper, "no finite fits", "not applicable")
-    def above(f, key):
-        se = f["slope_se"] if np.isfinite(f["slope_se"]) else 0.0
-        return f["beta"] >= f[key] - max(2 * se, BETA_TOL_FLOOR)
-    n_ok = sum(above(f, "beta_ref") for f in fits)
-    n_ok_auth = sum(above(f, "beta_ref_authors") for f in fits) if "beta_ref_authors" in fits[0] else None
-    below = [f for f in fits if not above(f, "beta_ref")]
-    lab = "layer" if "layer" in fits[0] else "scale"
-    detail = "; ".join(f"{lab} {f[lab]:g} {f['moment']}: |beta|={f['beta']:.3f}±{f['slope_se']:.3f} vs "
-                       f"beta(H={f['horizon']:.3g})={f['beta_ref']:.3f}" for f in below[:6])
-    meas = (f"{n_ok}/{len(fits)} fits at or above beta(H) within max(2 se, {BETA_TOL_FLOOR}) "
-            "(our H, temperature in A)")
-    if n_ok_auth is not None:
-        meas += f"; {n_ok_auth}/{len(fits)} with the authors' H (no temperature)"
-    if below:
-        meas += f"; below: {detail}"
-    smax = max(f["beta"] for f in fits)
-    meas += f"; |beta| range {min(f['beta'] for f in fits):.3f}..{smax:.3f}, H range " \
-            f"{min(f['horizon'] for f in fits):.3g}..{max(f['horizon'] for f in fits):.3g}"
-    return _row(cid, claim, paper, meas, "holds" if n_ok == len(fits) else "does not hold")
-
-
-def _claim_moments(res: Optional[Result]) -> list[dict]:
-    c, p = CLAIM_TEXT["moments_beta"]
-    if res is None:
-        return [_row("tsc-moments-beta", c, p, "not run", "not applicable")]
-    fits = res.select(kind="fit")
-    ref = "exact" if any(f["reference"] == "exact" for f in fits) else fits[0]["reference"]
-    return [_beta_claim([f for f in fits if f["reference"] == ref], "tsc-moments-beta", c + f" ({ref} reference)", p)]
-
-
-def _claim_hardmax(res: Optional[Result]) -> list[dict]:
-    """Verdict on the covariance error at the largest scale.  The mean is not used: m_n is an odd
-    function of the tokens and the sphere is symmetric, so E[m_n] = 0 = m_inf exactly and the mean
-    error is pure fluctuation (near n^-1/2 at every scale); the hardmax bias shows in the covariance."""
-    c, p = CLAIM_TEXT["hardmax"]
-    if res is None:
-        return [_row("tsc-hardmax", c, p, "not run", "not applicable")]
-    fits = res.select(kind="fit")
-    ref = "exact" if any(f["reference"] == "exact" for f in fits) else fits[0]["reference"]
-    fits = [f for f in fits if f["reference"] == ref]
-    smax = max(f["scale"] for f in fits)
-    top = [f for f in fits if f["scale"] == smax and f["moment"] == "cov"]
-    ok = bool(top) and all(np.isfinite(f["slope"]) and abs(f["slope"]) < 0.1 for f in top)
-    meas = "; ".join(
-        f"scale {f['scale']:g} (H={f['horizon']:.3g}) {f['moment']}: slope {f['slope']:.3f}±{f['slope_se']:.3f}"
-        + (f", curvature {f['curvature']:.3f}±{f['curvature_se']:.3f}" if "curvature" in f else "")
-        for f in sorted(fits, key=lambda f: (f["scale"], f["moment"])))
-    meas += " (verdict on the covariance; the mean's limit is 0 by symmetry, its error is fluctuation only)"
-    return [_row("tsc-hardmax", c + f" (covariance error, largest scale, {ref} reference)", p, meas,
-                 "holds" if ok else "does not hold")]
-
-
-def _claim_real(res: Optional[Result]) -> list[dict]:
-    c, p = CLAIM_TEXT["real_beta"]
-    if res is None:
-        return [_row("tsc-real-beta", c, p, "not run", "not applicable")]
-    return [_beta_claim(res.select(kind="fit"), "tsc-real-beta",
-                        c + f" ({res.provenance.get('model')})", p)]
-
-
-def tsc_claims(results: dict) -> list[dict]:
-    """Claim rows (id, claim, paper, measured, verdict) from Results keyed by experiment name:
-    "uniform_map", "moment_convergence", "hardmax", "real_encoder" (missing -> "not applicable").
-    Verdicts: uniform-map slopes within 0.1 of -1/2 (and C(R) increasing, within a factor 2 of the
-    [DERIVED] delta-method constant, which grows like exp(||Sigma^1/2 A x||^2 / 2)); every fitted
-    moment |beta| at or above beta(H) within 2 standard errors (the upper-bound reading; our H with
-    the temperature inside A, the authors' H reported beside it); hardmax: |slope| < 0.1 for the
-    covariance error at the largest scale (the mean error is fluctuation only, see _claim_hardmax)."""
-    def get(key):
-        return results.get(key) or results.get(f"tsc_{key}")
-    return (_claim_uniform(get("uniform_map")) + _claim_moments(get("moment_convergence"))
-            + _claim_hardmax(get("hardmax")) + _claim_real(get("real_encoder")))

@@ -28,7 +28,7 @@ def _t(value) -> torch.Tensor:
     return value.double() if isinstance(value, torch.Tensor) else torch.as_tensor(value, dtype=torch.float64)
 
 
-def _check_T(T) -> None:
+def check_T(T) -> None:
     t = _t(T)
     if not bool(torch.all(t > 0)):
         raise ValueError(f"temperature T must be > 0, got {T}")
@@ -87,7 +87,7 @@ def corollary1_log_band(L, delta, T) -> tuple[torch.Tensor, torch.Tensor]:
     Paper formula [P text; formula from a secondary source]: `(1/L) exp(-2Delta/T) <= alpha_i <=
     (1/L) exp(2Delta/T)`. Logs avoid overflow (`2 Delta / T` is often > 100 in real heads).
     """
-    _check_T(T)
+    check_T(T)
     L, delta, T = _t(L), _t(delta), _t(T)
     base = -torch.log(L)
     return base - 2 * delta / T, base + 2 * delta / T
@@ -275,7 +275,7 @@ def corollary3_bound(T):
     1/(4T) is the largest *entry* of the softmax Jacobian; its spectral norm can reach 1/(2T)
     (see `softmax_jacobian_bound`), so measured norms may exceed this curve by up to 2x ([G3]).
     """
-    _check_T(T)
+    check_T(T)
     return torch.clamp(1.0 / (4 * _t(T)), max=SQRT2)
 
 
@@ -283,7 +283,7 @@ def softmax_jacobian_bound(T):
     """Exact spectral-norm bound of the softmax Jacobian `(diag(a) - a a^T)/T`: `1/(2T)`, attained for two
     equal top logits ([R]/[G3]; not the paper's curve). Also bounds the finite-difference g(T, eps)
     by the mean-value theorem."""
-    _check_T(T)
+    check_T(T)
     return 1.0 / (2 * _t(T))
 
 

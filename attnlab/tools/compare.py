@@ -37,13 +37,16 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-import numpy as np
 import torch
 
-from attnlab import metrics, normalizers
-from attnlab.diagnose import (ALPHA, CRIT_STEP_FRAC, N_SEP, N_TOP, _tqdm, as_attn_model,
-                              check_lengths, critical_grid, head_stats, pooled_critical_n, resolve_text, text_window)
-from attnlab.result import Result, provenance
+from attnlab.core.models import as_attn_model
+from attnlab.core.result import Result, provenance
+from attnlab.core.text import resolve_text
+from attnlab.core.util import progress as progress_bar
+from attnlab.normalization.gradients import softmax_jacobian_norm
+from attnlab.tools import normalizers
+from attnlab.tools.diagnose import (ALPHA, CRIT_STEP_FRAC, N_SEP, N_TOP, check_lengths, critical_grid, head_stats, pooled_critical_n,
+                                    text_window)
 
 TOLERANCE_NOTE = ("normalizers swapped into a model trained with softmax, without retraining: this measures the "
                   "pretrained model's tolerance to the change, not what a model trained with that normalizer does")
@@ -160,14 +163,14 @@ def _compact_spectral_norm(jac: torch.Tensor) -> float:
 
 def jacobian_norms(spec_: NormSpec, trace, picks: Sequence[tuple[int, int, int]]) -> tuple[torch.Tensor, str]:
     """Spectral norms [R] of d weights / d scores at the sampled rows, over each row's visible keys.
-    softmax(T): exact `(diag(a) - a a^T)/T` (`metrics.softmax_jacobian_norm`); others: autograd."""
+    softmax(T): exact `(diag(a) - a a^T)/T` (`softmax_jacobian_norm`); others: autograd."""
     if not picks:
         return torch.empty(0, dtype=torch.float64), "none"
     vis = trace.visible()
     li, hi, ti = (torch.tensor(v) for v in zip(*picks))
     if spec_.softmax_T is not None:
         a = trace.probs[li, hi, ti]                                        # [R, K]
-        return (metrics.softmax_jacobian_norm(a, spec_.softmax_T, vis[ti], method="secular"),
+        return (softmax_jacobian_norm(a, spec_.softmax_T, vis[ti], method="secular"),
                 "exact (diag(a) - a a^T)/T")
     fn = spec_.fn()
     norms = []
@@ -223,7 +226,7 @@ def compare_normalizers(model, text=None, *, lengths: Optional[Sequence[int]] = 
     targets = ["all"] if swap == "all" else list(range(model.n_layers))
     rows = []
     total = len(targets) * len(specs) * len(lens_needed)
-    bar = _tqdm(range(total), progress, f"compare {model.name}", total=total)
+    bar = progress_bar(range(total), progress, f"compare {model.name}", total=total)
     it = iter(bar)
     for target in targets:
         swap_layers = None if target == "all" else [target]
@@ -321,234 +324,3 @@ def summary_table(result: Result, columns: Sequence[str] = ("max_weight", "entro
                 cells.append(f"{'' if v is None else format(float(v), '.4g'):>15s}")
         lines.append(f"{r['normalizer']:28s} {str(r['swap']):>4s} " + " ".join(cells))
     return f"L = {L}\n" + "\n".join(lines)
-
-
-# ------------------------------------------------------------------------------------------- speed
-
-BENCH_KS = (16, 64)
-BENCH_LENGTHS = (128, 512, 1024)
-BENCH_ALPHAS = (2.0, 1.5)
-
-
-def _bench_scores(model, text: str, L: int) -> torch.Tensor:
-    """Real scores [heads, L, L] of the model's middle layer on the text's first L tokens; masked
-    (causal) keys are set far below every row's threshold (finite, as the entmax library needs)."""
-    layer = model.n_layers // 2
-    tr = model.capture(text_window(model, text, L), layers=[layer], keep=("scores",))
-    s = tr.scores[0]
-    vis = torch.isfinite(s)
-    low = s.masked_fill(~vis, float("inf")).amin(-1, keepdim=True) - 1e4
-    return torch.where(vis, s, low)
-
-
-def _methods(alpha: float, ks: Sequence[int]):
-    """(method, k, fn(x)) of the exact sort, partial sorts, bisection and attnlab's current `auto`."""
-    from entmax import entmax15, entmax_bisect, sparsemax
-
-    exact = {2.0: sparsemax, 1.5: entmax15}[alpha]
-    out = [("sort", None, lambda x: exact(x, dim=-1))]
-    out += [(f"topk{k}", k, (lambda k: lambda x: exact(x, dim=-1, k=k))(k)) for k in ks]
-    out += [("bisect", None, lambda x: entmax_bisect(x, alpha=alpha, dim=-1)),
-            ("attnlab auto", None, lambda x: normalizers.entmax(x, None, alpha=alpha, method="auto"))]
-    return out
-
-
-def bench_normalizers(model="minilm", text=None, *, lengths: Sequence[int] = BENCH_LENGTHS, ks: Sequence[int] = BENCH_KS,
-                      repeats: int = 3, dense: bool = True, quick: bool = False, seed: int = 0,
-                      progress: bool = True) -> Result:
-    """Time exact sparsemax / 1.5-entmax algorithms on [heads, L, L] score tensors (one attention layer).
-
-    Cases: "model" = the model's real scores at L (middle layer, War and Peace); "gaussian" = i.i.d.
-    N(0, sigma^2) scores with sigma = the std of the model's real scores, for L beyond the model's
-    positions; "dense" (the longest L, sigma = 0.1: wide supports, the worst case for partial sorting).
-    Methods: "sort" (full sort, the library default), "topk<k>" (partial sort over the top k, doubled
-    until the support fits: exact), "bisect" (50 bisection steps), "attnlab auto" (what
-    `normalizers.entmax(method="auto")` runs now, masking included); softmax for scale. Times are the
-    minimum over `repeats` interleaved runs (bisection: one run, it is 5-50x slower). Rows: case, L,
-    alpha, method, k, seconds, ratio_softmax, ratio_sort, max_abs_diff (vs sort), support_median.
-    """
-    t_start = time.perf_counter()
-    if quick:
-        lengths, repeats = (64,), 1
-    model = as_attn_model(model)
-    text, tprov = resolve_text(text)
-    g = torch.Generator().manual_seed(seed)
-    cases = []
-    sigma = None
-    for L in sorted(lengths):
-        if L <= model.max_positions:
-            s = _bench_scores(model, text, L)
-            sigma = float(s[torch.isfinite(s)].std())
-            cases.append(("model", L, s))
-    for L in sorted(lengths):
-        if L > model.max_positions:
-            sd = sigma if sigma is not None else 3.0
-            cases.append(("gaussian", L, torch.randn(model.n_heads, L, L, generator=g) * sd))
-    if dense:
-        L = max(lengths)
-        cases.append(("dense", L, torch.randn(model.n_heads, L, L, generator=g) * 0.1))
-    rows = []
-    for case, L, x in _tqdm(cases, progress, "bench normalizers"):
-        x = x.float().contiguous()
-        timings: dict = {}
-        outputs: dict = {}
-        plan = [("softmax", None, None, lambda z: torch.softmax(z, dim=-1))]
-        for a in BENCH_ALPHAS:
-            plan += [(m, k, a, f) for m, k, f in _methods(a, ks)]
-        for rep in range(max(1, repeats)):
-            for method, k, a, f in plan:
-                if method == "bisect" and rep > 0:
-                    continue
-                t0 = time.perf_counter()
-                y = f(x)
-                timings.setdefault((method, a), []).append(time.perf_counter() - t0)
-                if rep == 0:
-                    outputs[(method, a)] = y
-        soft = min(timings[("softmax", None)])
-        rows.append({"case": case, "L": L, "shape": list(x.shape), "alpha": None, "method": "softmax", "k": None,
-                     "seconds": soft, "ratio_softmax": 1.0, "ratio_sort": None, "max_abs_diff": None,
-                     "support_median": float(L), "repeats": repeats})
-        for a in BENCH_ALPHAS:
-            ref = outputs[("sort", a)]
-            sort_t = min(timings[("sort", a)])
-            support = float((ref > 0).sum(-1).float().median())
-            for method, k, _ in _methods(a, ks):
-                t = min(timings[(method, a)])
-                rows.append({"case": case, "L": L, "shape": list(x.shape), "alpha": a, "method": method, "k": k,
-                             "seconds": t, "ratio_softmax": t / soft, "ratio_sort": t / sort_t,
-                             "max_abs_diff": float((outputs[(method, a)] - ref).abs().max()),
-                             "support_median": support, "repeats": 1 if method == "bisect" else repeats})
-        del outputs
-    prov = provenance(experiment="bench_normalizers", **model.provenance(), **tprov, lengths=list(lengths), ks=list(ks),
-                      repeats=repeats, seed=seed, torch_threads=torch.get_num_threads(),
-                      note="times: minimum over interleaved repeats in this one run (bisection: one run); "
-                           "machine load from other processes inflates all of them alike",
-                      runtime_seconds=round(time.perf_counter() - t_start, 3))
-    return Result("bench_normalizers", rows, prov)
-
-
-def recommend(result: Result) -> list[dict]:
-    """Fastest exact method per (case, L, alpha) of a bench Result (max |diff| vs sort <= 1e-5),
-    excluding attnlab's wrapper."""
-    out = []
-    for case in result.unique("case"):
-        for L in sorted({r["L"] for r in result.select(case=case)}):
-            for a in BENCH_ALPHAS:
-                rs = [r for r in result.select(case=case, L=L, alpha=a)
-                      if r["method"] != "attnlab auto" and (r["max_abs_diff"] or 0) <= 1e-5]
-                if rs:
-                    best = min(rs, key=lambda r: r["seconds"])
-                    sort = next(r for r in rs if r["method"] == "sort")
-                    out.append({"case": case, "L": L, "alpha": a, "best": best["method"],
-                                "speedup_vs_sort": sort["seconds"] / best["seconds"],
-                                "support_median": best["support_median"]})
-    return out
-
-
-def bench_normalizers_cli(args) -> list[dict]:
-    """`attnlab bench normalizers [--model M] [--quick]`: print the timing table and the fastest exact
-    method per case; return the rows."""
-    res = bench_normalizers(getattr(args, "model", None) or "minilm", quick=bool(getattr(args, "quick", False)))
-    print(f"{'case':9s} {'L':>5s} {'alpha':>5s} {'method':13s} {'ms':>9s} {'x softmax':>10s} {'x sort':>7s} "
-          f"{'max|diff|':>9s} {'support':>7s}")
-    for r in res.rows:
-        a = "" if r["alpha"] is None else f"{r['alpha']:g}"
-        rs = "" if r["ratio_sort"] is None else f"{r['ratio_sort']:.2f}"
-        d = "" if r["max_abs_diff"] is None else f"{r['max_abs_diff']:.1e}"
-        print(f"{r['case']:9s} {r['L']:5d} {a:>5s} {r['method']:13s} {r['seconds'] * 1e3:9.1f} "
-              f"{r['ratio_softmax']:10.1f} {rs:>7s} {d:>9s} {r['support_median']:7.0f}")
-    print("fastest exact method:")
-    for r in recommend(res):
-        print(f"  {r['case']:9s} L={r['L']:5d} alpha={r['alpha']:g}: {r['best']:8s} "
-              f"({r['speedup_vs_sort']:.1f}x faster than sort; median support {r['support_median']:.0f})")
-    print(f"({res.provenance['torch_threads']} torch threads, {res.provenance['runtime_seconds']:.0f} s; "
-          f"{res.provenance['model']})")
-    return res.rows
-
-
-# ------------------------------------------------------------------------------------------- views
-
-COST_LABELS = {"drift": "hidden-state drift (1 - cos)", "loss_delta": "loss - native loss (nats)"}
-LABELS = {"max_weight": "max weight", "entropy_norm": "entropy / log L", "ns_frac": "N_s / N",
-          "jac_norm_mean": "Jacobian norm (mean)", "dtilde": "d~ (N = 5)", "critical_n_frac": "critical N / L",
-          "weight_sum": "row sum of weights", **COST_LABELS}
-
-
-def cost_key(result: Result) -> str:
-    """"loss_delta" when the model has an LM head (rows carry a loss), else "drift"."""
-    return "loss_delta" if any(r.get("loss") is not None for r in result.rows) else "drift"
-
-
-def _values(result: Result, key: str, **where) -> np.ndarray:
-    return np.array([np.nan if r.get(key) is None else float(r[key]) for r in result.select(**where)])
-
-
-def comparison_figure(result: Result, L: int, keys: Optional[Sequence[str]] = None):
-    """Bars per normalizer at length L for `keys` (default: max weight, entropy / log L, N_s/N, cost);
-    axis limits are shared by every L, so frames of a slider over L compare."""
-    from matplotlib.figure import Figure
-
-    keys = list(keys or ("max_weight", "entropy_norm", "ns_frac", cost_key(result)))
-    names = result.unique("normalizer")
-    fig = Figure(figsize=(2.1 * len(keys) + 1.6, 0.32 * len(names) + 1.0), layout="constrained")
-    axes = fig.subplots(1, len(keys), sharey=True)
-    colors = [f"C{i}" for i in range(len(names))]
-    for ax, key in zip(np.atleast_1d(axes), keys):
-        allv = _values(result, key)
-        lo, hi = min(0.0, np.nanmin(allv)), np.nanmax(allv)
-        vals = [(_values(result, key, normalizer=n, L=L, swap="all") if result.select(swap="all")
-                 else _values(result, key, normalizer=n, L=L)) for n in names]
-        ax.barh(range(len(names)), [v[0] if len(v) else np.nan for v in vals], color=colors)
-        ax.set_xlim(lo, hi * 1.05 if hi > 0 else 1)
-        ax.set_title(LABELS.get(key, key), fontsize=9)
-        ax.tick_params(labelsize=7)
-    np.atleast_1d(axes)[0].set_yticks(range(len(names)), names, fontsize=7)
-    np.atleast_1d(axes)[0].invert_yaxis()
-    fig.suptitle(f"{result.provenance.get('model')}, L = {L}", fontsize=9)
-    return fig
-
-
-def length_figure(result: Result, keys: Optional[Sequence[str]] = None, log_keys: Sequence[str] = ("max_weight",
-                                                                                                      "jac_norm_mean")):
-    """Each key against L, one line per normalizer (swap = "all" rows)."""
-    from matplotlib.figure import Figure
-
-    keys = list(keys or ("max_weight", "entropy_norm", "jac_norm_mean", cost_key(result)))
-    fig = Figure(figsize=(3.0 * len(keys), 3.0), layout="constrained")
-    axes = fig.subplots(1, len(keys))
-    for ax, key in zip(np.atleast_1d(axes), keys):
-        for i, n in enumerate(result.unique("normalizer")):
-            rows = result.select(normalizer=n, swap="all")
-            ax.plot([r["L"] for r in rows], [np.nan if r.get(key) is None else r[key] for r in rows], marker="o",
-                    ms=3, color=f"C{i}", label=n)
-        ax.set_xscale("log", base=2)
-        if key in log_keys:
-            from matplotlib.ticker import NullFormatter
-
-            ax.set_yscale("log")
-            ax.yaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("L", fontsize=8)
-        ax.set_title(LABELS.get(key, key), fontsize=9)
-        ax.tick_params(labelsize=7)
-    np.atleast_1d(axes)[-1].legend(fontsize=6, loc="best")
-    return fig
-
-
-def layer_figure(result: Result, key: Optional[str] = None):
-    """Heat map swapped layer x normalizer of `key` (default: the cost) for a swap="each" Result."""
-    from matplotlib.figure import Figure
-
-    key = key or cost_key(result)
-    names = result.unique("normalizer")
-    layers = sorted({r["swap"] for r in result.rows if r["swap"] != "all"})
-    L = max(result.unique("L"))
-    grid = np.array([[_values(result, key, normalizer=n, swap=l, L=L)[0] for n in names] for l in layers])
-    fig = Figure(figsize=(1.0 * len(names) + 2.4, 0.35 * len(layers) + 1.6), layout="constrained")
-    ax = fig.subplots()
-    im = ax.imshow(grid, aspect="auto", cmap="magma")
-    fig.colorbar(im, ax=ax, label=LABELS.get(key, key))
-    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
-    ax.set_yticks(range(len(layers)), layers, fontsize=7)
-    ax.set_ylabel("swapped layer")
-    ax.set_title(f"{result.provenance.get('model')}, L = {L}: one layer swapped at a time", fontsize=9)
-    return fig

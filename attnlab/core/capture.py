@@ -117,7 +117,7 @@ class CaptureState:
         return self.buffers[name][i:i + 1]
 
 
-def _visible_from_mask(mask: Optional[torch.Tensor], q_len: int, k_len: int) -> torch.Tensor:
+def visible_from_mask(mask: Optional[torch.Tensor], q_len: int, k_len: int) -> torch.Tensor:
     """bool [b|1, 1|h, q, k] from an additive float mask (0 = visible) or a bool mask (True = visible)."""
     if mask is None:
         return torch.ones(1, 1, q_len, k_len, dtype=torch.bool)
@@ -156,7 +156,7 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
         masked = scores + attention_mask if attention_mask is not None else scores
         probs = torch.softmax(masked, dim=-1, out=slot("probs"))
     else:
-        visible = _visible_from_mask(attention_mask, scores.shape[-2], scores.shape[-1])
+        visible = visible_from_mask(attention_mask, scores.shape[-2], scores.shape[-1])
         probs = swap(scores, visible).to(value.dtype)
     probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
     output = torch.matmul(probs, value).transpose(1, 2).contiguous()
@@ -175,7 +175,7 @@ def _record(state, layer, query, key, value, scores, probs, attention_mask, dire
     if "probs" in state.keep and not state.has_buffer("probs"):
         rec["probs"] = pick(probs).cpu()
     if "scores" in state.keep:
-        visible = _visible_from_mask(attention_mask, scores.shape[-2], scores.shape[-1])
+        visible = visible_from_mask(attention_mask, scores.shape[-2], scores.shape[-1])
         if direct:
             if not bool(visible.all()):
                 scores.masked_fill_(~visible, float("-inf"))

@@ -17,8 +17,8 @@ from urllib.parse import urlparse
 
 import torch
 
-from attnlab import capture as cap
-from attnlab.capture import KEEPABLE, CaptureState, Trace
+from attnlab.core import capture as cap
+from attnlab.core.capture import KEEPABLE, CaptureState, Trace
 
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -81,7 +81,7 @@ def gpt2_tokenizer_from_files(directory: Path):
 
 def gpt2_tokenizer(source: Optional[str] = None):
     """The GPT-2 tokenizer: from `source` (hub id / dir) if it works, else ATTNLAB_DATA_DIR/gpt2-tokenizer."""
-    from attnlab.text import data_dir
+    from attnlab.core.text import data_dir
 
     errors = []
     if source is not None:
@@ -145,14 +145,14 @@ class AttnModel:
         for i, module in enumerate(calls):
             module._attnlab_layer = i
             module.register_forward_pre_hook(cap.hidden_pre_hook, with_kwargs=True)
-        visible = cap._visible_from_mask(self.state.mask_seen, 3, 3)[0, 0]
+        visible = cap.visible_from_mask(self.state.mask_seen, 3, 3)[0, 0]
         self.causal = bool(not visible[0, 2] and visible[2, 0])
         return calls
 
     # ------------------------------------------------------------ inputs
     def window(self, text: str, length: int, offset: int = 0) -> torch.Tensor:
         """Token ids [length] of `text` from token `offset` (encoders: [CLS] ... [SEP] included)."""
-        from attnlab.text import window
+        from attnlab.core.text import window
 
         self.check_length(length)
         special = not self.causal and getattr(self.tokenizer, "cls_token_id", None) is not None
@@ -392,3 +392,24 @@ def default_model_name() -> str:
 
 def default_device() -> str:
     return os.environ.get("ATTNLAB_DEVICE", "cpu")
+
+
+def as_attn_model(model, device: str = "cpu", tokenizer=None):
+    """An `AttnModel` from an AttnModel, a name for `load_model`, or a Hugging Face model (+ tokenizer).
+    A model whose attention does not go through transformers' AttentionInterface raises ValueError."""
+
+
+    if isinstance(model, AttnModel):
+        return model
+    if isinstance(model, str):
+        return load_model(model, device)
+    from transformers import PreTrainedModel
+
+    if isinstance(model, PreTrainedModel):
+        if tokenizer is None:
+            raise ValueError("a Hugging Face model needs its tokenizer: diagnose(model, text, tokenizer=...)")
+        name = getattr(model.config, "name_or_path", "") or type(model).__name__
+        return AttnModel(name, model, tokenizer, source=f"{type(model).__name__} object", device=device)
+    raise ValueError(f"model must be an AttnModel, a model name or a transformers PreTrainedModel, "
+                     f"got {type(model).__name__}")
+

@@ -206,3 +206,48 @@ def window(tokenizer, text: str, length: int, offset: int = 0, *, special_tokens
     if special_tokens:
         ids = [tokenizer.cls_token_id] + ids + [tokenizer.sep_token_id]
     return torch.tensor(ids, dtype=torch.long)
+def text_provenance(text: str, name: str = "text", **extra) -> dict:
+    """Provenance of a text given as a string: sha256 of its UTF-8 bytes, length."""
+    return {"text": name, "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+            "text_chars": len(text), **extra}
+
+
+def resolve_text(text=None) -> tuple[str, dict]:
+    """(text, provenance) from None (War and Peace, via ATTNLAB_DATA_DIR or the cache), a
+    `attnlab.text.Corpus`, or a string."""
+    
+
+    if text is None:
+        text = load_corpus("war_and_peace")
+    if isinstance(text, Corpus):
+        return text.text, text.provenance()
+    if isinstance(text, str):
+        if not text.strip():
+            raise ValueError("the text is empty: pass a text with at least as many tokens as the longest L")
+        return text, text_provenance(text)
+    raise ValueError(f"text must be None, a Corpus or a string, got {type(text).__name__}")
+
+
+def read_text_file(path) -> tuple[str, dict]:
+    """(text, provenance) of a UTF-8 text file (CRLF -> LF). FileNotFoundError / ValueError say what to do."""
+    
+
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise FileNotFoundError(f"text file {str(path)!r} does not exist: pass --text with a readable UTF-8 text file")
+    if p.is_dir():
+        raise ValueError(f"text file {str(path)!r} is a directory: pass a UTF-8 text file")
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read text file {str(path)!r} ({exc.strerror or exc}): check its permissions") from exc
+    try:
+        text = normalise_newlines(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"text file {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start}): "
+                         "convert it to UTF-8") from exc
+    if not text.strip():
+        raise ValueError(f"text file {str(path)!r} is empty: pass a text with at least as many tokens as the longest L")
+    return text, {"text": p.name, "text_sha256": hashlib.sha256(raw).hexdigest(), "text_source": f"file {p.name}",
+                  "text_chars": len(text), "line_endings": "LF (CRLF normalised)"}
+

@@ -2,7 +2,7 @@
 
 Python loops over heads and query rows; numpy (float64) within a row, straight from the formulas
 (no expansion tricks, no reuse across rows). Same signatures and outputs as the vectorised functions
-in `attnlab.metrics`, which the tests check against this module to 1e-5 relative.
+in `attnlab.normalization` (engine and the modules built on it), which the tests check against this module to 1e-5 relative.
 
 Do not use it for real work: at L = 1024 on GPT-2 it takes hours (the paper reports 17 h for Alg. 3).
 """
@@ -15,15 +15,18 @@ import torch
 from scipy.spatial.distance import cdist, pdist
 from scipy.stats import ks_2samp
 
-from attnlab import metrics
+from attnlab.normalization.engine import check_inputs, check_ns, flatten_heads, visible_scores
+from attnlab.normalization.gradients import random_directions
+
+NAME = "oracle"
 
 
 def _rows(probs, x, visible):
     """Flattened numpy views and a per-row iterator helper."""
     probs = probs.cpu()
     x = None if x is None else x.cpu()
-    vis = metrics.check_inputs(probs, x, None if visible is None else visible.cpu()).numpy()
-    lead, P, X, xmap = metrics._flat(probs, x)
+    vis = check_inputs(probs, x, None if visible is None else visible.cpu()).numpy()
+    lead, P, X, xmap = flatten_heads(probs, x)
     return lead, P.double().numpy(), (None if X is None else X.double().numpy()), \
         (None if xmap is None else xmap.numpy()), vis
 
@@ -67,9 +70,9 @@ def row_distance(a: np.ndarray, X: np.ndarray, N: int) -> dict[str, float]:
 
 def distance_stats(probs, x, ns: Sequence[int], visible=None, *, stats=("dtilde_b", "dtilde_a", "E", "jensen",
                    "dmax_B", "dmax_R"), **_ignored) -> dict[str, torch.Tensor]:
-    """Per-row loop version of `metrics.distance_stats` (same output)."""
+    """Per-row loop version of `distance_stats` (same output)."""
     lead, P, X, xmap, vis = _rows(probs, x, visible)
-    ns = metrics._check_ns(ns, P.shape[-1])
+    ns = check_ns(ns, P.shape[-1])
     B, Q, _ = P.shape
     out = {k: np.full((B, Q, len(ns)), np.nan) for k in stats}
     for b in range(B):
@@ -147,9 +150,9 @@ def row_separability(a: np.ndarray, Xn: np.ndarray, N: int, delta: float, M: flo
 
 def separability_stats(probs, x, ns: Sequence[int], visible=None, *, M: float = 1.0, normalize: bool = True,
                        stats=("ns_frac", "r", "lower_row", "upper_B_row", "upper_R_row"), **_ignored):
-    """Per-row loop version of `metrics.separability_stats` (same output)."""
+    """Per-row loop version of `separability_stats` (same output)."""
     lead, P, X, xmap, vis = _rows(probs, x, visible)
-    ns = metrics._check_ns(ns, P.shape[-1])
+    ns = check_ns(ns, P.shape[-1])
     B, Q, _ = P.shape
     out = {k: np.full((B, Q, len(ns)), np.nan) for k in stats}
     for b in range(B):
@@ -180,12 +183,12 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 
 
 def fd_grad_norms(scores, temperatures, epsilons, visible=None, *, seed: int = 0, **_ignored) -> torch.Tensor:
-    """Per-row loop version of `metrics.fd_grad_norms` (same directions, same output)."""
-    vis_t = metrics._visible_scores(scores, visible)
+    """Per-row loop version of `fd_grad_norms` (same directions, same output)."""
+    vis_t = visible_scores(scores, visible)
     lead = scores.shape[:-2]
     S = scores.reshape(-1, *scores.shape[-2:]).double().numpy()
     B, Q, K = S.shape
-    V = metrics.random_directions((B,), vis_t, seed).numpy()
+    V = random_directions((B,), vis_t, seed).numpy()
     vis = vis_t.numpy()
     out = np.full((B, Q, len(temperatures), len(epsilons)), np.nan)
     for b in range(B):
@@ -203,7 +206,7 @@ def fd_grad_norms(scores, temperatures, epsilons, visible=None, *, seed: int = 0
 
 def softmax_jacobian_norm(probs, T: float = 1.0, visible=None, **_ignored) -> torch.Tensor:
     """Largest eigenvalue of (diag(a) - a a^T)/T for each row (numpy eigvalsh per row)."""
-    vis = metrics.check_inputs(probs, None, visible).numpy()
+    vis = check_inputs(probs, None, visible).numpy()
     lead = probs.shape[:-1]
     P = probs.reshape(-1, probs.shape[-1]).double().numpy()
     Qn = probs.shape[-2]
@@ -217,8 +220,8 @@ def softmax_jacobian_norm(probs, T: float = 1.0, visible=None, **_ignored) -> to
 # ------------------------------------------------------------------------------------- Fig. 1 rows
 
 def row_summary(scores, probs, q, k, scaling: float, visible=None) -> dict[str, torch.Tensor]:
-    """Per-row loop version of `metrics.row_summary`."""
-    vis = (metrics.check_inputs(probs, None, visible) & metrics._visible_scores(scores, visible)).numpy()
+    """Per-row loop version of `row_summary`."""
+    vis = (check_inputs(probs, None, visible) & visible_scores(scores, visible)).numpy()
     lead = probs.shape[:-2]
     Q, K = probs.shape[-2:]
     S = scores.reshape(-1, Q, K).double().numpy()

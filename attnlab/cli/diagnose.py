@@ -1,0 +1,48 @@
+"""`attnlab diagnose`: parse, call `attnlab.tools.diagnose`, write the report, print the summary."""
+from __future__ import annotations
+
+from attnlab.cli.options import model_args
+from attnlab.core.models import load_model
+from attnlab.core.text import read_text_file
+from attnlab.tools import diagnose as diagnose_module
+from attnlab.tools.diagnose import ALPHA, DEFAULT_LENGTHS, MAX_ROWS, N_SEP, N_TOP, Thresholds, diagnose
+from attnlab.tools.report import summary, write_report
+
+
+def add_cli(sub) -> None:
+    p = sub.add_parser("diagnose", help="per-head saturation report (HTML, CSV, JSON) for any attention model",
+                       description=diagnose_module.__doc__.split("\n\n")[0])
+    model_args(p)
+    p.add_argument("--text", help="UTF-8 text file (default: War and Peace from ATTNLAB_DATA_DIR or the cache)")
+    p.add_argument("--lengths", type=int, nargs="+", help=f"context lengths L (default {list(DEFAULT_LENGTHS)}, "
+                                                          "those that fit the model and the text)")
+    p.add_argument("--out", help="output directory (default: diagnose-<model>)")
+    p.add_argument("--n-top", type=int, default=N_TOP, help="N of d~ (default %(default)s)")
+    p.add_argument("--n-sep", type=int, default=N_SEP, help="N of N_s/N (default %(default)s)")
+    p.add_argument("--max-rows", type=int, default=MAX_ROWS, help="query rows per head for the per-row metrics "
+                                                                 "(default %(default)s; 0 = all)")
+    p.add_argument("--alpha", type=float, default=ALPHA, help="KS level of the critical-N test (default %(default)s)")
+    p.add_argument("--ns-threshold", type=float, default=Thresholds.ns_frac, help="flag N_s/N below (default %(default)s)")
+    p.add_argument("--entropy-threshold", type=float, default=Thresholds.entropy_norm,
+                   help="flag entropy >= this x log L (default %(default)s)")
+    p.add_argument("--critical-threshold", type=float, default=Thresholds.critical_frac,
+                   help="flag critical N / L above (default %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run_cli)
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name.strip("/").split("/")[-1]) or "model"
+
+
+def run_cli(args) -> int:
+    text, info = (read_text_file(args.text) if args.text else (None, None))
+    thr = Thresholds(args.ns_threshold, args.entropy_threshold, args.critical_threshold).check()
+    model = load_model(args.model, args.device)
+    result = diagnose(model, text, lengths=args.lengths, n_top=args.n_top, n_sep=args.n_sep, thresholds=thr,
+                      max_rows=args.max_rows or None, alpha=args.alpha, text_info=info, progress=not args.quiet)
+    out = args.out or f"diagnose-{_safe_name(model.name)}"
+    paths = write_report(result, out)
+    print(summary(result))
+    print("wrote " + ", ".join(str(paths[k]) for k in ("html", "csv", "json")))
+    return 0

@@ -1,0 +1,73 @@
+"""`attnlab figures` and `attnlab check`: parse, call `attnlab.figures`, print."""
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from attnlab.cli.options import model_args
+from attnlab.figures import FIGURES, PAPERS, Inputs, claim_rows, compute_figures, save_figure
+
+
+def add_cli(sub) -> None:
+    p = sub.add_parser("figures", help="regenerate figures: <id>.csv, <id>.png, <id>.json per figure")
+    p.add_argument("ids", nargs="*", metavar="ID", help=f"figure ids (default all): {', '.join(FIGURES)}")
+    model_args(p)
+    p.add_argument("--out", default="figures", help="output directory (default: figures)")
+    p.add_argument("--quick", action="store_true", help="small grids, for smoke tests")
+    p.set_defaults(func=run_figures)
+
+    c = sub.add_parser("check", help="the table of paper claims: paper value, measured value, verdict")
+    model_args(c)
+    c.add_argument("--quick", action="store_true", help="small grids (verdicts on small grids are indicative)")
+    c.add_argument("--json", action="store_true", help="print the table as JSON")
+    c.add_argument("--strict", action="store_true", help="exit non-zero when a claim does not hold")
+    c.add_argument("--paper", choices=["all", *PAPERS], default="all")
+    c.set_defaults(func=run_check)
+
+
+def _progress_print(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_figures(args) -> int:
+    ids = args.ids or list(FIGURES)
+    inputs, out = Inputs(args.model, args.device), Path(args.out)
+    t0 = time.perf_counter()
+    results = compute_figures(ids, inputs, quick=args.quick)
+    for fig_id, result in results.items():
+        paths = save_figure(result, out)
+        _progress_print(f"[{fig_id}] {FIGURES[fig_id].title}: model {result.provenance.get('model', 'synthetic')}"
+                        f" -> " + ", ".join(p.name for p in paths))
+    _progress_print(f"{len(results)} figures in {time.perf_counter() - t0:.1f} s, written to {out}/")
+    return 0
+
+
+def format_table(rows: list[dict], widths=(18, 40, 34, 44, 14)) -> str:
+    """A plain-text table; long cells wrap inside their column."""
+    cols = ["id", "claim", "paper", "measured", "verdict"]
+
+    def lines(r):
+        cells = [textwrap.wrap(str(r.get(c, "")), w) or [""] for c, w in zip(cols, widths)]
+        return ["  ".join((cell[i] if i < len(cell) else "").ljust(w) for cell, w in zip(cells, widths)).rstrip()
+                for i in range(max(map(len, cells)))]
+
+    out = lines({c: c for c in cols}) + ["  ".join("-" * w for w in widths)]
+    for r in rows:
+        out += lines(r) + [""]
+    return "\n".join(out)
+
+
+def run_check(args) -> int:
+    rows = claim_rows(Inputs(args.model, args.device), quick=args.quick, paper=args.paper)
+    if args.json:
+        keys = ("id", "claim", "paper", "measured", "verdict")
+        print(json.dumps([{k: r.get(k) for k in keys} for r in rows], indent=2))
+    else:
+        print(format_table(rows))
+        counts = {v: sum(r["verdict"] == v for r in rows) for v in ("holds", "does not hold", "not applicable")}
+        print("\n" + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    failed = [r["id"] for r in rows if r["verdict"] == "does not hold"]
+    return 1 if (args.strict and failed) else 0

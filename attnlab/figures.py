@@ -1,0 +1,166 @@
+"""The one registry of figures: id -> (compute, plot, needs, paper, title), the inputs a run shares,
+and computing, saving and claim-checking a set of figures. The CLI, the book and the benchmarks all
+read `FIGURES`.
+
+A figure is (experiment function -> Result, plot function Result -> Figure). Paper-1 figures need a
+model and a text window ("model+text", computed together so that they share forward passes); the
+token-sample-complexity figures are synthetic ("none") except `tsc_real`, which needs an encoder.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from attnlab.core.result import Result
+from attnlab.normalization import claims as normalization_claims
+from attnlab.normalization import experiments as normalization
+from attnlab.normalization import plots as normalization_plots
+from attnlab.sample_complexity import claims as sample_complexity_claims
+from attnlab.sample_complexity import experiments as sample_complexity
+from attnlab.sample_complexity import plots as sample_complexity_plots
+
+PAPERS = ("normalization", "sample-complexity")
+NEEDS = ("model+text", "none", "encoder")
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    paper: str              # one of PAPERS
+    compute: Callable       # (model, ids, ...) for "model+text"; (encoder, quick=, device=) or (quick=, device=)
+    plot: Callable          # Result -> matplotlib Figure
+    needs: str              # one of NEEDS
+    title: str
+    claim_key: str = ""     # the key the paper's claim function reads this Result under
+
+
+FIGURES: dict[str, FigureSpec] = {
+    "fig1": FigureSpec("normalization", normalization.fig1, normalization_plots.plot_fig1, "model+text",
+                       "Vanishing attention: max weight and entropy against L (Corollary 1)", "fig1"),
+    "fig2a": FigureSpec("normalization", normalization.fig2a, normalization_plots.plot_fig2a, "model+text",
+                        "Distance against L at N=5 (Theorem 1)", "fig2a"),
+    "fig2b": FigureSpec("normalization", normalization.fig2b, normalization_plots.plot_fig2b, "model+text",
+                        "Distance against N at the largest L (Theorem 1)", "fig2b"),
+    "fig2c": FigureSpec("normalization", normalization.fig2c, normalization_plots.plot_fig2c, "model+text",
+                        "Critical N against L (the 6% rule)", "fig2c"),
+    "fig3": FigureSpec("normalization", normalization.fig3, normalization_plots.plot_fig3, "model+text",
+                       "Geometric separability N_s/N (Theorem 2)", "fig3"),
+    "fig4": FigureSpec("normalization", normalization.fig4, normalization_plots.plot_fig4, "model+text",
+                       "Gradient sensitivity against T (Lemma 2)", "fig4"),
+    "tsc_uniform": FigureSpec("sample-complexity", sample_complexity.uniform_map,
+                              sample_complexity_plots.plot_uniform_map, "none",
+                              "Uniform convergence of the attention map (C(R)/sqrt n)", "uniform_map"),
+    "tsc_moments": FigureSpec("sample-complexity", sample_complexity.moment_convergence,
+                              sample_complexity_plots.plot_moment_convergence, "none",
+                              "Moment convergence: fitted |beta| against the horizon H", "moment_convergence"),
+    "tsc_hardmax": FigureSpec("sample-complexity", sample_complexity.hardmax, sample_complexity_plots.plot_hardmax,
+                              "none", "The hardmax regime: slower than any power law", "hardmax"),
+    "tsc_real": FigureSpec("sample-complexity", sample_complexity.real_encoder,
+                           sample_complexity_plots.plot_real_encoder, "encoder",
+                           "Real tokens: a pretrained encoder on WikiText-2", "real_encoder"),
+}
+
+CLAIMS: dict[str, Callable[[dict], list[dict]]] = {
+    "normalization": normalization_claims.paper1_claims,
+    "sample-complexity": sample_complexity_claims.tsc_claims,
+}
+
+
+def figure_ids(paper: str = "all") -> list[str]:
+    """Ids of every figure, or of one paper's ("normalization", "sample-complexity")."""
+    if paper != "all" and paper not in PAPERS:
+        raise ValueError(f"paper must be 'all' or one of {PAPERS}, got {paper!r}")
+    return [i for i, s in FIGURES.items() if paper in ("all", s.paper)]
+
+
+class Inputs:
+    """Loads the model and text once, lazily, for every figure of a run."""
+
+    def __init__(self, model: str, device: str, text: str = "war_and_peace"):
+        self.model_name, self.device, self.text_name = model, device, text
+        self._model = self._corpus = self._encoder = None
+
+    @property
+    def model(self):
+        if self._model is None:
+            from attnlab.core.models import load_model
+
+            self._model = load_model(self.model_name, self.device)
+        return self._model
+
+    @property
+    def corpus(self):
+        if self._corpus is None:
+            from attnlab.core.text import load_corpus
+
+            self._corpus = load_corpus(self.text_name)
+        return self._corpus
+
+    def ids(self, length: Optional[int] = None):
+        """Token ids of the largest window the figures use: min(model positions, 1024)."""
+        L = length or min(self.model.max_positions, 1024)
+        return self.model.window(self.corpus.text, L)
+
+    @property
+    def encoder(self):
+        """The model itself when it is an encoder; else MiniLM (the sample-complexity protocol is an encoder's)."""
+        if self._encoder is None:
+            if not self.model.causal:
+                self._encoder = self.model
+            else:
+                from attnlab.core.models import load_model
+
+                self._encoder = load_model("minilm", self.device)
+        return self._encoder
+
+
+def compute_figures(fig_ids, inputs: Inputs, *, quick: bool = False, progress: bool = True) -> dict[str, Result]:
+    """Run the experiments of `fig_ids` and return {id: Result}. Paper-1 figures share forward passes."""
+    unknown = [i for i in fig_ids if i not in FIGURES]
+    if unknown:
+        raise ValueError(f"unknown figure ids {unknown}; known: {', '.join(FIGURES)}")
+    out: dict[str, Result] = {}
+    paper1 = [i for i in fig_ids if FIGURES[i].needs == "model+text"]
+    if paper1:
+        t0 = time.perf_counter()
+        text = dict(inputs.corpus.provenance(), offset=0)
+        out.update(normalization.run_figures(inputs.model, inputs.ids(), quick=quick, progress=progress,
+                                             figures=paper1, text=text))
+        for i in paper1:
+            out[i].provenance.setdefault("runtime_s", round(time.perf_counter() - t0, 3))
+    for fig_id in fig_ids:
+        if fig_id in out:
+            continue
+        spec, t0 = FIGURES[fig_id], time.perf_counter()
+        if spec.needs == "encoder":
+            out[fig_id] = spec.compute(inputs.encoder, quick=quick, device=inputs.device)
+        else:
+            out[fig_id] = spec.compute(quick=quick, device=inputs.device)
+        out[fig_id].provenance.setdefault("runtime_s", round(time.perf_counter() - t0, 3))
+    for fig_id in fig_ids:
+        spec = FIGURES[fig_id]
+        out[fig_id].name = fig_id
+        out[fig_id].provenance["figure_spec"] = {"id": fig_id, "title": spec.title, "paper": spec.paper,
+                                                 "quick": quick}
+    return {i: out[i] for i in fig_ids}
+
+
+def save_figure(result: Result, out: Path) -> list[Path]:
+    """<id>.csv, <id>.json (provenance) and <id>.png (titled with model and text by the plot function)."""
+    paths = list(result.save(out).values())
+    fig = FIGURES[result.name].plot(result)
+    png = Path(out) / f"{result.name}.png"
+    fig.savefig(png, dpi=120, bbox_inches="tight")
+    return paths + [png]
+
+
+def claim_rows(inputs: Inputs, *, quick: bool, paper: str = "all", progress: bool = True) -> list[dict]:
+    """Compute the Results the claims need and return every claim row (id, claim, paper, measured, verdict)."""
+    rows: list[dict] = []
+    for name in PAPERS:
+        if paper not in ("all", name):
+            continue
+        results = compute_figures(figure_ids(name), inputs, quick=quick, progress=progress)
+        rows += CLAIMS[name]({FIGURES[i].claim_key: r for i, r in results.items()})
+    return rows

@@ -1,0 +1,267 @@
+"""The critical top-N of arXiv 2508.17821 (Alg. 3, Fig. 2c, the "6% rule"): the first N whose per-head
+d~ and E a two-sample KS test cannot tell apart, with certified early rejections from cheap brackets."""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from attnlab.normalization.distance import distance_stats
+from attnlab.normalization.engine import (DEFAULT_CHUNK, blocks, check_inputs, check_ns, flatten_heads, nan_rows,
+                                          row_mean, top_order, unique_x)
+
+
+def ks_first_indistinguishable(d_heads: np.ndarray, e_heads: np.ndarray, ns: Sequence[int],
+                               alpha: float = 0.01) -> tuple[int, list[float], list[float]]:
+    """First N whose per-head samples are not rejected by a two-sample KS test (p > alpha).
+
+    d_heads, e_heads [heads, len(ns)] per-head token means of d~ and E. Returns (N or -1, p-values,
+    KS statistics) of the N scanned up to and including the first non-rejection.
+    """
+    from scipy.stats import ks_2samp
+
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    d_heads, e_heads = np.asarray(d_heads, float), np.asarray(e_heads, float)
+    if d_heads.shape != e_heads.shape or d_heads.shape[-1] != len(ns):
+        raise ValueError(f"d_heads {d_heads.shape} and e_heads {e_heads.shape} must both be [heads, {len(ns)}]")
+    ps, ks = [], []
+    for c, N in enumerate(ns):
+        d, e = d_heads[:, c], e_heads[:, c]
+        d, e = d[np.isfinite(d)], e[np.isfinite(e)]
+        if len(d) == 0 or len(e) == 0:
+            break
+        with warnings.catch_warnings():         # exact p-value fails on heavy ties: scipy falls back itself
+            warnings.filterwarnings("ignore", message="ks_2samp: Exact calculation unsuccessful")
+            res = ks_2samp(d, e)
+        ps.append(float(res.pvalue))
+        ks.append(float(res.statistic))
+        if res.pvalue > alpha:
+            return int(N), ps, ks
+    return -1, ps, ks
+
+
+def _bounds_blocks(probs, x, ns, vis, reading, chunk, window: int = 32):
+    """Yield (heads slice, rows slice, output columns [w], rows-valid mask [b, q, w], brackets dict of
+    [b, q, w]) per block and window of consecutive N (see `distance_bounds`). One top-k per block; the
+    context vectors of a window of N come from one cumulative sum over the sorted weighted vectors."""
+    K = probs.shape[-1]
+    lead, P, X, xmap = flatten_heads(probs, x)
+    B, Q, _ = P.shape
+    wanted = {N: c for c, N in enumerate(ns)}
+    slack = 2e-6                         # covers rounding of the exact values (float32 roots, `root_sum`)
+    for bs, qs in blocks(B, Q, K, chunk):
+        v = vis[qs]
+        Xu, inv, _ = unique_x(X, xmap, bs)
+        Xb = Xu[inv]                                                     # [b, K, D]
+        order = top_order(P[bs, qs], v, ns[-1])
+        a = P[bs, qs].double() * v
+        b, q, _ = a.shape
+        bidx = torch.arange(b, device=a.device).view(b, 1, 1)
+        Lt = v.sum(-1).double().view(1, q, 1)                            # [1, q, 1]
+        yn = a * Xb.norm(dim=-1).unsqueeze(1)                            # ||y_i||  [b, q, K]
+        o = torch.matmul(a, Xb)                                          # [b, q, D]
+        on = o.norm(dim=-1, keepdim=True)                                # [b, q, 1]
+        o2 = on * on
+        SA, Syn = (yn * yn).sum(-1, keepdim=True), yn.sum(-1, keepdim=True)
+        pre_top = torch.nn.functional.pad(torch.cumsum(yn.gather(-1, order), -1), (1, 0))   # by weight
+        del yn
+        first = torch.zeros_like(a).scatter_(-1, order[..., :ns[0] - 1], 1.0)
+        s = torch.matmul(a * first, Xb)                                  # s at N = ns[0] - 1, directly
+        del first
+        tri = torch.ones(window, window, dtype=torch.float64, device=a.device).tril_()
+        for n0 in range(ns[0], ns[-1] + 1, window):
+            Nw = list(range(n0, min(ns[-1], n0 + window - 1) + 1))
+            w = len(Nw)
+            idx = order[..., Nw[0] - 1:Nw[-1]]                           # [b, q, w]
+            Y = a.gather(-1, idx).unsqueeze(-1) * Xb[bidx, idx]          # [b, q, w, D]
+            S = torch.matmul(tri[:w, :w], Y).add_(s.unsqueeze(2))        # s for each N of the window
+            s = S[:, :, -1].clone()
+            cols = [i for i, N in enumerate(Nw) if N in wanted]
+            if not cols:
+                continue
+            S = S[:, :, cols]
+            N = torch.tensor([Nw[i] for i in cols], dtype=torch.float64, device=a.device).view(1, 1, -1)
+            m = Lt - N                                                   # [1, q, w]
+            sn2 = (S * S).sum(-1)                                        # [b, q, w]
+            os_ = torch.matmul(S, o.unsqueeze(-1)).squeeze(-1)           # o . s
+            sn = sn2.sqrt()
+            if reading == "a":
+                d_lo = d_hi = (o2 - 4 * os_ + 4 * sn2).clamp_min(0).sqrt()
+            else:
+                out_yn = Syn - pre_top[..., [Nw[i] for i in cols]]
+                d_lo = torch.maximum((o2 - 2 * (m + 1) * os_ + (m + 1) ** 2 * sn2).clamp_min(0).sqrt(),
+                                     (m * sn - out_yn).abs())
+                d_hi = out_yn + m * sn
+            cN = N / (Lt - 1).clamp_min(1)
+            scale = m / Lt
+            quad = ((1 + cN) ** 2 * SA - 2 * (1 + cN) * cN * o2 + Lt * cN ** 2 * o2).clamp_min(0)
+            e_hi = scale * torch.minimum((1 + cN) * Syn + Lt * cN * on, (Lt * quad).sqrt())
+            e_lo = scale * torch.maximum((1 + cN - Lt * cN).abs() * on, ((1 + cN) * Syn - Lt * cN * on).abs())
+            vals = {"d_lo": d_lo * (1 - slack) - 1e-12, "d_hi": d_hi * (1 + slack) + 1e-12,
+                    "e_lo": e_lo * (1 - slack) - 1e-12, "e_hi": e_hi * (1 + slack) + 1e-12}
+            ok = (Lt > N).expand(b, q, len(cols))
+            yield bs, qs, [wanted[Nw[i]] for i in cols], ok, vals
+
+
+def distance_bounds(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visible: Optional[torch.Tensor] = None,
+                    *, reading: str = "b", chunk: int = DEFAULT_CHUNK) -> dict[str, torch.Tensor]:
+    """Cheap rigorous brackets of d~ and E for every row and N: dict d_lo, d_hi, e_lo, e_hi [..., Q, len(ns)].
+
+    O(D) work per row and N instead of O(K D), from the triangle inequality
+    (`sum_out ||y_i - s|| >= ||o - (m+1) s||`, `>= |m ||s|| - sum_out ||y_i|||`, `<= sum_out ||y_i|| + m ||s||`
+    with m = L_t - N; `sum_i ||w_i|| >= ||sum_i w_i||` and `>= |sum_i (1+c)||y_i|| - c ||o|||` for E)
+    and Cauchy-Schwarz (`sum_i ||w_i|| <= sqrt(L sum_i ||w_i||^2)`, with `sum_i ||w_i||^2` in closed
+    form). Reading "a" of d~ is exact here (||o - 2 s||). Used by `critical_n` to certify KS
+    rejections without the O(K) computation.
+    """
+    vis = check_inputs(probs, x, visible)
+    ns = check_ns(ns, probs.shape[-1])
+    lead, Q = probs.shape[:-2], probs.shape[-2]
+    B = int(np.prod(lead)) if len(lead) else 1
+    out = {k: torch.empty(B, Q, len(ns), dtype=torch.float64) for k in ("d_lo", "d_hi", "e_lo", "e_hi")}
+    for bs, qs, cs, ok, vals in _bounds_blocks(probs, x, ns, vis, reading, chunk):
+        for k, val in vals.items():
+            out[k][bs, qs][..., cs] = nan_rows(val, ok).cpu()
+    return {k: t.reshape(*lead, Q, len(ns)) for k, t in out.items()}
+
+
+def _bounds_head_means(probs, x, ns, vis, reading, chunk=4 * DEFAULT_CHUNK) -> dict[str, np.ndarray]:
+    """Per-head means over valid rows of the brackets: dict -> [heads, len(ns)] (NaN: no valid row)."""
+    lead = probs.shape[:-2]
+    B = int(np.prod(lead)) if len(lead) else 1
+    sums = {k: torch.zeros(B, len(ns), dtype=torch.float64) for k in ("d_lo", "d_hi", "e_lo", "e_hi")}
+    count = torch.zeros(B, len(ns), dtype=torch.float64)
+    for bs, qs, cs, ok, vals in _bounds_blocks(probs, x, ns, vis, reading, chunk):
+        okc = ok.cpu()
+        count[bs, cs] += okc.sum(1).double()
+        for k, val in vals.items():
+            sums[k][bs, cs] += torch.where(okc, val.cpu(), 0.0).sum(1)
+    return {k: (v / count).numpy() for k, v in sums.items()}
+
+
+def ks_sf(d: float, n: int, m: int) -> float:
+    """P(D_{n,m} >= d) for the two-sample KS statistic under H0 (exact, lattice paths; conservative
+    by 1e-12 in d). Counts paths that stay strictly inside |i/n - j/m| < d."""
+    if d <= 0:
+        return 1.0
+    thr = d * (1 - 1e-12) * n * m
+    row = np.zeros(m + 1)
+    for i in range(n + 1):
+        j = np.arange(m + 1)
+        inside = np.abs(i * m - j * n) < thr
+        new = np.zeros(m + 1)
+        if i == 0:
+            new[0] = 1.0 if inside[0] else 0.0
+            for jj in range(1, m + 1):
+                new[jj] = new[jj - 1] if inside[jj] else 0.0
+        else:
+            lo = np.flatnonzero(inside)
+            if len(lo):
+                a, b = lo[0], lo[-1]
+                new[a:b + 1] = np.cumsum(row[a:b + 1])
+        row = new
+    total = math.comb(n + m, n)
+    return float(max(0.0, 1.0 - row[m] / total))
+
+
+def ks_lower_statistic(d_lo, d_hi, e_lo, e_hi) -> float:
+    """A lower bound on the two-sample KS statistic of samples known only within intervals
+    d in [d_lo, d_hi], e in [e_lo, e_hi] (one interval per head): the sup over t of
+    #{e_hi <= t}/m - #{d_lo <= t}/n and of #{d_hi <= t}/n - #{e_lo <= t}/m."""
+    d_lo, d_hi, e_lo, e_hi = (np.sort(np.asarray(v, float)) for v in (d_lo, d_hi, e_lo, e_hi))
+    n, m = len(d_lo), len(e_lo)
+    t1 = (np.arange(1, m + 1) / m - np.searchsorted(d_lo, e_hi, side="right") / n).max()
+    t2 = (np.arange(1, n + 1) / n - np.searchsorted(e_lo, d_hi, side="right") / m).max()
+    return float(max(t1, t2, 0.0))
+
+
+def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Tensor] = None, *,
+               alpha: float = 0.01, n_max: Optional[int] = None, block: int = 8, max_block: int = 64,
+               reading: str = "b", certify: bool = True, chunk: int = DEFAULT_CHUNK,
+               dtype: torch.dtype = torch.float32, progress=None) -> dict:
+    """Critical top-N (Alg. 3): the first N = 1, 2, 3, ... whose per-head token-mean d~ (reading b) and
+    per-head token-mean E are indistinguishable by `scipy.stats.ks_2samp` (p > alpha).
+
+    Every N from 1 upward is tested (the paper asks for *the first* N that does not reject, so no N
+    may be skipped), in windows of N (`block` first, then >= 256 when certifying, else doubling up to
+    `max_block`). With `certify` (default),
+    each N is first tested on rigorous brackets of every head's mean d~ and E (`distance_bounds`,
+    O(D) per row): if even the smallest KS statistic compatible with the brackets has an exact
+    p-value <= alpha / 2, the rejection is certain and the O(K) computation is skipped. Only the
+    remaining N are computed exactly (float32 by default: the test only ranks per-head means), so the
+    answer is the same as the plain scan, much faster when the critical N is large.
+    Heads = all leading dims of probs. `reading` picks d~ (b, default, or a). Scans up to `n_max`
+    (default L - 1). Returns dict(n=N or -1, ns, pvalues, ks, exact, p_upper, d_mean, e_mean) per
+    scanned N (pvalues/ks NaN and exact False where certified; d_mean/e_mean: mean over heads, of the
+    exact values or of the bracket midpoints).
+    """
+    vis = check_inputs(probs, x, visible)
+    if reading not in ("a", "b"):
+        raise ValueError(f"reading must be 'a' or 'b', got {reading!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    key = f"dtilde_{reading}"
+    K = probs.shape[-1]
+    n_max = K - 1 if n_max is None else min(int(n_max), K - 1)
+    if n_max < 1:
+        raise ValueError(f"need at least 2 keys for a top-N scan, got K={K}")
+    res = {"n": -1, "ns": [], "pvalues": [], "ks": [], "exact": [], "p_upper": [], "d_mean": [], "e_mean": []}
+
+    def record(N, p, ks, exact, p_up, dm, em):
+        for k_, val in (("ns", N), ("pvalues", p), ("ks", ks), ("exact", exact), ("p_upper", p_up),
+                        ("d_mean", dm), ("e_mean", em)):
+            res[k_].append(val)
+        if progress is not None:
+            progress.update(1)
+
+    start, size = 1, block
+    while start <= n_max:
+        ns = list(range(start, min(n_max, start + size - 1) + 1))
+        certified = {}
+        if certify:
+            hm = _bounds_head_means(probs, x, ns, vis, reading)
+            for c, N in enumerate(ns):
+                cols = [hm[k_][:, c] for k_ in ("d_lo", "d_hi", "e_lo", "e_hi")]
+                okh = np.all([np.isfinite(col) for col in cols], axis=0)
+                if okh.sum() == 0:
+                    break
+                D = ks_lower_statistic(*(col[okh] for col in cols))
+                p_up = ks_sf(D, int(okh.sum()), int(okh.sum()))
+                if p_up <= alpha / 2:
+                    certified[N] = (p_up, float(np.mean((cols[0] + cols[1])[okh] / 2)),
+                                    float(np.mean((cols[2] + cols[3])[okh] / 2)))
+        todo = [N for N in ns if N not in certified]
+        exact = {}
+        # exact values for the uncertified N, in small batches, until the first non-rejection
+        pos = 0
+        found = None
+        while pos < len(todo) and found is None:
+            batch = todo[pos:pos + 8]
+            st = distance_stats(probs, x, batch, vis, stats=(key, "E"), chunk=chunk, dtype=dtype)
+            d = row_mean(st[key], dim=-2).reshape(-1, len(batch)).numpy()
+            e = row_mean(st["E"], dim=-2).reshape(-1, len(batch)).numpy()
+            n, ps, ks = ks_first_indistinguishable(d, e, batch, alpha)
+            for c in range(len(ps)):
+                exact[batch[c]] = (ps[c], ks[c], float(np.nanmean(d[:, c])), float(np.nanmean(e[:, c])))
+            if n != -1 or len(ps) < len(batch):
+                found = n if n != -1 else "stop"
+            pos += len(batch)
+        for N in ns:
+            if N in certified:
+                p_up, dm, em = certified[N]
+                record(N, float("nan"), float("nan"), False, p_up, dm, em)
+            elif N in exact:
+                p, ks, dm, em = exact[N]
+                record(N, p, ks, True, p, dm, em)
+                if p > alpha:
+                    res["n"] = N
+                    return res
+            else:
+                return res              # no rows left for this N (all skipped)
+        start = ns[-1] + 1
+        size = min(size * 2, max_block) if not certify else max(size * 8, 256)
+    return res

@@ -1,0 +1,228 @@
+"""Theorem 1 of arXiv 2508.17821 (Fig. 2a/2b): the representation distance d~ of the top-N tokens,
+its random-set expectation E, the Jensen spread, and the fixed-set bound d_max, for every row.
+
+Built on `attnlab.normalization.engine` (blocks, top-N orders, root sums). E and the Jensen spread
+share one x_i.o product; for N <= SMALL_N, x_i.s comes from the d1 table instead. d1 (the largest
+selected-to-non-selected distance) comes from each key's farthest keys, precomputed once per head.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from attnlab.normalization import bounds
+from attnlab.normalization.engine import (DEFAULT_CHUNK, SMALL_N, RowBlock, blocks, check_inputs, check_ns,
+                                          cpu_kernels, flatten_heads, nan_rows, prefix_lengths, root_sum,
+                                          unique_x)
+
+DISTANCE_STATS = ("dtilde_b", "dtilde_a", "E", "jensen", "abar", "d1", "R", "dmax_B", "dmax_R", "dmax_a")
+FAR_CANDIDATES = 8               # farthest keys kept per key for d1 (exact; rows where all are excluded recompute)
+
+
+def _far_tables(rows: "RowBlock", ns: Sequence[int], m: int) -> dict:
+    """Lookup tables for `_d1`. For small N and prefix-shaped visibility (bidirectional or causal rows):
+    H [u, K, K] (float64), H_ji = ||x_i||^2 - 2 x_j.x_i, so that the squared distance is
+    d2[j, i] = H_ji + ||x_j||^2 (formed so wherever it is needed); xn2 [u, K] = ||x_i||^2; and far2
+    [u, K, P], the largest d2[j, i] over the first n keys, at column col[t] for row t's n = L_t. For
+    larger N: each key's m farthest keys, farthest first (far_dist, far_idx [u, K, m]), for the keys
+    that are ever selected."""
+    Xu, K = rows.Xu, rows.a.shape[-1]
+    xn2 = (Xu * Xu).sum(-1)
+    tables = {}
+    n_vis = rows.n if rows.prefix else None
+    if n_vis is not None and ns[0] <= SMALL_N:
+        H = torch.baddbmm(xn2.unsqueeze(-2).expand(-1, K, -1), Xu, Xu.transpose(1, 2), alpha=-2)
+        if bool((n_vis == K).all()):
+            far2, col = H.amax(-1, keepdim=True), torch.zeros_like(n_vis)
+        else:
+            far2, col = torch.cummax(H, dim=-1).values, (n_vis - 1).clamp_min(0)
+        tables["small"] = (H, xn2, far2.add_(xn2.unsqueeze(-1)), col)
+    if ns[-1] > SMALL_N or "small" not in tables:
+        m = min(m, K)
+        far_dist = torch.zeros(Xu.shape[0], K, m, dtype=Xu.dtype, device=Xu.device)
+        far_idx = torch.zeros(Xu.shape[0], K, m, dtype=torch.long, device=Xu.device)
+        for u in range(Xu.shape[0]):
+            keys = torch.zeros(K, dtype=torch.bool, device=Xu.device)
+            keys[rows.order[rows.inv == u].flatten()] = True
+            U = keys.nonzero().squeeze(-1)                               # keys that are ever selected
+            d2 = torch.addmm(xn2[u, U].unsqueeze(-1) + xn2[u].unsqueeze(0), Xu[u, U], Xu[u].T, alpha=-2)
+            val, idx = torch.topk(d2, m, dim=-1)
+            far_dist[u, U], far_idx[u, U] = val.clamp_min_(0).sqrt_(), idx
+        tables["candidates"] = (far_dist, far_idx)
+    return tables
+
+
+def _d1(rows: RowBlock, N: int, tables: dict, ok: torch.Tensor, chunk: int) -> torch.Tensor:
+    """d1 = max over selected j and visible non-selected i of ||x_i - x_j|| per row: [b, q].
+
+    Small N ("small" tables): j's farthest visible key is not selected when it is strictly farther
+    than every selected key, and then gives max_i ||x_i - x_j|| (on CPU: `kernels.d1_small`).
+    Otherwise ("candidates"): j's farthest keys, farthest first: the first one that is visible and not
+    selected gives it. Rows where some j is left undecided are recomputed over all keys. `ok` [b, q]
+    marks the rows that count."""
+    kernels = cpu_kernels(rows.a)
+    if N <= SMALL_N and "small" in tables and kernels is not None:
+        return kernels.d1_small(*tables["small"], rows.inv, rows.order, N, rows.vis if rows.masked else None)
+    b, q, K = rows.a.shape
+    j = rows.order[..., :N]                                              # [b, q, N]
+    if N <= SMALL_N and "small" in tables:
+        H, xn2, far2, col = tables["small"]
+        P = far2.shape[-1]
+        base = rows.inv.view(b, 1, 1) * K                                # first row of each head's table
+        fj = torch.take(far2, ((base + j) * P + col.view(1, q, 1)))     # [b, q, N]
+        Hjj = torch.take(H, ((base + j).unsqueeze(-1) * K + j.unsqueeze(-2)))                # [b, q, N, N]
+        ms = (Hjj + torch.take(xn2, base + j).unsqueeze(-1)).amax(-1)  # d2 to the selected i, max over i
+        best = torch.where(ms < fj, fj.clamp_min(0).sqrt(), float("-inf"))          # [b, q, N]
+    else:
+        far_dist, far_idx = tables["candidates"]
+        m = far_idx.shape[-1]
+        rowsel = (rows.inv.view(b, 1, 1) * K + j).flatten()              # rows of the [u*K, m] tables
+        allowed = rows.vis & ~rows.selected(N)                           # [b, q, K]
+        cand = far_idx.view(-1, m).index_select(0, rowsel).view(b, q, N * m)
+        valid = allowed.gather(-1, cand)
+        dist = far_dist.view(-1, m).index_select(0, rowsel).view(b, q, N * m)
+        best = torch.where(valid, dist, float("-inf")).view(b, q, N, m).amax(-1)  # [b, q, N]
+    d1 = best.amax(-1)
+    redo = (best == float("-inf")).any(-1) & ok
+    if bool(redo.any()):                                                 # exact, over all keys
+        bb, tt = redo.nonzero(as_tuple=True)
+        jj = j[bb, tt]                                                   # [r, N]
+        sel = torch.zeros(len(bb), K, dtype=torch.bool, device=jj.device).scatter_(-1, jj, True)
+        allowed = (rows.vis[tt] & ~sel).unsqueeze(1)                     # [r, 1, K]
+        step = max(1, chunk // max(1, N * K))
+        for c0 in range(0, len(bb), step):
+            cs = slice(c0, c0 + step)
+            if "small" in tables:                                        # rows of the H table
+                H, xn2, _, _ = tables["small"]
+                at = (rows.inv[bb[cs]].unsqueeze(-1) * K + jj[cs]).flatten()
+                d2 = H.view(-1, K).index_select(0, at).view(-1, N, K) + xn2.view(-1).index_select(0, at).view(-1, N, 1)
+            else:
+                xj = rows.X[bb[cs].unsqueeze(-1), jj[cs]]                # [r, N, D]
+                d2 = torch.einsum("rnd,rkd->rnk", xj, rows.X[bb[cs]]).mul_(-2)
+                d2 += rows.xn2[bb[cs].unsqueeze(-1), jj[cs]].unsqueeze(-1) + rows.xn2[bb[cs]].unsqueeze(1)
+            d2 = torch.where(allowed[cs], d2.view(-1, N, K), float("-inf"))
+            d1[bb[cs], tt[cs]] = d2.flatten(1).amax(-1).clamp_min(0).sqrt()
+    return d1
+
+
+def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visible: Optional[torch.Tensor] = None,
+                   *, stats: Sequence[str] = ("dtilde_b", "dtilde_a", "E", "jensen", "dmax_B", "dmax_R"),
+                   chunk: int = DEFAULT_CHUNK, dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
+    """Theorem-1 quantities of every row for each N in `ns`: dict stat -> float64 [..., Q, len(ns)].
+
+    stats (any of `DISTANCE_STATS`):
+      dtilde_b  reading (b) [R, default]: `sum_{i out} ||a_i x_i - s||`
+      dtilde_a  reading (a) [S]: `||sum_{i out} a_i x_i - s||`
+      E         random-set main sum (`bounds.theorem1_random_main`), over the row's L_t keys
+      jensen    its Jensen-gap bound (`bounds.theorem1_jensen_bound`)
+      abar, d1, R   top-N mass, max out-to-selected distance, max selected norm
+      dmax_B, dmax_R, dmax_a   Theorem 1 fixed-set bounds ([B], [R], reading-(a) [R])
+    Rows with L_t <= N are NaN. `ns` are sorted ascending in the output. `dtype` of the weights, vectors
+    and matrix products: float64 (default; matches the oracle to ~1e-7, `root_sum`) or float32 (faster;
+    d~ and E within 6e-7 relative of float64 on MiniLM's traces, L = 32..512; used by the critical-N
+    scan, which only ranks per-head means). The CPU kernels form the squares in float64 either way.
+
+    Per row (y_i = a_i x_i, o = sum_i y_i, s = the top-N sum): the sums over keys come from squared
+    norms expanded in dot products, `||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2` and
+    `||(1+c) y_i - c o||^2 = (1+c)^2 ||y_i||^2 - 2 (1+c) c y_i.o + c^2 ||o||^2`: two matrix products
+    per block (x_i.o) and per N (x_i.s), no [rows, K, D] tensors.
+    """
+    vis = check_inputs(probs, x, visible)
+    K = probs.shape[-1]
+    ns = check_ns(ns, K)
+    stats = list(stats)
+    bad = set(stats) - set(DISTANCE_STATS)
+    if bad:
+        raise ValueError(f"unknown stats {sorted(bad)}; choose from {DISTANCE_STATS}")
+    lead, P, X, xmap = flatten_heads(probs, x)
+    B, Q, _ = P.shape
+    out = torch.empty(len(stats), len(ns), B, Q, dtype=torch.float64)    # one write per (N, block)
+    need = set(stats)
+    need_d1 = bool({"d1", "dmax_B", "dmax_R", "dmax_a"} & need)
+    need_top = need_d1 or bool({"R", "abar"} & need)
+    lengths, prefix = vis.sum(-1), prefix_lengths(vis) is not None      # (once, not per block)
+    for bs, qs in blocks(B, Q, K, chunk):
+        Xu, inv, _ = unique_x(X, xmap, bs, dtype)
+        rows = RowBlock(P[bs, qs], vis[qs], Xu, inv, ns[-1], dtype, lengths[qs], prefix)
+        a, Lt = rows.a, rows.Lt
+        Lt1 = (Lt - 1).clamp_min(1).unsqueeze(-1)                        # [q, 1]
+        o = torch.bmm(rows.XT, a.transpose(1, 2)).transpose(1, 2)        # sum_i y_i  [b, q, D]
+        o2 = (o * o).sum(-1, keepdim=True)                               # [b, q, 1]
+        xo = torch.bmm(o, rows.XT) if {"E", "jensen"} & need else None   # x_i.o, shared by E and jensen
+        if "jensen" in need:
+            # sum_{j != i} ||y_j - mu_i||^2 = S2 - ||y_i||^2 - ||o - y_i||^2 / (L - 1)
+            #   = L / (L - 1) * [(S2 (L - 1) - ||o||^2) / L - a_i (a_i ||x_i||^2 - 2 x_i.o / L)],
+            #   S2 = sum_j ||y_j||^2 (`s2_coef`)
+            L_ = Lt.unsqueeze(-1)
+            spread = (L_ / Lt1).sqrt().squeeze(-1) * root_sum(rows, xo, -o2 / L_, 1 / L_, sign=-1.0, s2_coef=Lt1 / L_)
+        if need_top:
+            xn_top = rows.xn2.sqrt().unsqueeze(1).expand(a.shape).gather(-1, rows.order)   # ||x_j|| in order
+            Rcum = torch.cummax(xn_top, dim=-1).values                   # [b, q, k]
+            acum = torch.cumsum(a.gather(-1, rows.order), dim=-1)
+        far = _far_tables(rows, ns, FAR_CANDIDATES) if need_d1 else {}
+        # x_i.s for N <= SMALL_N from the d1 table H (kernels only): N products per key instead of D
+        on_kernels = cpu_kernels(a) is not None and dtype == torch.float64
+        table = (far["small"][0], rows.inv) if on_kernels and "small" in far else None
+        s = torch.zeros_like(o)
+        n_done = 0
+        for c, N in enumerate(ns):
+            ok = (Lt > N).expand(a.shape[:2])
+            s += rows.top_sum(n_done, N)
+            n_done = N
+            res = {}
+            if "dtilde_b" in need:                   # ||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2
+                from_table = table is not None and N <= SMALL_N
+                xs = None if from_table else torch.bmm(s, rows.XT)
+                res["dtilde_b"] = root_sum(rows, xs, (s * s).sum(-1, keepdim=True), 1.0, drop=rows.order[..., :N],
+                                            table=table if from_table else None)
+            if "dtilde_a" in need:
+                res["dtilde_a"] = (o - 2 * s).square().sum(-1).sqrt()
+            if "E" in need:
+                # ||(1 + c) y_i - c o||^2 = (1 + c)^2 [a_i (a_i ||x_i||^2 - 2 k x_i.o) + k^2 ||o||^2],
+                # c = N / (L - 1), k = c / (1 + c)
+                cN = N / Lt1                                             # [q, 1]
+                k = cN / (1 + cN)
+                res["E"] = (Lt - N) / Lt * (1 + cN.squeeze(-1)) * root_sum(rows, xo, k * k * o2, k)
+            if "jensen" in need:
+                coef = (N * (Lt - 1 - N) / ((Lt - 1) * (Lt - 2))).clamp_min(0)
+                coef = torch.where(Lt > 2, coef, torch.zeros_like(coef))
+                res["jensen"] = (Lt - N) / Lt * coef.sqrt() * spread
+            if need_top:
+                abar, R = acum[..., N - 1], Rcum[..., N - 1]
+                res["abar"], res["R"] = abar, R
+            if need_d1:
+                d1 = _d1(rows, N, far, ok, chunk)
+                res["d1"] = d1
+                res["dmax_B"] = bounds.theorem1_fixed_bound(abar, d1, R, Lt, N, "B")
+                res["dmax_R"] = bounds.theorem1_fixed_bound(abar, d1, R, Lt, N, "R")
+                res["dmax_a"] = bounds.theorem1_fixed_bound_a(abar, d1, R)
+            out[:, c, bs, qs] = nan_rows(torch.stack([res[k] for k in stats]), ok)
+    return {k: out[i].permute(1, 2, 0).reshape(*lead, Q, len(ns)) for i, k in enumerate(stats)}
+
+
+def dtilde(probs, x, n: int, visible=None, *, reading: str = "b", chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """Representation distance d~ (paper Eq. 7) of every row, [..., Q]. reading "b" (default, [R]):
+    `sum_{i out} ||a_i x_i - s||`; "a" ([S]): `||sum_{i out} a_i x_i - s||`."""
+    if reading not in ("a", "b"):
+        raise ValueError(f"reading must be 'a' or 'b', got {reading!r}")
+    key = f"dtilde_{reading}"
+    return distance_stats(probs, x, [n], visible, stats=[key], chunk=chunk)[key][..., 0]
+
+
+def expectation(probs, x, n: int, visible=None, *, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """Random-set expectation E (main sum, [R]/[B]) of every row, [..., Q]."""
+    return distance_stats(probs, x, [n], visible, stats=["E"], chunk=chunk)["E"][..., 0]
+
+
+def jensen_gap_bound(probs, x, n: int, visible=None, *, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """Bound on the Jensen gap of E ([R]) of every row, [..., Q]."""
+    return distance_stats(probs, x, [n], visible, stats=["jensen"], chunk=chunk)["jensen"][..., 0]
+
+
+def dmax(probs, x, n: int, visible=None, *, form: str = "B", chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """Theorem 1 fixed-set bound d_max of every row ([B] default, or "R"), [..., Q]."""
+    key = {"B": "dmax_B", "R": "dmax_R", "A": "dmax_a"}.get(form.upper())
+    if key is None:
+        raise ValueError(f"form must be 'B', 'R' or 'a', got {form!r}")
+    return distance_stats(probs, x, [n], visible, stats=[key], chunk=chunk)[key][..., 0]

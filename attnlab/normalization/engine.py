@@ -1,0 +1,316 @@
+"""The block engine shared by every per-row metric of arXiv 2508.17821: input checks, (heads, rows)
+blocks, top-N orders, and the root sums of Theorem 1. Pure functions on tensors.
+
+Inputs (all torch tensors):
+
+- `probs [..., Q, K]`: attention weights (0 on masked keys), leading dims e.g. [layer, head];
+- `x [..., K, D]`: the vectors x_i of the paper (per-head value vectors by default); its leading dims
+  broadcast against those of probs (layer-input hidden states `[layer, 1, K, D]` serve every head);
+- `visible bool [Q, K]`: keys each query row counts (default: all). A row's length is
+  `L_t = visible[t].sum()`; rows with `L_t <= N` are skipped (NaN in per-row outputs).
+  Protocol "masked keys included" = pass `visible=None` (all keys, weight 0 where masked).
+
+Work is done on blocks of (heads, query rows) (`chunk` = elements of one [heads, rows, K] block,
+8 MiB in float64: big enough to amortise the ~10-20 us overhead of each torch operation, small
+enough to bound memory: a 12 x 12 model at L = 1024 keeps a few such blocks per tensor). Top-N =
+the first N keys of each row by weight, descending, ties broken by the lower key index: one top-k
+per block serves every N.
+
+Sums of distances over the K keys never form [rows, K, D] tensors: squared norms are expanded in
+dot products, `||a_i x_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2`, and each sum costs at
+most one matrix product and one pass over the keys. The squares are float64 (the critical-N scan's
+inputs: float32), where the cancellation happens; their square roots are float32 (~1e-7 relative;
+float64 roots are 4x slower on CPU), their sums float64.
+
+On CPU the per-key loops (the root sums, a small top-k, the d1 lookups) run as numba kernels
+(`attnlab.normalization.kernels`, `FUSED`): one pass per row where torch makes one per operation.
+Elsewhere (GPU, or ATTNLAB_KERNELS=0) the same formulas run as torch operations.
+`attnlab.normalization.oracle` recomputes everything row by row, directly from the formulas; the
+tests check both engines against it, to 1e-5 relative. Functions accept tensors on any device;
+per-row outputs come back on the CPU.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterable, Iterator, Optional
+
+import torch
+
+DEFAULT_CHUNK = 1 << 20          # elements of one [heads, rows, K] block (8 MiB in float64)
+# CPU: the hot loops run as the numba kernels of `attnlab.kernels`; False (or ATTNLAB_KERNELS=0): plain
+# torch everywhere, the path GPUs take (the tests check both against the oracle)
+FUSED = os.environ.get("ATTNLAB_KERNELS", "1") != "0"
+SMALL_N = 16                     # N <= SMALL_N: d1 from each key's farthest visible key (else candidates),
+                                 # x_i.s from the d1 table, top-k by insertion (CPU)
+
+
+# ----------------------------------------------------------------------------------------- checking
+
+def check_inputs(probs: torch.Tensor, x: Optional[torch.Tensor] = None,
+                 visible: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Validate shapes and values; return `visible` as bool [Q, K]. Raises ValueError with the fix."""
+    if not isinstance(probs, torch.Tensor) or probs.dim() < 2:
+        raise ValueError(f"probs must be a tensor [..., Q, K], got {getattr(probs, 'shape', type(probs))}")
+    Q, K = probs.shape[-2:]
+    if has_nan(probs):
+        raise ValueError("probs contain NaN: check the model's attention (fully masked rows?)")
+    if x is not None:
+        if x.dim() < 2 or x.shape[-2] != K:
+            raise ValueError(f"x must be [..., K={K}, D] to match probs [..., Q, K]; got {tuple(x.shape)}")
+        xl, pl = tuple(x.shape[:-2]), tuple(probs.shape[:-2])
+        if len(xl) > len(pl):
+            raise ValueError("x has more leading dims than probs")
+        if any(d not in (1, p) for d, p in zip(reversed(xl), reversed(pl))):   # (torch.broadcast_shapes: ms)
+            raise ValueError(f"leading dims of x {xl} do not broadcast to those of probs {pl}")
+        if has_nan(x):
+            raise ValueError("x contains NaN")
+    if visible is None:
+        return torch.ones(Q, K, dtype=torch.bool, device=probs.device)
+    if visible.shape != (Q, K):
+        raise ValueError(f"visible must be bool [Q={Q}, K={K}], got {tuple(visible.shape)}")
+    return visible.to(device=probs.device, dtype=torch.bool)
+
+
+def has_nan(t: torch.Tensor) -> bool:
+    """Any NaN in t? One reduction in the common case (a NaN makes the sum NaN; so does +inf + -inf,
+    which the exact check then tells apart)."""
+    return bool(torch.isnan(t.sum())) and bool(torch.isnan(t).any())
+
+
+def check_ns(ns: Iterable[int], K: int) -> list[int]:
+    ns = sorted({int(n) for n in ns})
+    if not ns:
+        raise ValueError("need at least one N")
+    if ns[0] < 1:
+        raise ValueError(f"N must be >= 1, got {ns[0]}")
+    if ns[-1] >= K:
+        raise ValueError(f"N must be < L (the number of keys, {K}): got N={ns[-1]}; "
+                         "choose a smaller top-N or a longer window")
+    return ns
+
+
+def row_lengths(visible: torch.Tensor) -> torch.Tensor:
+    """L_t = number of visible keys of each row: bool [Q, K] -> long [Q]."""
+    return visible.sum(-1)
+
+
+# --------------------------------------------------------------------------------------- chunking
+
+def flatten_heads(probs: torch.Tensor, x: Optional[torch.Tensor]):
+    """probs -> [B, Q, K]; x -> [Bx, K, D] plus xmap long [B] (which x serves each flattened row)."""
+    lead = probs.shape[:-2]
+    P = probs.reshape(-1, *probs.shape[-2:])
+    if x is None:
+        return lead, P, None, None
+    xlead = (1,) * (len(lead) - len(x.shape[:-2])) + tuple(x.shape[:-2])
+    X = x.reshape(-1, *x.shape[-2:])
+    xmap = torch.arange(X.shape[0]).reshape(xlead).expand(lead).reshape(-1) if lead else torch.zeros(1, dtype=torch.long)
+    return lead, P, X, xmap
+
+
+def blocks(B: int, Q: int, K: int, chunk: int) -> Iterator[tuple[slice, slice]]:
+    """(heads, rows) slices with heads * rows * K <= chunk (at least one row)."""
+    if Q * K <= chunk:
+        nb = max(1, chunk // (Q * K))
+        for b0 in range(0, B, nb):
+            yield slice(b0, min(B, b0 + nb)), slice(0, Q)
+    else:
+        nq = max(1, chunk // K)
+        for b0 in range(B):
+            for q0 in range(0, Q, nq):
+                yield slice(b0, b0 + 1), slice(q0, min(Q, q0 + nq))
+
+
+def sort_keys(a: torch.Tensor, vis: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """order, rank [b, q, K]: keys by weight descending (visible first, ties -> lower index)."""
+    key = a.masked_fill(~vis, float("-inf"))
+    order = torch.sort(key, dim=-1, descending=True, stable=True).indices
+    rank = torch.empty_like(order).scatter_(-1, order, torch.arange(a.shape[-1], device=a.device).expand_as(order))
+    return order, rank
+
+
+def sort_top_keys(a: torch.Tensor, vis: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Like `sort_keys` for the first k positions only: order [b, q, k] (same keys, same order as the full
+    stable sort) and rank [b, q, K] (exact below k, K elsewhere). O(K) per row instead of O(K log K)."""
+    key = a.masked_fill(~vis, float("-inf"))
+    K = key.shape[-1]
+    tau = torch.topk(key, k, dim=-1, sorted=False).values.amin(-1, keepdim=True)     # k-th largest
+    gt = key > tau
+    need = k - gt.sum(-1, keepdim=True)                                  # ties at tau to take, lowest index first
+    eq = key == tau
+    sel = gt | (eq & (torch.cumsum(eq, -1) <= need))
+    idx = sel.nonzero()[:, -1].view(*key.shape[:-1], k)                  # selected keys, ascending index
+    vals = key.gather(-1, idx)
+    perm = torch.sort(vals, dim=-1, descending=True, stable=True).indices
+    order = idx.gather(-1, perm)
+    rank = torch.full_like(key, K, dtype=torch.long).scatter_(
+        -1, order, torch.arange(k, device=a.device).expand_as(order))
+    return order, rank
+
+
+def sort_rows(probs: torch.Tensor, visible: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(order, rank) [..., Q, K]: keys of each row by weight, descending, visible keys first, ties broken
+    by the lower key index; `rank[..., t, i]` is the position of key i in row t's order."""
+    vis = check_inputs(probs, None, visible)
+    return sort_keys(probs, vis)
+
+
+def top_n(probs: torch.Tensor, n: int, visible: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Indices [..., Q, n] of the n largest visible weights of each row (ties -> lower index)."""
+    vis = check_inputs(probs, None, visible)
+    check_ns([n], probs.shape[-1] + 1)
+    return sort_keys(probs, vis)[0][..., :n]
+
+
+def context_vector(probs: torch.Tensor, x: torch.Tensor, n: int, visible: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Paper Eq. 6: `s = sum_{i in I_N} a_i x_i` for every row -> [..., Q, D] float64."""
+    vis = check_inputs(probs, x, visible)
+    check_ns([n], probs.shape[-1] + 1)
+    _, rank = sort_keys(probs, vis)
+    sel = (rank < n) & vis
+    return torch.matmul((probs.double() * sel), x.double())
+
+
+
+def cpu_kernels(t: torch.Tensor):
+    """`attnlab.kernels` when they serve tensors like t (CPU, `FUSED`), else None (torch operations)."""
+    if FUSED and t.device.type == "cpu":
+        from attnlab.normalization import kernels
+
+        return kernels
+    return None
+
+
+def top_order(a: torch.Tensor, vis: torch.Tensor, k: int) -> torch.Tensor:
+    """order [b, q, k]: the first k keys of each row by weight, descending, ties broken by the lower key
+    index, invisible keys last (the first k of `sort_keys`). On CPU and for k <= SMALL_N one scan per row
+    (`kernels.top_k`, when `FUSED`; insertion loses to torch's partial sort for larger k); else one
+    `topk`, and rows where two of the first k + 1 weights are equal (where the tie rule decides) are
+    redone with the stable `sort_top_keys`."""
+    K = a.shape[-1]
+    if k >= K - 1:
+        return sort_keys(a, vis)[0][..., :k]
+    kernels = cpu_kernels(a)
+    if kernels is not None and k <= SMALL_N:
+        return kernels.top_k(a, None if bool(vis.all()) else vis, k)
+    w = a if bool(vis.all()) else a.masked_fill(~vis, float("-inf"))
+    vals, order = torch.topk(w, k + 1, dim=-1)
+    tie = ((vals[..., 1:] == vals[..., :-1]) & (vals[..., 1:] > float("-inf"))).any(-1)     # [b, q]
+    if bool(tie.any()):
+        bb, tt = tie.nonzero(as_tuple=True)
+        order[bb, tt, :k] = sort_top_keys(a[bb, tt], vis[tt], k)[0]
+    return order[..., :k]
+
+
+def root_sum(rows: "RowBlock", w: Optional[torch.Tensor], c0: torch.Tensor, g, sign: float = 1.0,
+              drop: Optional[torch.Tensor] = None, s2_coef=0.0, table: Optional[tuple] = None) -> torch.Tensor:
+    """sum over the visible keys (but the positions `drop` [b, q, n]) of the distances
+    sqrt(c + sign * a_i (a_i ||x_i||^2 - 2 g w_i)), c = c0 + s2_coef * sum_j a_j^2 ||x_j||^2: [b, q]
+    float64, for w [b, q, K] (x_i.s or x_i.o, one matrix product; None on CPU with table = (H, inv) of
+    `_far_tables`: w_i = x_i.s for s the dropped keys' sum, from H), c0 [b, q, 1], g and s2_coef numbers or
+    [q, 1]. The squares are formed in float64 by default (the cancellation happens there), their roots
+    in float32 (~1e-7 relative; float64 roots are 4x slower on CPU), the sums in float64. On CPU one
+    fused pass per row (`attnlab.kernels`, when `FUSED`); elsewhere torch, a pass per operation."""
+    kernels = cpu_kernels(rows.a)
+    if kernels is not None:
+        c0, g, s2_coef = (v.squeeze(-1) if torch.is_tensor(v) else v for v in (c0, g, s2_coef))
+        return kernels.root_sums(rows.p, rows.xn2, w, c0, g, sign, rows.vis if rows.masked else None, drop,
+                                 s2_coef=s2_coef, table=table)
+    ax = rows.a * rows.xn2.unsqueeze(1)                                  # a_i ||x_i||^2
+    c = c0 + s2_coef * (rows.a * ax).sum(-1, keepdim=True)
+    sq = torch.addcmul(c, rows.a, ax.sub_(w * g, alpha=2), value=sign).float()
+    if drop is not None:
+        sq.scatter_(-1, drop, 0.0)
+    if rows.masked:
+        sq.masked_fill_(~rows.vis, 0.0)
+    return sq.clamp_min_(0).sqrt_().sum(-1).double()
+
+
+class RowBlock:
+    """One block of attention rows (b heads x q queries x K keys), prepared once for every N.
+
+    p [b, q, K] the weights as given, a the same in `dtype`, 0 on invisible keys; order [b, q, k] the
+    top k keys of each row (`top_order`); X [b, K, D] the vectors of each head, from the distinct Xu
+    [u, K, D] (one per head for value vectors, one per layer for hidden states; inv [b] says which), so
+    Gram matrices are made once per distinct x; xn2 [b, K] = ||x_i||^2; n [q] visible keys per row
+    (`lengths`, if the caller has them) and Lt the same in `dtype`; masked: some key is invisible to
+    some row; prefix: every row sees the keys 0..n_t - 1 (given, or found when first asked).
+    """
+
+    def __init__(self, probs, vis, Xu, inv, k: int, dtype, lengths=None, prefix=None):
+        self.order = top_order(probs, vis, k)
+        self.p = probs
+        self.n = vis.sum(-1) if lengths is None else lengths
+        self.masked = bool((self.n < vis.shape[-1]).any())
+        self._prefix = prefix
+        self.vis = vis
+        self.a = probs.to(dtype) * vis if self.masked else probs.to(dtype)
+        self.Xu, self.inv = Xu, inv
+        self.X = Xu[inv]
+        self.XT = self.X.transpose(1, 2)                                 # [b, D, K]
+        self.xn2 = (self.X * self.X).sum(-1)
+        self.Lt = self.n.to(dtype)
+        b = probs.shape[0]
+        self.bidx = torch.arange(b, device=probs.device).view(b, 1, 1)
+
+    @property
+    def prefix(self) -> bool:
+        if self._prefix is None:
+            self._prefix = prefix_lengths(self.vis) is not None
+        return self._prefix
+
+    def top_sum(self, lo: int, hi: int) -> torch.Tensor:
+        """sum of y_j = a_j x_j over the keys at positions lo..hi-1 of each row's order: [b, q, D]."""
+        b, q, K = self.a.shape
+        if hi - lo > 8:                                                  # many keys: one masked product
+            w = torch.zeros_like(self.a).scatter_(-1, self.order[..., lo:hi], 1.0).mul_(self.a)
+            return torch.bmm(w, self.X)
+        j = self.order[..., lo:hi]
+        K, D = self.Xu.shape[1:]
+        xj = self.Xu.view(-1, D).index_select(0, (self.inv.view(b, 1, 1) * K + j).flatten()).view(b, q, -1, D)
+        return (self.a.gather(-1, j).unsqueeze(-1) * xj).sum(-2)
+
+    def selected(self, N: int) -> torch.Tensor:
+        """bool [b, q, K]: the top-N keys of each row."""
+        return torch.zeros(self.a.shape, dtype=torch.bool, device=self.a.device).scatter_(
+            -1, self.order[..., :N], True)
+
+
+def unique_x(X: torch.Tensor, xmap: torch.Tensor, bs: slice,
+              dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor, tuple]:
+    """Distinct x of a heads block: Xu [u, K, D] in `dtype`, inv [b], and a hashable key."""
+    uniq, inv = torch.unique(xmap[bs], return_inverse=True)
+    return X[uniq.to(X.device)].to(dtype), inv.to(X.device), tuple(uniq.tolist())
+
+
+def nan_rows(value: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
+    return value.masked_fill(~ok, float("nan"))
+
+
+def prefix_lengths(vis: torch.Tensor) -> Optional[torch.Tensor]:
+    """If every row's visible set is {0..n_t-1}, return n_t [q]; else None."""
+    n = vis.sum(-1)
+    ar = torch.arange(vis.shape[-1], device=vis.device)
+    return n if bool(torch.equal(vis, ar.unsqueeze(0) < n.unsqueeze(-1))) else None
+
+
+
+def visible_scores(scores: torch.Tensor, visible: Optional[torch.Tensor]) -> torch.Tensor:
+    """bool [Q, K]: keys whose score is finite in every head (and visible, if given)."""
+    if not isinstance(scores, torch.Tensor) or scores.dim() < 2:
+        raise ValueError(f"scores must be a tensor [..., Q, K], got {getattr(scores, 'shape', type(scores))}")
+    Q, K = scores.shape[-2:]
+    if visible is not None and visible.shape != (Q, K):
+        raise ValueError(f"visible must be bool [Q={Q}, K={K}], got {tuple(visible.shape)}")
+    flat = scores.reshape(-1, Q, K)
+    lo, hi = flat.amin(0), flat.amax(0)                                  # NaN propagates
+    if torch.isnan(hi).any():
+        raise ValueError("scores contain NaN; masked keys must be -inf, not NaN")
+    vis = (lo.abs() < float("inf")) & (hi.abs() < float("inf"))         # finite in every head
+    return vis if visible is None else vis & visible.to(device=vis.device, dtype=torch.bool)
+
+
+
+def row_mean(values: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Mean over query rows ignoring skipped (NaN) rows; pass `dim` of the row axis."""
+    return torch.nanmean(values, dim=dim)

@@ -1,0 +1,129 @@
+"""Lemma 2 / Corollary 3 of arXiv 2508.17821 (Fig. 4): the finite-difference Jacobian norm g(T, eps)
+of Alg. 5 and the exact spectral norm of the softmax Jacobian, for every row."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from attnlab.normalization import bounds
+from attnlab.normalization.engine import DEFAULT_CHUNK, blocks, check_inputs, visible_scores
+
+
+def _direction(b: int, vis: torch.Tensor, seed: int, Q: Optional[int] = None, rows: slice = slice(None)) -> torch.Tensor:
+    """Random unit direction over the visible keys of each row, for flattened head index b: [q, K] float64
+    for the rows `rows` of the head's Q rows (vis [q, K] their visibility; default all rows). One
+    generator per (seed, head): results do not depend on chunking."""
+    g = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(b))
+    Q = vis.shape[0] if Q is None else Q
+    z = torch.randn(Q, vis.shape[1], generator=g)[rows].to(vis.device, torch.float64) * vis   # float32 draw: 5x faster
+    n = z.norm(dim=-1, keepdim=True)
+    return torch.where(n > 0, z / n.clamp_min(1e-300), z)
+
+
+def random_directions(lead: Sequence[int], visible: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """Seeded random unit directions over the visible keys, [*lead, Q, K] float64 (v of Alg. 5)."""
+    B = int(np.prod(lead)) if len(lead) else 1
+    return torch.stack([_direction(b, visible, seed) for b in range(B)]).reshape(*lead, *visible.shape)
+
+
+def fd_grad_norms(scores: torch.Tensor, temperatures: Sequence[float], epsilons: Sequence[float],
+                  visible: Optional[torch.Tensor] = None, *, seed: int = 0,
+                  chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """Finite-difference Jacobian norm of Alg. 5 for every row, T and eps: [..., Q, len(T), len(eps)].
+
+    `g(T, eps) = ||softmax((l + eps v)/T) - softmax(l/T)||_2 / eps` with l = the row's scores over its
+    visible keys (finite scores & visible), v a seeded random unit vector over those keys (one per
+    row, the same for every T and eps; `random_directions`). Rows with < 2 keys are NaN.
+    """
+    vis = visible_scores(scores, visible)
+    Ts = [float(t) for t in temperatures]
+    Es = [float(e) for e in epsilons]
+    if not Ts or min(Ts) <= 0:
+        raise ValueError(f"temperatures must be > 0, got {Ts}")
+    if not Es or min(Es) <= 0:
+        raise ValueError(f"epsilons must be > 0, got {Es}")
+    lead = scores.shape[:-2]
+    S = scores.reshape(-1, *scores.shape[-2:])
+    B, Q, K = S.shape
+    out = torch.empty(B, Q, len(Ts), len(Es), dtype=torch.float64)
+    ok = vis.sum(-1) >= 2
+    masked = not bool(vis.all())
+    inf = float("inf")
+    for bs, qs in blocks(B, Q, K, chunk):
+        l = S[bs, qs].double()
+        if masked:
+            l = torch.where(vis[qs], l, -inf)                            # -inf on invisible keys
+        l.sub_(l.amax(-1, keepdim=True))                                 # max 0: softmax is shift-invariant
+        l_min = float((torch.where(vis[qs], l, inf) if masked else l).amin())   # lowest visible logit
+        v = torch.stack([_direction(b, vis[qs], seed, Q, qs) for b in range(bs.start, bs.stop)])
+        lT, p, e = torch.empty_like(l), torch.empty_like(l), torch.empty_like(l)
+        for ti, T in enumerate(Ts):
+            torch.div(l, T, out=lT)
+            _exp_(p.copy_(lT), l_min / T)                                # max exponent 0
+            p.div_(p.sum(-1, keepdim=True))                              # softmax(l / T)
+            for ei, eps in enumerate(Es):
+                # exponents (l + eps v) / T, at most eps / T (l <= 0, |v_i| <= 1): shifted only when large
+                torch.add(lT, v, alpha=eps / T, out=e)
+                low = (l_min - eps) / T
+                if eps / T > 300:
+                    e.sub_(e.amax(-1, keepdim=True))
+                    low = -inf
+                _exp_(e, low)
+                total = e.sum(-1, keepdim=True)
+                e.addcmul_(p, total, value=-1)                           # e - total * p = total * (p' - p)
+                out[bs, qs, ti, ei] = (torch.linalg.vector_norm(e, dim=-1) / (total.squeeze(-1) * eps)).cpu()
+    out[:, ~ok.cpu()] = float("nan")
+    return out.reshape(*lead, Q, len(Ts), len(Es))
+
+
+def _exp_(z: torch.Tensor, low: float) -> torch.Tensor:
+    """exp in place; exponents are first clamped at -700 when they may go below `low` < -700
+    (exp(-700) ~ 1e-304, far below any weight that matters): exp of large negative numbers takes a
+    slow denormal path on CPU that made softmax 10x slower at small temperatures."""
+    if low < -700:
+        z.clamp_min_(-700.0)
+    return z.exp_()
+
+
+def softmax_jacobian_norm(probs: torch.Tensor, T: float = 1.0, visible: Optional[torch.Tensor] = None,
+                          *, method: str = "eigvalsh", chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """Exact spectral norm of the softmax Jacobian `(diag(a) - a a^T) / T` for every row, [..., Q].
+
+    `probs` are the weights at temperature T (a = softmax(l/T)). The matrix is symmetric PSD, so its
+    norm is its largest eigenvalue: method "eigvalsh" (reference, O(K^3) per row) or "secular"
+    (same value, O(K) per row and iteration: bisection of `1 = sum_i a_i^2/(a_i - lam)` on
+    `[a_(2), a_(1)]`, where interlacing puts the top eigenvalue).
+    """
+    bounds.check_T(T)
+    vis = check_inputs(probs, None, visible)
+    a = probs.double() * vis
+    if method == "eigvalsh":
+        lead = a.shape[:-1]
+        A = a.reshape(-1, a.shape[-1])
+        res = torch.empty(A.shape[0], dtype=torch.float64, device=A.device)
+        step = max(1, chunk // (A.shape[-1] ** 2))
+        for i in range(0, A.shape[0], step):
+            p = A[i:i + step]
+            J = torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
+            res[i:i + step] = torch.linalg.eigvalsh(J)[..., -1]
+        return res.reshape(lead) / T
+    if method == "secular":
+        return _secular_top(a) / T
+    raise ValueError(f"method must be 'eigvalsh' or 'secular', got {method!r}")
+
+
+def _secular_top(a: torch.Tensor, iters: int = 64) -> torch.Tensor:
+    """Largest eigenvalue of diag(a) - a a^T per row by bisection of the secular equation, [...]."""
+    top2 = a.topk(min(2, a.shape[-1]), dim=-1).values
+    hi = top2[..., 0].clone()
+    lo = top2[..., -1].clone() if a.shape[-1] > 1 else torch.zeros_like(hi)
+    a2 = a * a
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        f = 1 - (a2 / (a - mid.unsqueeze(-1))).sum(-1)                  # decreasing in lam on (lo, hi)
+        pos = f > 0
+        lo = torch.where(pos, mid, lo)
+        hi = torch.where(pos, hi, mid)
+    return (lo + hi) / 2

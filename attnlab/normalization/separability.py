@@ -1,0 +1,153 @@
+"""Theorem 2 of arXiv 2508.17821 (Fig. 3): geometric separability N_s/N of the top-N tokens and its
+bounds, for every row. N grows one key at a time (one Gram row per step)."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from attnlab.normalization import bounds
+from attnlab.normalization.engine import (DEFAULT_CHUNK, RowBlock, blocks, check_inputs, check_ns,
+                                          flatten_heads, nan_rows, prefix_lengths, unique_x)
+
+SEPARABILITY_STATS = ("ns_frac", "r", "delta", "xi_row", "xi_pair", "xi_delta",
+                      "lower_row", "lower_pair", "lower_delta",
+                      "upper_B_row", "upper_B_pair", "upper_B_delta",
+                      "upper_R_row", "upper_R_pair", "upper_R_delta")
+_PAIR_STATS = {"xi_pair", "lower_pair", "upper_B_pair", "upper_R_pair"}
+_DELTA_STATS = {"delta", "xi_delta", "lower_delta", "upper_B_delta", "upper_R_delta"}
+
+
+def unit_vectors(x: torch.Tensor, M: float = 1.0) -> torch.Tensor:
+    """x_i / ||x_i|| * M in float64 (zero vectors stay zero): Assumption 1 of Theorem 2."""
+    x = x.double()
+    n = x.norm(dim=-1, keepdim=True)
+    return torch.where(n > 0, x / n.clamp_min(1e-300), torch.zeros_like(x)) * M
+
+
+
+def min_pairwise_distance(x: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    """delta: min_{i != j visible} ||x_i - x_j|| for each row. x [b, K, D], visible [q, K] -> [b, q]
+    (NaN for rows with fewer than 2 visible keys). Fast path for prefix-shaped visibility
+    (bidirectional or causal rows); other masks go row by row."""
+    x = x.double()
+    D = torch.cdist(x, x, compute_mode="donot_use_mm_for_euclid_dist")  # [b, K, K]
+    K = x.shape[-2]
+    D = D + torch.diag_embed(torch.full((K,), float("inf"), dtype=torch.float64, device=x.device))
+    n = prefix_lengths(visible)
+    if n is not None:
+        upper = torch.triu(torch.ones(K, K, dtype=torch.bool, device=x.device), diagonal=1)   # i < j
+        m = D.masked_fill(~upper, float("inf")).amin(dim=-2)                     # [b, K]: min_{i<j}
+        cm = torch.cummin(m, dim=-1).values                                      # delta of prefix j+1
+        out = cm[:, (n - 1).clamp_min(0)]
+    else:
+        out = torch.empty(x.shape[0], visible.shape[0], dtype=torch.float64, device=x.device)
+        for t in range(visible.shape[0]):
+            idx = visible[t].nonzero().squeeze(-1)
+            out[:, t] = D[:, idx][:, :, idx].flatten(1).amin(-1)
+    return out.masked_fill(~torch.isfinite(out), float("nan"))
+
+
+def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visible: Optional[torch.Tensor] = None,
+                       *, M: float = 1.0, normalize: bool = True,
+                       stats: Sequence[str] = ("ns_frac", "r", "lower_row", "upper_B_row", "upper_R_row"),
+                       chunk: int = DEFAULT_CHUNK) -> dict[str, torch.Tensor]:
+    """Theorem 2 / Fig. 3 quantities of every row for each N: dict stat -> float64 [..., Q, len(ns)].
+
+    x is put on the sphere of radius M first (`normalize`; Assumption 1). Per row:
+    `dist_i = ||a_i x_i - s||`, `r = min_{i out} dist_i` (every non-selected token outside the ball),
+    `N_s = #{i in I_N : dist_i < r}` (strict, [R]/[G10]), `ns_frac = N_s / N`.
+    Spread estimators xi_i ([B] text, "show both"): `row` = the row's own `dist_i`;
+    `pair` = mean over the other selected j of `||a_j x_j - a_i x_i||` (0 when N = 1);
+    `delta` = `bounds.theorem2_xi_delta` from delta = min pairwise distance of the row's visible
+    vectors ([R]). For each: lower = `1 - sum xi / (r N)`, upper_B / upper_R as in
+    `bounds.theorem2_bounds`. Stats named `*_row`... `xi_*` are means over the selected tokens.
+
+    N grows one key at a time up to max(ns): s and x_i.s follow (one Gram row per step), r comes from
+    `||y_i||^2 - 2 y_i.s + ||s||^2` minimised over the non-selected keys, and the selected
+    distances (few) are computed directly.
+    """
+    vis = check_inputs(probs, x, visible)
+    K = probs.shape[-1]
+    ns = check_ns(ns, K)
+    stats = list(stats)
+    bad = set(stats) - set(SEPARABILITY_STATS)
+    if bad:
+        raise ValueError(f"unknown stats {sorted(bad)}; choose from {SEPARABILITY_STATS}")
+    xu = unit_vectors(x, M) if normalize else x.double()
+    lead, P, X, xmap = flatten_heads(probs, xu)
+    B, Q, _ = P.shape
+    D = X.shape[-1]
+    n_max = ns[-1]
+    out = torch.empty(len(stats), len(ns), B, Q, dtype=torch.float64)    # one write per (N, block)
+    need_pair = bool(_PAIR_STATS & set(stats))
+    need_delta = bool(_DELTA_STATS & set(stats))
+    wanted = {N: c for c, N in enumerate(ns)}
+    inf = float("inf")
+    delta_cache: dict[tuple, torch.Tensor] = {}
+    for bs, qs in blocks(B, Q, K, chunk):
+        v = vis[qs]
+        Xu, inv, key = unique_x(X, xmap, bs)
+        rows = RowBlock(P[bs, qs], v, Xu, inv, n_max, torch.float64)
+        a, Xb, Lt = rows.a, rows.X, rows.Lt
+        b, q, _ = a.shape
+        bidx = rows.bidx[..., 0]                                         # [b, 1]
+        if need_delta:
+            if key not in delta_cache:
+                delta_cache = {key: min_pairwise_distance(Xu, vis)}      # [u, Q]
+            delta = delta_cache[key][inv][:, qs]
+        G = torch.bmm(Xu, Xu.transpose(1, 2)).view(-1, K)                # Gram rows of the distinct x
+        grow = inv.view(b, 1) * K
+        A = a * a * rows.xn2.unsqueeze(1)                                # ||y_i||^2
+        A_out = torch.where(v, A, inf)                                   # +inf on invisible, then selected keys
+        order = rows.order
+        # small per-selected tensors are laid out [n, b, q] (reductions over n are then vectorised)
+        order_n = order.permute(2, 0, 1)                                 # [n_max, b, q] view
+        a_top = a.gather(-1, order).permute(2, 0, 1).contiguous()
+        A_top = A.gather(-1, order).permute(2, 0, 1).contiguous()
+        xs = torch.zeros_like(a)                                         # x_i . s
+        s = torch.zeros(b, q, D, dtype=a.dtype, device=a.device)
+        psum = torch.zeros(n_max, b, q, dtype=a.dtype, device=a.device)  # sum of ||y_j - y_i|| over selected j
+        buf = torch.empty_like(a)
+        for m in range(n_max):
+            j = order_n[m]                                               # [b, q]
+            aj = a_top[m].unsqueeze(-1)                                  # [b, q, 1]
+            s.addcmul_(aj, Xb[bidx, j])
+            torch.index_select(G, 0, (grow + j).flatten(), out=buf.view(-1, K))   # x_j . x_i, every i
+            xs.addcmul_(buf, aj)
+            A_out.scatter_(-1, j.unsqueeze(-1), inf)
+            if need_pair and m:
+                g = buf.gather(-1, order[..., :m]).permute(2, 0, 1)      # x_j . x_i, earlier selected i
+                d = (A_top[:m] + A_top[m]).addcmul_(a_top[:m] * a_top[m], g, value=-2)
+                d = d.clamp_min_(0).sqrt_()                              # ||y_j - y_i||  [m, b, q]
+                psum[:m] += d
+                psum[m] = d.sum(0)
+            N = m + 1
+            if N not in wanted:
+                continue
+            # dist_i^2 = ||y_i||^2 - 2 a_i x_i.s + ||s||^2, the same expression for r and the selected
+            s2 = (s * s).sum(-1, keepdim=True)
+            r = (torch.addcmul(A_out, a, xs, value=-2, out=buf).amin(-1, keepdim=True) + s2).clamp_min_(0).sqrt_()
+            xs_top = xs.gather(-1, order[..., :N]).permute(2, 0, 1)
+            dsel = (torch.addcmul(A_top[:N], a_top[:N], xs_top, value=-2) + s2.squeeze(-1))
+            dsel = dsel.clamp_min_(0).sqrt_().permute(1, 2, 0)          # [b, q, N] view of [N, b, q]
+            r = r.squeeze(-1)
+            ok = (Lt > N).expand(b, q) & (r > 0)
+            res = {"ns_frac": (dsel < r.unsqueeze(-1)).sum(-1).double() / N, "r": r}
+            xis = {"row": dsel}
+            if need_pair:
+                xis["pair"] = psum[:N].permute(1, 2, 0) / (N - 1) if N > 1 else torch.zeros_like(dsel)
+            if need_delta:
+                res["delta"] = delta
+                xis["delta"] = bounds.theorem2_xi_delta(a_top[:N].permute(1, 2, 0), delta, M)
+            for name, xi in xis.items():
+                lo, (up_b, up_r) = bounds.theorem2_bound_set(xi, r, M, forms=("B", "R"))
+                res[f"xi_{name}"] = xi.mean(-1)
+                res[f"lower_{name}"], res[f"upper_B_{name}"], res[f"upper_R_{name}"] = lo, up_b, up_r
+            out[:, wanted[N], bs, qs] = nan_rows(torch.stack([res[k] for k in stats]), ok)
+    return {k: out[i].permute(1, 2, 0).reshape(*lead, Q, len(ns)) for i, k in enumerate(stats)}
+
+
+def separability(probs, x, n: int, visible=None, *, M: float = 1.0, chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+    """N_s / N of every row (paper Eq. 10, r = nearest non-selected distance, strict <), [..., Q]."""
+    return separability_stats(probs, x, [n], visible, M=M, stats=["ns_frac"], chunk=chunk)["ns_frac"][..., 0]

@@ -1,0 +1,132 @@
+"""Claim rows for "Token Sample Complexity of Attention" (arXiv 2512.10656), from computed Results."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from attnlab.core.result import Result
+from attnlab.core.verdicts import claim_row
+
+_row = claim_row
+
+
+CLAIM_TEXT = {
+    "uniform_rate": ("The attention map converges uniformly on a ball of radius R at rate C(R)/sqrt(n): "
+                     "fitted slope of the sup-error within 0.1 of -1/2 for every R",
+                     "abstract: 'converges uniformly on a ball of radius R at rate C(R)/sqrt(n)'"),
+    "uniform_constant": ("C(R) increases with R and tracks, within a factor 2, the exponentially growing "
+                         "delta-method constant [DERIVED] at every tested R",
+                         "abstract: 'C(R) grows exponentially with R'"),
+    "moments_beta": ("Moment errors decay as n^-beta with beta < 1/2 depending on H; read as an "
+                     "upper-bound exponent, fitted |beta| lie at or above beta(H) = 1/(2(1+H^2))",
+                     "abstract: 'rate C'(R)/n^beta with beta < 1/2'; beta(H) = 1/(2(1+H^2)) is the authors' "
+                     "reference curve in their plotting code (the theorem's beta was not available)"),
+    "hardmax": ("Near the hardmax the error falls slower than n^-0.1 over the tested range",
+                "abstract: 'in this setting, we establish a logarithmic rate of convergence'"),
+    "real_beta": ("On a real encoder, fitted |beta| per layer lie at or above beta(H)",
+                  "abstract v1: 'Experiments on ... real BERT models on Wikipedia text confirm our predictions'"),
+}
+
+
+def _claim_uniform(res: Optional[Result]) -> list[dict]:
+    (c1, p1), (c2, p2) = CLAIM_TEXT["uniform_rate"], CLAIM_TEXT["uniform_constant"]
+    if res is None:
+        return [_row("tsc-uniform-rate", c1, p1, "not run", "not applicable"),
+                _row("tsc-uniform-constant", c2, p2, "not run", "not applicable")]
+    fits = sorted(res.select(kind="fit"), key=lambda f: f["R"])
+    ok = all(abs(f["slope"] + 0.5) <= 0.1 for f in fits)
+    meas = "; ".join(f"R={f['R']:g}: {f['slope']:.3f}±{f['slope_se']:.3f}" for f in fits)
+    rows = [_row("tsc-uniform-rate", c1, p1, meas, "holds" if ok else "does not hold")]
+    C = [f["C"] for f in fits]
+    ratio = [f["C"] / f["C_pred"] for f in fits]
+    grows = all(b > a for a, b in zip(C, C[1:]))
+    tracks = all(0.5 <= r <= 2.0 for r in ratio)
+    meas2 = (", ".join(f"C({f['R']:g})={f['C']:.3g}" for f in fits)
+             + "; delta-method constant exp(||Sigma^1/2 A x||^2/2)-type [DERIVED]: "
+             + ", ".join(f"{f['C_pred']:.3g}" for f in fits)
+             + f"; measured/derived in [{min(ratio):.2f}, {max(ratio):.2f}]")
+    rows.append(_row("tsc-uniform-constant", c2, p2, meas2, "holds" if (grows and tracks) else "does not hold"))
+    return rows
+
+
+BETA_TOL_FLOOR = 0.03  # a WLS se on a few points can be tiny; near H = 0, beta(H) = 1/2 is the Monte Carlo
+                       # rate itself, so |beta| = 0.49 +- 0.003 is a tie, not a violation
+
+
+def _beta_claim(fits: list[dict], cid: str, claim: str, paper: str) -> dict:
+    fits = [f for f in fits if np.isfinite(f["beta"])]
+    if not fits:
+        return _row(cid, claim, paper, "no finite fits", "not applicable")
+    def above(f, key):
+        se = f["slope_se"] if np.isfinite(f["slope_se"]) else 0.0
+        return f["beta"] >= f[key] - max(2 * se, BETA_TOL_FLOOR)
+    n_ok = sum(above(f, "beta_ref") for f in fits)
+    n_ok_auth = sum(above(f, "beta_ref_authors") for f in fits) if "beta_ref_authors" in fits[0] else None
+    below = [f for f in fits if not above(f, "beta_ref")]
+    lab = "layer" if "layer" in fits[0] else "scale"
+    detail = "; ".join(f"{lab} {f[lab]:g} {f['moment']}: |beta|={f['beta']:.3f}±{f['slope_se']:.3f} vs "
+                       f"beta(H={f['horizon']:.3g})={f['beta_ref']:.3f}" for f in below[:6])
+    meas = (f"{n_ok}/{len(fits)} fits at or above beta(H) within max(2 se, {BETA_TOL_FLOOR}) "
+            "(our H, temperature in A)")
+    if n_ok_auth is not None:
+        meas += f"; {n_ok_auth}/{len(fits)} with the authors' H (no temperature)"
+    if below:
+        meas += f"; below: {detail}"
+    smax = max(f["beta"] for f in fits)
+    meas += f"; |beta| range {min(f['beta'] for f in fits):.3f}..{smax:.3f}, H range " \
+            f"{min(f['horizon'] for f in fits):.3g}..{max(f['horizon'] for f in fits):.3g}"
+    return _row(cid, claim, paper, meas, "holds" if n_ok == len(fits) else "does not hold")
+
+
+def _claim_moments(res: Optional[Result]) -> list[dict]:
+    c, p = CLAIM_TEXT["moments_beta"]
+    if res is None:
+        return [_row("tsc-moments-beta", c, p, "not run", "not applicable")]
+    fits = res.select(kind="fit")
+    ref = "exact" if any(f["reference"] == "exact" for f in fits) else fits[0]["reference"]
+    return [_beta_claim([f for f in fits if f["reference"] == ref], "tsc-moments-beta", c + f" ({ref} reference)", p)]
+
+
+def _claim_hardmax(res: Optional[Result]) -> list[dict]:
+    """Verdict on the covariance error at the largest scale.  The mean is not used: m_n is an odd
+    function of the tokens and the sphere is symmetric, so E[m_n] = 0 = m_inf exactly and the mean
+    error is pure fluctuation (near n^-1/2 at every scale); the hardmax bias shows in the covariance."""
+    c, p = CLAIM_TEXT["hardmax"]
+    if res is None:
+        return [_row("tsc-hardmax", c, p, "not run", "not applicable")]
+    fits = res.select(kind="fit")
+    ref = "exact" if any(f["reference"] == "exact" for f in fits) else fits[0]["reference"]
+    fits = [f for f in fits if f["reference"] == ref]
+    smax = max(f["scale"] for f in fits)
+    top = [f for f in fits if f["scale"] == smax and f["moment"] == "cov"]
+    ok = bool(top) and all(np.isfinite(f["slope"]) and abs(f["slope"]) < 0.1 for f in top)
+    meas = "; ".join(
+        f"scale {f['scale']:g} (H={f['horizon']:.3g}) {f['moment']}: slope {f['slope']:.3f}±{f['slope_se']:.3f}"
+        + (f", curvature {f['curvature']:.3f}±{f['curvature_se']:.3f}" if "curvature" in f else "")
+        for f in sorted(fits, key=lambda f: (f["scale"], f["moment"])))
+    meas += " (verdict on the covariance; the mean's limit is 0 by symmetry, its error is fluctuation only)"
+    return [_row("tsc-hardmax", c + f" (covariance error, largest scale, {ref} reference)", p, meas,
+                 "holds" if ok else "does not hold")]
+
+
+def _claim_real(res: Optional[Result]) -> list[dict]:
+    c, p = CLAIM_TEXT["real_beta"]
+    if res is None:
+        return [_row("tsc-real-beta", c, p, "not run", "not applicable")]
+    return [_beta_claim(res.select(kind="fit"), "tsc-real-beta",
+                        c + f" ({res.provenance.get('model')})", p)]
+
+
+def tsc_claims(results: dict) -> list[dict]:
+    """Claim rows (id, claim, paper, measured, verdict) from Results keyed by experiment name:
+    "uniform_map", "moment_convergence", "hardmax", "real_encoder" (missing -> "not applicable").
+    Verdicts: uniform-map slopes within 0.1 of -1/2 (and C(R) increasing, within a factor 2 of the
+    [DERIVED] delta-method constant, which grows like exp(||Sigma^1/2 A x||^2 / 2)); every fitted
+    moment |beta| at or above beta(H) within 2 standard errors (the upper-bound reading; our H with
+    the temperature inside A, the authors' H reported beside it); hardmax: |slope| < 0.1 for the
+    covariance error at the largest scale (the mean error is fluctuation only, see _claim_hardmax)."""
+    def get(key):
+        return results.get(key) or results.get(f"tsc_{key}")
+    return (_claim_uniform(get("uniform_map")) + _claim_moments(get("moment_convergence"))
+            + _claim_hardmax(get("hardmax")) + _claim_real(get("real_encoder")))
