@@ -12,21 +12,21 @@ if "ATTNLAB_DATA_DIR" not in os.environ and (ROOT.parent / "shared" / "data").is
 
 @pytest.fixture(scope="session")
 def tiny():
-    from attnlab.models import load_model
+    from attnlab.core.models import load_model
 
     return load_model("tiny-gpt2")
 
 
 @pytest.fixture(scope="session")
 def minilm():
-    from attnlab.models import load_model
+    from attnlab.core.models import load_model
 
     return load_model("minilm")
 
 
 @pytest.fixture(scope="session")
 def war_and_peace():
-    from attnlab.text import load_corpus
+    from attnlab.core.text import load_corpus
 
     return load_corpus("war_and_peace", allow_download=False)
 

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlab import bounds, metrics
+from attnlab.normalization import bounds, gradients, separability
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True)
 
@@ -126,7 +126,7 @@ def test_random_main_equals_brief_form():
 def test_theorem2_lower_bound_with_row_spread_holds(seed, L, D, sharp, nfrac):
     alpha, x = _row(seed, L, D, sharp)
     N = min(L - 1, 1 + int(nfrac * (L - 1)))
-    st_ = metrics.separability_stats(alpha[None].float(), x.float(), [N], stats=("ns_frac", "lower_row", "r"))
+    st_ = separability.separability_stats(alpha[None].float(), x.float(), [N], stats=("ns_frac", "lower_row", "r"))
     frac, lower = float(st_["ns_frac"][0, 0]), float(st_["lower_row"][0, 0])
     if not math.isnan(frac):
         assert lower <= frac + 1e-9
@@ -171,13 +171,13 @@ def test_lemma2_bound_above_exact_jacobian_norm(seed, L, which, scale):
 def test_softmax_jacobian_norm_at_most_half_over_T(seed, L, T, scale):
     g = torch.Generator().manual_seed(seed)
     a = torch.softmax(torch.randn(1, L, generator=g, dtype=torch.float64) * scale / T, -1)
-    n = metrics.softmax_jacobian_norm(a, T)
+    n = gradients.softmax_jacobian_norm(a, T)
     assert float(n) <= float(bounds.softmax_jacobian_bound(T)) * (1 + 1e-9)
 
 
 def test_softmax_jacobian_bound_attained_and_corollary3():
     a = torch.tensor([[0.5, 0.5, 0.0]], dtype=torch.float64)
-    assert float(metrics.softmax_jacobian_norm(a, 0.25)) == pytest.approx(2.0)      # 1/(2T)
+    assert float(gradients.softmax_jacobian_norm(a, 0.25)) == pytest.approx(2.0)      # 1/(2T)
     assert float(bounds.corollary3_bound(0.25)) == pytest.approx(1.0)               # 1/(4T)
     assert float(bounds.corollary3_bound(1e-4)) == pytest.approx(math.sqrt(2))      # capped
     assert float(bounds.finite_difference_cap(0.1)) == pytest.approx(10 * math.sqrt(2))

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from attnlab import capture as cap
-from attnlab.normalizers import NORMALIZERS, get_normalizer
+from attnlab.core import capture as cap
+from attnlab.tools.normalizers import NORMALIZERS, get_normalizer
 
 
 def eager_attentions(model, ids):
@@ -123,7 +123,7 @@ def test_grouped_query_attention_llama(tiny):
     """Llama-style model with fewer key/value heads than query heads (GQA) and an explicit head_dim."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from attnlab.models import AttnModel
+    from attnlab.core.models import AttnModel
 
     cfg = LlamaConfig(vocab_size=50257, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256)

@@ -8,8 +8,10 @@ import math
 import pytest
 import torch
 
-from attnlab import compare as cmp
-from attnlab import normalizers
+from attnlab.tools import compare as cmp
+from attnlab.tools import normalizers
+from attnlab import benchmarks
+from attnlab.cli import bench as cli_bench
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -92,7 +94,7 @@ def test_too_short_text_fails_before_work(tiny):
 
 
 def test_bench_quick_cli(capsys):
-    rows = cmp.bench_normalizers_cli(argparse.Namespace(model="tiny-gpt2", quick=True))
+    rows = cli_bench.bench_normalizers(argparse.Namespace(model="tiny-gpt2", quick=True))
     out = capsys.readouterr().out
     assert "fastest exact method" in out
     assert {"softmax", "sort", "topk16", "topk64", "bisect", "attnlab auto"} <= {r["method"] for r in rows}
@@ -101,7 +103,7 @@ def test_bench_quick_cli(capsys):
         assert r["seconds"] > 0
         if r["method"] in ("sort", "topk16", "topk64", "attnlab auto"):
             assert r["max_abs_diff"] < 1e-5                  # exact algorithms agree
-    from attnlab.result import Result
+    from attnlab.core.result import Result
 
-    best = cmp.recommend(Result("bench_normalizers", rows))
+    best = benchmarks.recommend(Result("bench_normalizers", rows))
     assert {(b["case"], b["alpha"]) for b in best} == {("model", 2.0), ("model", 1.5), ("dense", 2.0), ("dense", 1.5)}

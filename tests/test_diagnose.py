@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import diagnose as dg
-from attnlab.result import Result
+from attnlab.tools import diagnose as dg
+from attnlab.core.result import Result
+from attnlab.tools import report
 
 SMALL = dict(n_top=2, n_sep=4, max_rows=16, progress=False)
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def tiny_llama():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from attnlab.models import AttnModel, gpt2_tokenizer
+    from attnlab.core.models import AttnModel, gpt2_tokenizer
 
     cfg = LlamaConfig(vocab_size=50257, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256)
@@ -63,10 +64,10 @@ def test_diagnose_three_models(which, request, war_and_peace, tmp_path):
     assert flagged
     if which != "minilm":   # random weights: near-uniform attention everywhere
         assert all(r["flag_near_uniform"] for r in res.select(kind="head", L=48))
-    paths = dg.write_report(res, tmp_path / "out")
+    paths = report.write_report(res, tmp_path / "out")
     _check_outputs(paths, res)
     assert all("layer" not in r for r in res.select(kind="model"))      # views do not touch the Result
-    assert "heads flagged" in dg.summary(res)
+    assert "heads flagged" in report.summary(res)
 
 
 def test_flags_follow_thresholds(tiny, war_and_peace):
@@ -155,7 +156,7 @@ def test_unreadable_file(tmp_path):
 def test_model_without_attention_interface(war_and_peace):
     from transformers import XLNetConfig, XLNetLMHeadModel
 
-    from attnlab.models import gpt2_tokenizer
+    from attnlab.core.models import gpt2_tokenizer
 
     hf = XLNetLMHeadModel(XLNetConfig(vocab_size=100, d_model=32, n_layer=1, n_head=2, d_inner=64))
     with pytest.raises(ValueError, match="AttentionInterface"):
@@ -174,15 +175,15 @@ def test_bad_lengths(tiny, minilm, war_and_peace):
 def test_write_report_is_all_or_nothing(tiny, war_and_peace, tmp_path, monkeypatch):
     res = dg.diagnose(tiny, war_and_peace, lengths=[32], **SMALL)
     out = tmp_path / "rep"
-    monkeypatch.setattr(dg, "report_html", lambda r: (_ for _ in ()).throw(RuntimeError("boom")))
+    monkeypatch.setattr(report, "report_html", lambda r: (_ for _ in ()).throw(RuntimeError("boom")))
     with pytest.raises(RuntimeError, match="boom"):
-        dg.write_report(res, out)
+        report.write_report(res, out)
     _no_leftovers(tmp_path, out)
     monkeypatch.undo()
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    dg.write_report(res, out)                                  # an existing directory: files replaced, others kept
+    report.write_report(res, out)                                  # an existing directory: files replaced, others kept
     assert sorted(p.name for p in out.iterdir()) == ["diagnose.csv", "diagnose.html", "diagnose.json", "keep.txt"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rep.tmp")]
     with pytest.raises(ValueError, match="not a directory"):
-        dg.write_report(res, out / "keep.txt")
+        report.write_report(res, out / "keep.txt")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import bounds, metrics, oracle
+from attnlab.normalization import bounds, critical_n, distance, engine, gradients, oracle, rows, separability
 
 
 def _inputs(seed=0, layers=2, heads=2, L=12, D=4, sharp=2.0, causal=True):
@@ -31,20 +31,20 @@ CASES = [dict(causal=True, keys="visible"), dict(causal=True, keys="all"), dict(
 @pytest.fixture(params=[True, False], ids=["kernels", "torch"])
 def fused(request, monkeypatch):
     """Run a test on both engines: the CPU numba kernels and the plain-torch path (the one GPUs take)."""
-    monkeypatch.setattr(metrics, "FUSED", request.param)
+    monkeypatch.setattr(engine, "FUSED", request.param)
     return request.param
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("chunk", [metrics.DEFAULT_CHUNK, 40])
+@pytest.mark.parametrize("chunk", [engine.DEFAULT_CHUNK, 40])
 def test_distance_stats_equal_oracle(case, chunk, fused):
     _, probs, x, hidden, vis = _inputs(causal=case["causal"])
     visible = vis if case["keys"] == "visible" else None
     ns = [1, 2, 3, 5, 11]
     for xx in (x, hidden):
-        a = metrics.distance_stats(probs, xx, ns, visible, stats=metrics.DISTANCE_STATS, chunk=chunk)
-        b = oracle.distance_stats(probs, xx, ns, visible, stats=metrics.DISTANCE_STATS)
-        for k in metrics.DISTANCE_STATS:
+        a = distance.distance_stats(probs, xx, ns, visible, stats=distance.DISTANCE_STATS, chunk=chunk)
+        b = oracle.distance_stats(probs, xx, ns, visible, stats=distance.DISTANCE_STATS)
+        for k in distance.DISTANCE_STATS:
             _close(a[k], b[k])
 
 
@@ -62,8 +62,8 @@ def test_d1_lookups_equal_oracle(shape, fused):
     probs = torch.softmax(scores, -1)
     x = torch.randn(2, 3, L, D, generator=g)
     x[..., 5, :] = x[..., 6, :]                                          # duplicate vectors: ties in distance
-    ns = [1, 4, metrics.SMALL_N, metrics.SMALL_N + 1, 30]
-    a = metrics.distance_stats(probs, x, ns, vis, stats=("d1", "dmax_B"))
+    ns = [1, 4, engine.SMALL_N, engine.SMALL_N + 1, 30]
+    a = distance.distance_stats(probs, x, ns, vis, stats=("d1", "dmax_B"))
     b = oracle.distance_stats(probs, x, ns, vis, stats=("d1", "dmax_B"))
     for k in ("d1", "dmax_B"):
         _close(a[k], b[k])
@@ -74,10 +74,10 @@ def test_separability_stats_equal_oracle(case, fused):
     _, probs, x, hidden, vis = _inputs(seed=1, causal=case["causal"])
     visible = vis if case["keys"] == "visible" else None
     ns = [1, 2, 4, 8]
-    for xx, chunk in ((x, metrics.DEFAULT_CHUNK), (hidden, 30)):
-        a = metrics.separability_stats(probs, xx, ns, visible, stats=metrics.SEPARABILITY_STATS, chunk=chunk)
-        b = oracle.separability_stats(probs, xx, ns, visible, stats=metrics.SEPARABILITY_STATS)
-        for k in metrics.SEPARABILITY_STATS:
+    for xx, chunk in ((x, engine.DEFAULT_CHUNK), (hidden, 30)):
+        a = separability.separability_stats(probs, xx, ns, visible, stats=separability.SEPARABILITY_STATS, chunk=chunk)
+        b = oracle.separability_stats(probs, xx, ns, visible, stats=separability.SEPARABILITY_STATS)
+        for k in separability.SEPARABILITY_STATS:
             _close(a[k], b[k], atol=1e-7)
 
 
@@ -88,39 +88,39 @@ def test_row_summary_fd_and_jacobian_equal_oracle():
     q, k = torch.randn(2, 3, L, D, generator=g), torch.randn(2, 3, L, D, generator=g)
     scores = (0.5 * q @ k.transpose(-1, -2)).masked_fill(~vis, float("-inf"))
     probs = torch.softmax(scores, -1)
-    a, b = metrics.row_summary(scores, probs, q, k, 0.5, vis), oracle.row_summary(scores, probs, q, k, 0.5, vis)
+    a, b = rows.row_summary(scores, probs, q, k, 0.5, vis), oracle.row_summary(scores, probs, q, k, 0.5, vis)
     for key in a:
         _close(a[key].double(), b[key].double(), atol=1e-6)
     Ts, Es = [0.003, 0.1, 1.0, 30.0], [1e-3, 0.1, 10.0]
-    _close(metrics.fd_grad_norms(scores, Ts, Es, vis, seed=5, chunk=25),
+    _close(gradients.fd_grad_norms(scores, Ts, Es, vis, seed=5, chunk=25),
            oracle.fd_grad_norms(scores, Ts, Es, vis, seed=5), atol=1e-9)
     for T in (0.05, 1.0):
         pT = torch.softmax((scores / T), -1)
         ref = oracle.softmax_jacobian_norm(pT, T, vis)
-        _close(metrics.softmax_jacobian_norm(pT, T, vis), ref, atol=1e-10)
-        _close(metrics.softmax_jacobian_norm(pT, T, vis, method="secular"), ref, atol=1e-10)
+        _close(gradients.softmax_jacobian_norm(pT, T, vis), ref, atol=1e-10)
+        _close(gradients.softmax_jacobian_norm(pT, T, vis, method="secular"), ref, atol=1e-10)
 
 
 def test_metrics_match_bounds_formulas_row_by_row():
     _, probs, x, _, _ = _inputs(seed=3, layers=1, heads=1, L=9, causal=False)
     N = 3
-    E = metrics.expectation(probs, x, N)[0, 0]
-    J = metrics.jensen_gap_bound(probs, x, N)[0, 0]
+    E = distance.expectation(probs, x, N)[0, 0]
+    J = distance.jensen_gap_bound(probs, x, N)[0, 0]
     for t in range(9):
         a, xx = probs[0, 0, t].double(), x[0, 0].double()
-        # sums of roots are taken in float32 (metrics._sqrt_sum): ~1e-7 relative
+        # sums of roots are taken in float32 (engine.root_sum): ~1e-7 relative
         assert float(E[t]) == pytest.approx(float(bounds.theorem1_random_main(a, xx, N)), rel=1e-6)
         assert float(J[t]) == pytest.approx(float(bounds.theorem1_jensen_bound(a, xx, N)), rel=1e-6)
         ing = bounds.fixed_set_ingredients(a, xx, N)
         expect = bounds.theorem1_fixed_bound(ing["abar"], ing["d1"], ing["R"], 9, N, "B")
-        assert float(metrics.dmax(probs, x, N)[0, 0, t]) == pytest.approx(float(expect), rel=1e-9)
+        assert float(distance.dmax(probs, x, N)[0, 0, t]) == pytest.approx(float(expect), rel=1e-9)
 
 
 def test_causal_prefix_rows_are_skipped_and_lengths_counted():
     _, probs, x, _, vis = _inputs(layers=1, heads=1, L=8)
-    d = metrics.dtilde(probs, x, 3, vis)[0, 0]
+    d = distance.dtilde(probs, x, 3, vis)[0, 0]
     assert torch.isnan(d[:3]).all() and not torch.isnan(d[3:]).any()      # rows t <= N (1-based) skipped
-    d_all = metrics.dtilde(probs, x, 3, None)[0, 0]
+    d_all = distance.dtilde(probs, x, 3, None)[0, 0]
     assert not torch.isnan(d_all).any()                                     # masked keys included: every row
 
 
@@ -128,24 +128,24 @@ def test_causal_prefix_rows_are_skipped_and_lengths_counted():
 
 def test_ties_break_to_lower_index_and_top_n():
     p = torch.tensor([[0.1, 0.3, 0.3, 0.0, 0.3]])
-    assert metrics.top_n(p, 3).tolist() == [[1, 2, 4]]
+    assert engine.top_n(p, 3).tolist() == [[1, 2, 4]]
     vis = torch.tensor([[True, False, True, True, True]])
-    assert metrics.top_n(p, 2, vis).tolist() == [[2, 4]]
-    order, rank = metrics.sort_rows(p)
+    assert engine.top_n(p, 2, vis).tolist() == [[2, 4]]
+    order, rank = engine.sort_rows(p)
     assert torch.equal(rank.gather(-1, order), torch.arange(5)[None])
 
 
 def test_top_k_kernel_equals_stable_sort_with_ties():
     """The insertion top-k (CPU kernel) keeps the tie rule: weight descending, lower index first,
     invisible keys last, also where rows have fewer visible keys than k."""
-    from attnlab import kernels
+    from attnlab.normalization import kernels
 
     g = torch.Generator().manual_seed(3)
     p = (torch.rand(3, 9, 40, generator=g) * 4).floor() / 4          # many exact ties, zeros
     for vis in (torch.tril(torch.ones(9, 40, dtype=torch.bool), diagonal=2),   # rows with 3..11 keys
                 torch.rand(9, 40, generator=g) > 0.5, torch.ones(9, 40, dtype=torch.bool)):
-        order = metrics._sort(p, vis)[0]
-        for k in (1, 5, metrics.SMALL_N):
+        order = engine.sort_keys(p, vis)[0]
+        for k in (1, 5, engine.SMALL_N):
             top = kernels.top_k(p, None if bool(vis.all()) else vis, k)
             n_vis = vis.sum(-1).view(1, -1, 1)
             first = torch.arange(k).view(1, 1, -1) < n_vis                # the visible part is exact
@@ -158,16 +158,16 @@ def test_partial_sort_equals_full_sort_with_ties():
     g = torch.Generator().manual_seed(0)
     p = (torch.rand(3, 7, 40, generator=g) * 4).floor() / 4          # many exact ties, zeros
     vis = torch.tril(torch.ones(7, 40, dtype=torch.bool), diagonal=30)
-    order, rank = metrics._sort(p, vis)
+    order, rank = engine.sort_keys(p, vis)
     for k in (1, 3, 5):
-        o2, r2 = metrics._sort_top(p, vis, k)
+        o2, r2 = engine.sort_top_keys(p, vis, k)
         assert torch.equal(o2, order[..., :k])
         assert torch.equal(torch.where(rank < k, rank, 40), r2)
     # both paths of the engine agree (n_max small -> partial sort)
     x = torch.randn(3, 40, 4, generator=g)
-    full = metrics.distance_stats(p, x, [2, 30], vis, stats=metrics.DISTANCE_STATS)
-    part = metrics.distance_stats(p, x, [2], vis, stats=metrics.DISTANCE_STATS)
-    for k in metrics.DISTANCE_STATS:
+    full = distance.distance_stats(p, x, [2, 30], vis, stats=distance.DISTANCE_STATS)
+    part = distance.distance_stats(p, x, [2], vis, stats=distance.DISTANCE_STATS)
+    for k in distance.DISTANCE_STATS:
         _close(part[k][..., 0], full[k][..., 0])
 
 
@@ -176,34 +176,34 @@ def test_one_hot_row():
     probs = torch.zeros(1, L)
     probs[0, 2] = 1
     x = torch.randn(L, D)
-    s = metrics.context_vector(probs, x, 1)
+    s = engine.context_vector(probs, x, 1)
     assert torch.allclose(s[0].float(), x[2])
-    d = metrics.dtilde(probs, x, 1)
+    d = distance.dtilde(probs, x, 1)
     assert float(d) == pytest.approx((L - 1) * float(x[2].norm()), rel=1e-6)
-    assert float(metrics.dmax(probs, x, 1, form="B")) == pytest.approx(float(d), rel=1e-6)    # equality
-    assert float(metrics.entropy(probs)) == 0.0 and float(metrics.max_weight(probs)) == 1.0
-    assert float(metrics.softmax_jacobian_norm(probs.double(), 1.0, method="secular")) == pytest.approx(0.0, abs=1e-12)
+    assert float(distance.dmax(probs, x, 1, form="B")) == pytest.approx(float(d), rel=1e-6)    # equality
+    assert float(rows.entropy(probs)) == 0.0 and float(rows.max_weight(probs)) == 1.0
+    assert float(gradients.softmax_jacobian_norm(probs.double(), 1.0, method="secular")) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_N_equals_L_minus_1():
     _, probs, x, _, _ = _inputs(seed=4, layers=1, heads=1, L=7, causal=False)
     N = 6
     p, xx = probs[0, 0].double(), x[0, 0].double()
-    d = metrics.dtilde(probs, x, N)[0, 0]
+    d = distance.dtilde(probs, x, N)[0, 0]
     for t in range(7):
         last = int(torch.argmin(p[t]))                    # the single non-selected key
         s = (p[t, :, None] * xx).sum(0) - p[t, last] * xx[last]
         assert float(d[t]) == pytest.approx(float((p[t, last] * xx[last] - s).norm()), rel=1e-6)
     with pytest.raises(ValueError, match="N must be < L"):
-        metrics.dtilde(probs, x, 7)
+        distance.dtilde(probs, x, 7)
 
 
 def test_uniform_row_entropy_and_N1():
     L = 16
     probs = torch.full((1, L), 1.0 / L)
-    assert float(metrics.entropy(probs)) == pytest.approx(math.log(L))
+    assert float(rows.entropy(probs)) == pytest.approx(math.log(L))
     x = torch.randn(L, 2)
-    sep = metrics.separability(probs, x, 1)
+    sep = separability.separability(probs, x, 1)
     assert float(sep) in (0.0, 1.0)
 
 
@@ -211,7 +211,7 @@ def test_uniform_row_entropy_and_N1():
 def test_finite_difference_bounded_by_theorems(seed):
     scores, _, _, _, vis = _inputs(seed=seed, L=9, sharp=4.0)
     Ts, Es = [0.01, 0.3, 3.0], [1e-3, 0.1, 10.0]
-    g = metrics.fd_grad_norms(scores, Ts, Es, vis, seed=seed)
+    g = gradients.fd_grad_norms(scores, Ts, Es, vis, seed=seed)
     for ti, T in enumerate(Ts):
         for ei, e in enumerate(Es):
             col = g[..., ti, ei]
@@ -219,16 +219,16 @@ def test_finite_difference_bounded_by_theorems(seed):
             assert bool((col <= 1 / (2 * T) * (1 + 1e-9)).all())
             assert bool((col <= math.sqrt(2) / e * (1 + 1e-9)).all())
     # small eps approximates ||J v|| <= ||J||
-    g0 = metrics.fd_grad_norms(scores, [1.0], [1e-6], vis, seed=seed)[..., 0, 0]
-    jn = metrics.softmax_jacobian_norm(torch.softmax(scores.double(), -1), 1.0, vis)
+    g0 = gradients.fd_grad_norms(scores, [1.0], [1e-6], vis, seed=seed)[..., 0, 0]
+    jn = gradients.softmax_jacobian_norm(torch.softmax(scores.double(), -1), 1.0, vis)
     m = ~torch.isnan(g0)
     assert bool((g0[m] <= jn[m] * (1 + 1e-4) + 1e-9).all())
 
 
 def test_directions_are_seeded_unit_vectors_on_visible_keys():
     vis = torch.tril(torch.ones(5, 5, dtype=torch.bool))
-    v1 = metrics.random_directions((2,), vis, seed=7)
-    v2 = metrics.random_directions((2,), vis, seed=7)
+    v1 = gradients.random_directions((2,), vis, seed=7)
+    v2 = gradients.random_directions((2,), vis, seed=7)
     assert torch.equal(v1, v2)
     assert torch.allclose(v1.norm(dim=-1), torch.ones(2, 5, dtype=torch.float64))
     assert bool((v1[:, ~vis] == 0).all())
@@ -238,10 +238,10 @@ def test_min_pairwise_distance_prefix_and_general_agree():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 7, 3, generator=g, dtype=torch.float64)
     vis = torch.tril(torch.ones(7, 7, dtype=torch.bool))
-    fast = metrics.min_pairwise_distance(x, vis)
+    fast = separability.min_pairwise_distance(x, vis)
     odd = vis.clone()
     odd[6, 0] = False                       # not prefix-shaped: general path
-    slow = metrics.min_pairwise_distance(x, odd)
+    slow = separability.min_pairwise_distance(x, odd)
     assert torch.isnan(fast[:, 0]).all()
     assert torch.allclose(fast[:, 1:6], slow[:, 1:6])
     d = torch.cdist(x[0, 1:7], x[0, 1:7]) + torch.eye(6, dtype=torch.float64) * 1e9
@@ -256,21 +256,21 @@ def test_ks_first_indistinguishable_known_answer():
     ns = list(range(1, 9))
     shift = np.array([[10.0 if n < 4 else 0.0 for n in ns]])
     d, e = base + shift, base.copy() + 0 * shift
-    n, ps, ks = metrics.ks_first_indistinguishable(d, e, ns, 0.01)
+    n, ps, ks = critical_n.ks_first_indistinguishable(d, e, ns, 0.01)
     assert n == 4 and len(ps) == 4 and all(p <= 0.01 for p in ps[:3]) and ps[3] > 0.01
-    n, ps, _ = metrics.ks_first_indistinguishable(base + 10 + 0 * shift, e, ns, 0.01)
+    n, ps, _ = critical_n.ks_first_indistinguishable(base + 10 + 0 * shift, e, ns, 0.01)
     assert n == -1 and len(ps) == len(ns)
     with pytest.raises(ValueError):
-        metrics.ks_first_indistinguishable(d, e[:, :3], ns)
+        critical_n.ks_first_indistinguishable(d, e[:, :3], ns)
 
 
 def test_critical_n_scans_every_N_and_matches_oracle(fused):
     _, probs, x, _, vis = _inputs(seed=5, layers=4, heads=5, L=14, sharp=1.0, causal=False)
     ref = oracle.critical_n(probs, x, vis, alpha=0.01)
-    plain = metrics.critical_n(probs, x, vis, alpha=0.01, block=2, certify=False)
+    plain = critical_n.critical_n(probs, x, vis, alpha=0.01, block=2, certify=False)
     assert plain["n"] == ref["n"] and all(plain["exact"])
     np.testing.assert_allclose(plain["pvalues"], ref["pvalues"], rtol=1e-6)
-    res = metrics.critical_n(probs, x, vis, alpha=0.01, block=2)           # certified rejections
+    res = critical_n.critical_n(probs, x, vis, alpha=0.01, block=2)           # certified rejections
     assert res["n"] == ref["n"] and res["ns"] == ref["ns"]
     assert res["ns"] == list(range(1, len(res["ns"]) + 1))               # dense scan, no gaps
     assert not all(res["exact"])                                         # some N were certified
@@ -282,7 +282,7 @@ def test_critical_n_scans_every_N_and_matches_oracle(fused):
     if res["n"] > 0:
         assert res["pvalues"][-1] > 0.01 and all(p <= 0.01 for p in ref["pvalues"][:-1])
     # reading (a) is available too
-    ra = metrics.critical_n(probs, x, vis, reading="a")
+    ra = critical_n.critical_n(probs, x, vis, reading="a")
     assert ra["n"] == oracle.critical_n(probs, x, vis, reading="a")["n"]
 
 
@@ -292,7 +292,7 @@ def test_critical_n_identical_samples_accept_at_N1():
     g = torch.Generator().manual_seed(0)
     probs = torch.full((30, 2, 2), 0.5)
     x = torch.randn(30, 2, 3, generator=g)
-    res = metrics.critical_n(probs, x)
+    res = critical_n.critical_n(probs, x)
     assert res["n"] == 1 and res["pvalues"][0] == pytest.approx(1.0)
 
 
@@ -301,9 +301,9 @@ def test_distance_bounds_bracket_exact_values():
         _, probs, x, hidden, vis = _inputs(seed=6, L=16, sharp=3.0, causal=causal)
         ns = [1, 2, 5, 9, 15]
         for xx in (x, hidden):
-            ex = metrics.distance_stats(probs, xx, ns, vis, stats=("dtilde_b", "dtilde_a", "E"))
+            ex = distance.distance_stats(probs, xx, ns, vis, stats=("dtilde_b", "dtilde_a", "E"))
             for reading in ("a", "b"):
-                bd = metrics.distance_bounds(probs, xx, ns, vis, reading=reading)
+                bd = critical_n.distance_bounds(probs, xx, ns, vis, reading=reading)
                 d = ex[f"dtilde_{reading}"]
                 m = ~torch.isnan(d)
                 assert torch.equal(m, ~torch.isnan(bd["d_lo"]))
@@ -318,28 +318,28 @@ def test_ks_sf_matches_scipy_and_lower_statistic():
     for n, m in ((8, 8), (30, 30), (12, 19)):
         a, b = rng.normal(size=n), rng.normal(size=m) + 0.8
         r = ks_2samp(a, b)
-        assert metrics.ks_sf(r.statistic, n, m) == pytest.approx(r.pvalue, rel=1e-9)
-        assert metrics.ks_lower_statistic(a, a, b, b) == pytest.approx(r.statistic)      # exact intervals
+        assert critical_n.ks_sf(r.statistic, n, m) == pytest.approx(r.pvalue, rel=1e-9)
+        assert critical_n.ks_lower_statistic(a, a, b, b) == pytest.approx(r.statistic)      # exact intervals
         w = 0.05
-        assert metrics.ks_lower_statistic(a - w, a + w, b - w, b + w) <= r.statistic + 1e-12
+        assert critical_n.ks_lower_statistic(a - w, a + w, b - w, b + w) <= r.statistic + 1e-12
 
 
 # ------------------------------------------------------------------------------------- bad input
 
 @pytest.mark.parametrize("call,match", [
-    (lambda p, x, s: metrics.dtilde(p, x, 12), "N must be < L"),
-    (lambda p, x, s: metrics.dtilde(p, x, 0), "N must be >= 1"),
-    (lambda p, x, s: metrics.fd_grad_norms(s, [0.0], [0.1]), "temperatures"),
-    (lambda p, x, s: metrics.fd_grad_norms(s, [1.0], [-1.0]), "epsilons"),
-    (lambda p, x, s: metrics.softmax_jacobian_norm(p, T=0), "temperature"),
-    (lambda p, x, s: metrics.fd_grad_norms(s.masked_fill(s > 1, float("nan")), [1.0], [0.1]), "NaN"),
-    (lambda p, x, s: metrics.dtilde(p.masked_fill(p > 0.5, float("nan")), x, 2), "NaN"),
-    (lambda p, x, s: metrics.dtilde(p, x[..., :5, :], 2), "x must be"),
-    (lambda p, x, s: metrics.dtilde(p, torch.randn(3, 2, 12, 4), 2), "broadcast"),
-    (lambda p, x, s: metrics.dtilde(p, x, 2, torch.ones(3, 3, dtype=torch.bool)), "visible"),
-    (lambda p, x, s: metrics.dtilde(p, x, 2, reading="c"), "reading"),
-    (lambda p, x, s: metrics.distance_stats(p, x, [2], stats=["nope"]), "unknown stats"),
-    (lambda p, x, s: metrics.critical_n(p, x, alpha=2.0), "alpha"),
+    (lambda p, x, s: distance.dtilde(p, x, 12), "N must be < L"),
+    (lambda p, x, s: distance.dtilde(p, x, 0), "N must be >= 1"),
+    (lambda p, x, s: gradients.fd_grad_norms(s, [0.0], [0.1]), "temperatures"),
+    (lambda p, x, s: gradients.fd_grad_norms(s, [1.0], [-1.0]), "epsilons"),
+    (lambda p, x, s: gradients.softmax_jacobian_norm(p, T=0), "temperature"),
+    (lambda p, x, s: gradients.fd_grad_norms(s.masked_fill(s > 1, float("nan")), [1.0], [0.1]), "NaN"),
+    (lambda p, x, s: distance.dtilde(p.masked_fill(p > 0.5, float("nan")), x, 2), "NaN"),
+    (lambda p, x, s: distance.dtilde(p, x[..., :5, :], 2), "x must be"),
+    (lambda p, x, s: distance.dtilde(p, torch.randn(3, 2, 12, 4), 2), "broadcast"),
+    (lambda p, x, s: distance.dtilde(p, x, 2, torch.ones(3, 3, dtype=torch.bool)), "visible"),
+    (lambda p, x, s: distance.dtilde(p, x, 2, reading="c"), "reading"),
+    (lambda p, x, s: distance.distance_stats(p, x, [2], stats=["nope"]), "unknown stats"),
+    (lambda p, x, s: critical_n.critical_n(p, x, alpha=2.0), "alpha"),
 ])
 def test_bad_input_raises_helpfully(call, match):
     scores, probs, x, _, _ = _inputs()

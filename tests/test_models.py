@@ -4,8 +4,8 @@ import warnings
 
 import pytest
 
-from attnlab import models
-from attnlab.text import data_dir
+from attnlab.core import models
+from attnlab.core.text import data_dir
 
 
 def test_gpt2_tokenizer_from_shared_files():

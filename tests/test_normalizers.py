@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from attnlab import normalizers as nz
+from attnlab.tools import normalizers as nz
 
 PROB = sorted(nz.SUMS_TO_ONE)
 

@@ -1,8 +1,8 @@
 """Result round trip and the results cache."""
 import math
 
-from attnlab.cache import cached
-from attnlab.result import Result, provenance
+from attnlab.core.cache import cached
+from attnlab.core.result import Result, provenance
 
 
 def test_round_trip(tmp_path):

@@ -6,16 +6,19 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab import sample_complexity as sc
-from attnlab import tsc_experiments as te
-from attnlab.capture import Trace
-from attnlab.result import Result
+from attnlab.sample_complexity import montecarlo as mc, theory
+from attnlab.sample_complexity import experiments as te
+from attnlab.core.capture import Trace
+from attnlab.core.result import Result
+from attnlab.sample_complexity import plots as scp
+from attnlab.sample_complexity import claims as scc
+from attnlab import benchmarks
 
 f64 = torch.float64
 
 
 def _gen(seed):
-    return sc.make_generator(seed)
+    return mc.make_generator(seed)
 
 
 def _spd(d, seed):
@@ -33,12 +36,12 @@ def test_gaussian_map_matches_monte_carlo():
     A = 0.4 * torch.randn(d, d, dtype=f64, generator=g)
     V = torch.randn(2, d, dtype=f64, generator=g)
     n = 200_000
-    keys = sc.sample_gaussian(n, m, Sigma, generator=g)
+    keys = mc.sample_gaussian(n, m, Sigma, generator=g)
     x = torch.randn(6, d, dtype=f64, generator=g)
-    emp = sc.attention_map(x, keys, A, V, chunk=2)
-    exact = sc.gaussian_map(x, m, Sigma, A, V)
+    emp = theory.attention_map(x, keys, A, V, chunk=2)
+    exact = theory.gaussian_map(x, m, Sigma, A, V)
     # pointwise error within 4x the [DERIVED] delta-method RMS error C(x)/sqrt(n)
-    bound = 4 * sc.map_error_constant(x, m, Sigma, A, V) / math.sqrt(n)
+    bound = 4 * theory.map_error_constant(x, m, Sigma, A, V) / math.sqrt(n)
     assert ((emp - exact).norm(dim=-1) < bound).all()
 
 
@@ -48,26 +51,26 @@ def test_gaussian_output_moments_match_monte_carlo():
     m = 0.2 * torch.randn(d, dtype=f64, generator=g)
     A = 0.3 * torch.randn(d, d, dtype=f64, generator=g)
     V = torch.randn(d, d, dtype=f64, generator=g)
-    keys = sc.sample_gaussian(30_000, m, Sigma, generator=g)
-    queries = sc.sample_gaussian(2_000, m, Sigma, generator=g)
-    mean, cov = sc.output_moments(sc.attention_map(queries, keys, A, V))
-    m_ex, c_ex = sc.gaussian_output_moments(m, Sigma, A, V)
+    keys = mc.sample_gaussian(30_000, m, Sigma, generator=g)
+    queries = mc.sample_gaussian(2_000, m, Sigma, generator=g)
+    mean, cov = theory.output_moments(theory.attention_map(queries, keys, A, V))
+    m_ex, c_ex = theory.gaussian_output_moments(m, Sigma, A, V)
     assert torch.allclose(c_ex, c_ex.T)
     assert (mean - m_ex).norm() < 0.1 * (c_ex.trace().sqrt() + m_ex.norm())
     assert (cov - c_ex).norm() < 0.1 * c_ex.norm()
     # zero-mean tokens: the exact mean vanishes; identity V matches V=None
-    m0, _ = sc.gaussian_output_moments(torch.zeros(d), Sigma, A)
+    m0, _ = theory.gaussian_output_moments(torch.zeros(d), Sigma, A)
     assert torch.all(m0 == 0)
 
 
 def test_bessel_ratio_known_values():
     r = np.array([1e-12, 0.01, 0.5, 2.0, 30.0, 1e6])
     # d = 3: A_3(r) = coth(r) - 1/r
-    a3 = sc.bessel_ratio(r, 3)
+    a3 = theory.bessel_ratio(r, 3)
     ref = np.where(r < 1e-3, r / 3, 1 / np.tanh(r) - 1 / r)
     assert np.allclose(a3, ref, rtol=1e-6, atol=1e-14)
     # small r: r/d; large r: 1 - (d-1)/(2r); monotone in r and below 1 for d = 50
-    a50 = sc.bessel_ratio(r, 50)
+    a50 = theory.bessel_ratio(r, 50)
     assert a50[0] == pytest.approx(1e-12 / 50, rel=1e-6)
     assert a50[-1] == pytest.approx(1 - 49 / 2e6, rel=1e-6)
     assert np.all(np.diff(a50) > 0) and np.all(a50 < 1)
@@ -76,26 +79,26 @@ def test_bessel_ratio_known_values():
 def test_sphere_map_matches_monte_carlo():
     d, R, g = 5, 1.3, _gen(5)
     A = torch.randn(d, d, dtype=f64, generator=g)
-    keys = sc.sample_sphere(300_000, d, radius=R, generator=g)
+    keys = mc.sample_sphere(300_000, d, radius=R, generator=g)
     assert torch.allclose(keys.norm(dim=-1), torch.full((300_000,), R, dtype=f64))
     x = torch.randn(4, d, dtype=f64, generator=g)
-    emp = sc.attention_map(x, keys, A)
-    exact = sc.sphere_map(x, A, radius=R)
+    emp = theory.attention_map(x, keys, A)
+    exact = theory.sphere_map(x, A, radius=R)
     assert (emp - exact).norm(dim=-1).max() < 1e-2
-    assert torch.all(sc.sphere_map(torch.zeros(1, d), A, radius=R) == 0)
+    assert torch.all(theory.sphere_map(torch.zeros(1, d), A, radius=R) == 0)
 
 
 def test_sphere_covariance_quadrature_mc_and_sampling_agree():
     d, R, g = 4, 1.0, _gen(6)
     A = 0.8 * torch.randn(d, d, dtype=f64, generator=g)
     V = torch.randn(d, d, dtype=f64, generator=g)
-    m_q, c_q, info = sc.sphere_output_moments(A, V, radius=R, return_info=True)
+    m_q, c_q, info = theory.sphere_output_moments(A, V, radius=R, return_info=True)
     assert info["method"] == "quadrature" and torch.all(m_q == 0)
-    _, c_mc = sc.sphere_output_moments(A, V, radius=R, method="mc", n_mc=200_000, seed=1)
+    _, c_mc = theory.sphere_output_moments(A, V, radius=R, method="mc", n_mc=200_000, seed=1)
     assert (c_q - c_mc).norm() < 0.01 * c_q.norm()
-    keys = sc.sample_sphere(30_000, d, radius=R, generator=g)
-    queries = sc.sample_sphere(2_000, d, radius=R, generator=g)
-    _, c_emp = sc.output_moments(sc.attention_map(queries, keys, A, V))
+    keys = mc.sample_sphere(30_000, d, radius=R, generator=g)
+    queries = mc.sample_sphere(2_000, d, radius=R, generator=g)
+    _, c_emp = theory.output_moments(theory.attention_map(queries, keys, A, V))
     assert (c_emp - c_q).norm() < 0.1 * c_q.norm()
 
 
@@ -103,10 +106,10 @@ def test_sphere_covariance_small_and_huge_scale_limits():
     d = 3
     A = torch.diag(torch.tensor([1.0, 2.0, 3.0], dtype=f64))
     # tiny A: Gamma(x) ~ R^2 A x / d, Cov = R^4/d^2 A Cov(X) A^T = A A^T / d^3 (R = 1)
-    _, c_small = sc.sphere_output_moments(1e-4 * A)
+    _, c_small = theory.sphere_output_moments(1e-4 * A)
     assert torch.allclose(c_small, (1e-8 * A @ A.T) / d ** 3, rtol=1e-4)
     # huge A: Gamma(x) -> R A x / ||A x|| on the sphere, trace(Cov) -> R^2 = 1
-    _, c_big = sc.sphere_output_moments(1e6 * A)
+    _, c_big = theory.sphere_output_moments(1e6 * A)
     assert float(c_big.trace()) == pytest.approx(1.0, rel=1e-3)
 
 
@@ -115,20 +118,20 @@ def test_sphere_covariance_small_and_huge_scale_limits():
 def test_horizon_and_beta_on_known_matrices():
     Sigma = torch.diag(torch.tensor([4.0, 1.0], dtype=f64))
     A = torch.diag(torch.tensor([1.0, 3.0], dtype=f64))
-    assert sc.horizon(A, Sigma) == pytest.approx(4.0)            # diag(4, 3)
-    assert sc.horizon(A, Sigma, sided="one") == pytest.approx(3.0)  # diag(2, 3)
-    assert sc.horizon(torch.eye(3), 0.1 * torch.eye(3)) == pytest.approx(0.1)
+    assert theory.horizon(A, Sigma) == pytest.approx(4.0)            # diag(4, 3)
+    assert theory.horizon(A, Sigma, sided="one") == pytest.approx(3.0)  # diag(2, 3)
+    assert theory.horizon(torch.eye(3), 0.1 * torch.eye(3)) == pytest.approx(0.1)
     # Cholesky form used by the authors, ||L^T A L||_2, gives the same value
     S, B = _spd(4, 7), torch.randn(4, 4, dtype=f64, generator=_gen(8))
     L = torch.linalg.cholesky(S)
-    assert sc.horizon(B, S) == pytest.approx(float(torch.linalg.matrix_norm(L.T @ B @ L, ord=2)), rel=1e-10)
-    assert sc.beta_reference(0.0) == 0.5
-    assert sc.beta_reference(1.0) == 0.25
-    assert sc.beta_reference(3.0) == pytest.approx(0.05)
-    assert np.allclose(sc.beta_reference(np.array([0.0, 1.0])), [0.5, 0.25])
+    assert theory.horizon(B, S) == pytest.approx(float(torch.linalg.matrix_norm(L.T @ B @ L, ord=2)), rel=1e-10)
+    assert theory.beta_reference(0.0) == 0.5
+    assert theory.beta_reference(1.0) == 0.25
+    assert theory.beta_reference(3.0) == pytest.approx(0.05)
+    assert np.allclose(theory.beta_reference(np.array([0.0, 1.0])), [0.5, 0.25])
     # temperature convention: bilinear_form includes 1/sqrt(d_head)
     Wq, Wk = torch.randn(8, 5, dtype=f64), torch.randn(8, 5, dtype=f64)
-    assert torch.allclose(sc.bilinear_form(Wq, Wk), Wk.T @ Wq / math.sqrt(8))
+    assert torch.allclose(theory.bilinear_form(Wq, Wk), Wk.T @ Wq / math.sqrt(8))
 
 
 # ------------------------------------------------------------------------------------ slope fits
@@ -136,7 +139,7 @@ def test_horizon_and_beta_on_known_matrices():
 def test_wls_recovers_power_law_exponent():
     n = np.geomspace(100, 10_000, 8)
     exact = 2.5 * n ** -0.37
-    f = sc.fit_loglog(n, exact, 0.01 * exact, k=50)
+    f = mc.fit_loglog(n, exact, 0.01 * exact, k=50)
     assert f.slope == pytest.approx(-0.37, abs=1e-10) and f.beta == pytest.approx(0.37)
     assert math.exp(f.intercept) == pytest.approx(2.5, rel=1e-8) and f.se < 1e-8 and f.weighted
     rng = np.random.default_rng(0)
@@ -144,22 +147,22 @@ def test_wls_recovers_power_law_exponent():
     for _ in range(40):
         rel_sd = rng.uniform(0.02, 0.1, n.size)                       # heteroscedastic, known
         noisy = exact * np.exp(rng.normal(0, rel_sd))
-        fit = sc.fit_loglog(n, noisy, rel_sd * noisy * math.sqrt(20), k=20)
+        fit = mc.fit_loglog(n, noisy, rel_sd * noisy * math.sqrt(20), k=20)
         slopes.append(fit.slope)
         ses.append(fit.se)
     assert abs(np.mean(slopes) + 0.37) < 0.01
     assert 0.5 < np.std(slopes) / np.mean(ses) < 2.0                  # standard errors are calibrated
-    ols = sc.fit_loglog(n, exact)
+    ols = mc.fit_loglog(n, exact)
     assert not ols.weighted and ols.slope == pytest.approx(-0.37)
 
 
 def test_curvature_separates_power_law_from_log_decay():
     n = np.geomspace(100, 1e6, 10)
-    flat = sc.fit_loglog_curvature(n, 3 * n ** -0.5)
+    flat = mc.fit_loglog_curvature(n, 3 * n ** -0.5)
     assert abs(flat["curvature"]) < 1e-10 and flat["slope_mid"] == pytest.approx(-0.5)
-    logd = sc.fit_loglog_curvature(n, 1 / np.log(n))
+    logd = mc.fit_loglog_curvature(n, 1 / np.log(n))
     assert logd["curvature"] > 0 and abs(logd["slope_mid"]) < 0.2
-    assert np.allclose(sc.local_slopes(n, n ** -0.25), -0.25)
+    assert np.allclose(mc.local_slopes(n, n ** -0.25), -0.25)
 
 
 # ------------------------------------------------------------------------------ attention engine
@@ -171,10 +174,10 @@ def test_chunked_equals_dense_attention():
     v = torch.randn(3, 53, 4, dtype=f64, generator=g)
     dense = torch.softmax(0.7 * q @ k.transpose(-1, -2), dim=-1) @ v
     for chunk in (1, 5, 37, 100):
-        assert torch.allclose(sc.attend(q, k, v, scale=0.7, chunk=chunk), dense, atol=1e-12)
-    assert torch.allclose(sc.attend(q, k, v, scale=0.7, max_scores=200), dense, atol=1e-12)
+        assert torch.allclose(theory.attend(q, k, v, scale=0.7, chunk=chunk), dense, atol=1e-12)
+    assert torch.allclose(theory.attend(q, k, v, scale=0.7, max_scores=200), dense, atol=1e-12)
     # huge scores (hardmax): finite, equal to the argmax key's value
-    hard = sc.attend(q, k, v, scale=1e6)
+    hard = theory.attend(q, k, v, scale=1e6)
     idx = (q @ k.transpose(-1, -2)).argmax(-1)
     assert torch.isfinite(hard).all()
     assert torch.allclose(hard, torch.gather(v, 1, idx[..., None].expand(-1, -1, 4)), atol=1e-8)
@@ -185,12 +188,12 @@ def test_batched_self_attention_equals_per_replicate_loop():
     X = torch.randn(5, 40, 4, dtype=f64, generator=g)
     A = torch.randn(4, 4, dtype=f64, generator=g)
     V = torch.randn(3, 4, dtype=f64, generator=g)
-    mb, cb = sc.self_attention_moments(X, A, V, chunk=7)
+    mb, cb = theory.self_attention_moments(X, A, V, chunk=7)
     for i in range(5):
-        mi, ci = sc.self_attention_moments(X[i], A, V)
+        mi, ci = theory.self_attention_moments(X[i], A, V)
         assert torch.allclose(mb[i], mi, atol=1e-12) and torch.allclose(cb[i], ci, atol=1e-12)
-    Y = sc.self_attention(X[0], A, V)
-    assert torch.allclose(ci.new_tensor(np.cov(Y.numpy().T, bias=True)), sc.output_moments(Y)[1], atol=1e-12)
+    Y = theory.self_attention(X[0], A, V)
+    assert torch.allclose(ci.new_tensor(np.cov(Y.numpy().T, bias=True)), theory.output_moments(Y)[1], atol=1e-12)
 
 
 # ------------------------------------------------------------------------------- experiments
@@ -210,7 +213,7 @@ def test_quick_experiments_return_results(quick_results, tmp_path):
         assert PROVENANCE_KEYS <= set(res.provenance), name
         for p in res.select(kind="point"):
             assert p["err_mean"] > 0 and p["err_se"] == pytest.approx(p["err_std"] / math.sqrt(p["k"]))
-        fig = getattr(te, f"plot_{name}")(res)
+        fig = getattr(scp, f"plot_{name}")(res)
         assert fig.axes and fig.get_suptitle()
         res.save(tmp_path)
         assert len(Result.load(tmp_path, res.name).rows) == len(res.rows)
@@ -218,24 +221,24 @@ def test_quick_experiments_return_results(quick_results, tmp_path):
     assert set(mc.unique("reference")) == {"exact", "sample"}
     fit = mc.select(kind="fit")[0]
     assert fit["horizon_authors"] == pytest.approx(math.sqrt(8) * fit["horizon"])     # d = 8
-    assert fit["beta_ref"] == pytest.approx(sc.beta_reference(fit["horizon"]))
+    assert fit["beta_ref"] == pytest.approx(theory.beta_reference(fit["horizon"]))
     um = quick_results["uniform_map"].select(kind="fit")
     assert all(f["C"] > 0 and f["C_pred"] > 0 for f in um)
 
 
 def test_claims_rows(quick_results):
-    rows = te.tsc_claims(quick_results)
+    rows = scc.tsc_claims(quick_results)
     assert [r["id"] for r in rows] == ["tsc-uniform-rate", "tsc-uniform-constant", "tsc-moments-beta",
                                        "tsc-hardmax", "tsc-real-beta"]
     for r in rows:
         assert set(r) == {"id", "claim", "paper", "measured", "verdict"}
         assert r["verdict"] in ("holds", "does not hold", "not applicable")
     assert rows[-1]["verdict"] == "not applicable"
-    assert all(r["verdict"] == "not applicable" for r in te.tsc_claims({}))
+    assert all(r["verdict"] == "not applicable" for r in scc.tsc_claims({}))
 
 
 def test_bench_monte_carlo_rows():
-    res = te.bench_monte_carlo(n_values=(16, 32), k=4, d=6, repeats=1)
+    res = benchmarks.bench_monte_carlo(n_values=(16, 32), k=4, d=6, repeats=1)
     assert {r["method"] for r in res.rows} == {"vectorised", "loop"}
     assert all(r["seconds"] > 0 and r["max_abs_diff"] < 1e-5 for r in res.rows)
 
@@ -300,10 +303,10 @@ def test_real_encoder_on_tiny_bert():
     hid = trace.hidden[1].double()
     Sigma = torch.cov(hid.T, correction=0)
     A = sa.scaling * sa.key.weight.double().T @ sa.query.weight.double()
-    assert fits[-1]["horizon"] == pytest.approx(sc.horizon(A, Sigma), rel=1e-6)
+    assert fits[-1]["horizon"] == pytest.approx(theory.horizon(A, Sigma), rel=1e-6)
     assert "with replacement" in res.provenance["subsampling"].lower()
-    te.plot_real_encoder(res)
-    assert te.tsc_claims({"real_encoder": res})[-1]["verdict"] in ("holds", "does not hold")
+    scp.plot_real_encoder(res)
+    assert scc.tsc_claims({"real_encoder": res})[-1]["verdict"] in ("holds", "does not hold")
     with pytest.raises(ValueError, match="layers"):
         te.real_encoder(model, ids=ids, quick=True, layers=[5])
 
@@ -313,29 +316,29 @@ def test_real_encoder_on_tiny_bert():
 def test_bad_input_raises_clear_errors():
     S, A = torch.eye(3, dtype=f64), torch.eye(3, dtype=f64)
     with pytest.raises(ValueError, match="n must be an integer >= 1"):
-        sc.sample_gaussian(0, torch.zeros(3), S)
+        mc.sample_gaussian(0, torch.zeros(3), S)
     with pytest.raises(ValueError, match="n must be an integer >= 1"):
         te.moment_convergence(quick=True, n_values=(0, 10))
     with pytest.raises(ValueError, match="scale must be a finite number >= 0"):
         te.moment_convergence(quick=True, scales=(-1.0,))
     with pytest.raises(ValueError, match="positive semi-definite"):
-        sc.horizon(A, torch.diag(torch.tensor([1.0, -1.0, 1.0])))
+        theory.horizon(A, torch.diag(torch.tensor([1.0, -1.0, 1.0])))
     with pytest.raises(ValueError, match="symmetric"):
-        sc.gaussian_output_moments(torch.zeros(2), torch.tensor([[1.0, 0.5], [0.0, 1.0]]), torch.eye(2))
+        theory.gaussian_output_moments(torch.zeros(2), torch.tensor([[1.0, 0.5], [0.0, 1.0]]), torch.eye(2))
     with pytest.raises(ValueError, match="dimension mismatch"):
-        sc.attention_map(torch.zeros(2, 3), torch.zeros(5, 4), torch.eye(4))
+        theory.attention_map(torch.zeros(2, 3), torch.zeros(5, 4), torch.eye(4))
     with pytest.raises(ValueError, match="dimension mismatch"):
-        sc.gaussian_output_moments(torch.zeros(4), torch.eye(4), A)
+        theory.gaussian_output_moments(torch.zeros(4), torch.eye(4), A)
     with pytest.raises(ValueError, match="dimension mismatch"):
-        sc.self_attention(torch.zeros(5, 3), A, V=torch.zeros(2, 4))
+        theory.self_attention(torch.zeros(5, 3), A, V=torch.zeros(2, 4))
     with pytest.raises(ValueError, match="at least 2 points"):
-        sc.fit_loglog([10], [0.1])
+        mc.fit_loglog([10], [0.1])
     with pytest.raises(ValueError, match="unknown preset"):
         te.hardmax(preset="huge")
     with pytest.raises(ValueError, match="reference must be"):
         te.moment_convergence(quick=True, reference="population")
     with pytest.raises(ValueError, match="cov_norm"):
-        sc.moment_errors(torch.zeros(2), torch.zeros(2, 2), torch.zeros(2), torch.zeros(2, 2), cov_norm="nuc")
+        theory.moment_errors(torch.zeros(2), torch.zeros(2, 2), torch.zeros(2), torch.zeros(2, 2), cov_norm="nuc")
     with pytest.raises(ValueError, match="CUDA"):
         if not torch.cuda.is_available():
             te.uniform_map(quick=True, device="cuda")
@@ -344,7 +347,7 @@ def test_bad_input_raises_clear_errors():
 
 
 def test_real_encoder_minilm_quick():
-    from attnlab.models import ModelUnavailable, load_model
+    from attnlab.core.models import ModelUnavailable, load_model
 
     try:
         model = load_model("minilm")

@@ -1,8 +1,7 @@
 """Corpora through the project's loaders."""
 import pytest
-import torch
 
-from attnlab import text
+from attnlab.core import text
 
 
 def test_war_and_peace_clean(war_and_peace):
