@@ -345,3 +345,27 @@ def test_bad_input_raises_helpfully(call, match):
     scores, probs, x, _, _ = _inputs()
     with pytest.raises(ValueError, match=match):
         call(probs, x, scores)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_temperature_row_stats_against_softmax(causal):
+    """Chapter 1's row statistics at tau x the model's temperature: max weight and normalised entropy
+    equal those of softmax(scores / tau) row by row; at tau = 1 the Corollary 1 band holds (a theorem)."""
+    g = torch.Generator().manual_seed(5)
+    Lq, D = 10, 4
+    q, k = torch.randn(2, 3, Lq, D, generator=g), torch.randn(2, 3, Lq, D, generator=g)
+    scaling = 0.5
+    vis = torch.ones(Lq, Lq).tril().bool() if causal else torch.ones(Lq, Lq, dtype=torch.bool)
+    scores = (scaling * q @ k.transpose(-1, -2)).masked_fill(~vis, float("-inf"))
+    for tau in (0.5, 1.0, 2.0):
+        mw, hn, inside = rows.temperature_row_stats(scores, q, k, scaling, tau, vis)
+        p = torch.softmax(scores.double() / tau, dim=-1)
+        assert torch.allclose(mw, p.amax(-1))
+        Lt = vis.sum(-1).double()
+        H = -(torch.special.xlogy(p, p)).sum(-1)
+        ok = Lt > 1
+        assert torch.allclose(hn[..., ok], (H / Lt.log())[..., ok])
+        if tau == 1.0:
+            assert bool(inside.all())
+    with pytest.raises(ValueError):
+        rows.temperature_row_stats(scores, q, k, scaling, 0.0, vis)

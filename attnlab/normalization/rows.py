@@ -99,3 +99,24 @@ def row_summary(scores: torch.Tensor, probs: torch.Tensor, q: torch.Tensor, k: t
                L=Lt.clone())
     out["cor1_lo"], out["cor1_hi"] = bounds.corollary1_log_band(Lt, delta_all.cpu(), 1.0 / scaling)
     return {key: t.reshape(*lead, Q) for key, t in out.items()}
+
+
+def temperature_row_stats(scores: torch.Tensor, q: torch.Tensor, k: torch.Tensor, scaling: float, tau: float,
+                          visible: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Chapter 1's sliders: the model's attention at `tau` times its own temperature. For every
+    (layer, head, row) of scores [layer, head, Q, K] (q [layer, head, Q, D], k [layer, head, K, D],
+    visible bool [Q, K]): the largest weight of softmax(scores / tau), its entropy / log L_t, and
+    whether every weight lies in the Corollary 1 band at T = tau / scaling (on the raw logits q.k).
+    Returns three [layer, head, Q] tensors (float64, float64, bool); one layer at a time in memory."""
+    bounds.check_T(tau)
+    vis = visible.to(torch.bool)
+    Lt = vis.sum(-1).double()
+    lo, hi = bounds.corollary1_log_band(Lt, bounds.corollary1_delta(q, k, vis), tau / scaling)
+    mw, hn, inside = [], [], []
+    for li in range(scores.shape[0]):
+        lw = log_weights(scores[li], tau, vis)
+        p = lw.exp()
+        mw.append(p.amax(-1))
+        hn.append(entropy(p, vis) / Lt.log().clamp_min(1e-12))
+        inside.append((lw.masked_fill(~vis, 0).amin(-1) >= lo[li] - 1e-9) & (lw.amax(-1) <= hi[li] + 1e-9))
+    return torch.stack(mw), torch.stack(hn), torch.stack(inside)
