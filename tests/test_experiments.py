@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from attnlab import benchmarks
 from attnlab.core.capture import Trace
 from attnlab.core.result import Result
-from attnlab import benchmarks
 from attnlab.core.verdicts import VERDICTS, claim_row
 from attnlab.figures import FIGURES
 from attnlab.normalization import claims, oracle

@@ -182,7 +182,8 @@ def test_one_hot_row():
     assert float(d) == pytest.approx((L - 1) * float(x[2].norm()), rel=1e-6)
     assert float(distance.dmax(probs, x, 1, form="B")) == pytest.approx(float(d), rel=1e-6)    # equality
     assert float(rows.entropy(probs)) == 0.0 and float(rows.max_weight(probs)) == 1.0
-    assert float(gradients.softmax_jacobian_norm(probs.double(), 1.0, method="secular")) == pytest.approx(0.0, abs=1e-12)
+    norm = gradients.softmax_jacobian_norm(probs.double(), 1.0, method="secular")
+    assert float(norm) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_N_equals_L_minus_1():
@@ -191,7 +192,7 @@ def test_N_equals_L_minus_1():
     p, xx = probs[0, 0].double(), x[0, 0].double()
     d = distance.dtilde(probs, x, N)[0, 0]
     for t in range(7):
-        last = int(torch.argmin(p[t]))                    # the single non-selected key
+        last = int(torch.argmin(p[t]))  # the single non-selected key
         s = (p[t, :, None] * xx).sum(0) - p[t, last] * xx[last]
         assert float(d[t]) == pytest.approx(float((p[t, last] * xx[last] - s).norm()), rel=1e-6)
     with pytest.raises(ValueError, match="N must be < L"):
@@ -240,7 +241,7 @@ def test_min_pairwise_distance_prefix_and_general_agree():
     vis = torch.tril(torch.ones(7, 7, dtype=torch.bool))
     fast = separability.min_pairwise_distance(x, vis)
     odd = vis.clone()
-    odd[6, 0] = False                       # not prefix-shaped: general path
+    odd[6, 0] = False  # not prefix-shaped: general path
     slow = separability.min_pairwise_distance(x, odd)
     assert torch.isnan(fast[:, 0]).all()
     assert torch.allclose(fast[:, 1:6], slow[:, 1:6])
@@ -249,6 +250,7 @@ def test_min_pairwise_distance_prefix_and_general_agree():
 
 
 # ------------------------------------------------------------------------------------- critical N
+
 
 def test_ks_first_indistinguishable_known_answer():
     rng = np.random.default_rng(0)
@@ -270,15 +272,15 @@ def test_critical_n_scans_every_N_and_matches_oracle(fused):
     plain = critical_n.critical_n(probs, x, vis, alpha=0.01, block=2, certify=False)
     assert plain["n"] == ref["n"] and all(plain["exact"])
     np.testing.assert_allclose(plain["pvalues"], ref["pvalues"], rtol=1e-6)
-    res = critical_n.critical_n(probs, x, vis, alpha=0.01, block=2)           # certified rejections
+    res = critical_n.critical_n(probs, x, vis, alpha=0.01, block=2)  # certified rejections
     assert res["n"] == ref["n"] and res["ns"] == ref["ns"]
-    assert res["ns"] == list(range(1, len(res["ns"]) + 1))               # dense scan, no gaps
-    assert not all(res["exact"])                                         # some N were certified
+    assert res["ns"] == list(range(1, len(res["ns"]) + 1))  # dense scan, no gaps
+    assert not all(res["exact"])  # some N were certified
     for p, p_up, exact, p_ref in zip(res["pvalues"], res["p_upper"], res["exact"], ref["pvalues"]):
         if exact:
             assert p == pytest.approx(p_ref, rel=1e-6)
-        else:                                                            # the bracket bound is valid
-            assert p_ref <= p_up * (1 + 1e-3) + 1e-12 and p_up <= 0.005   # (1 - x) rounding at tiny p
+        else:  # the bracket bound is valid
+            assert p_ref <= p_up * (1 + 1e-3) + 1e-12 and p_up <= 0.005  # (1 - x) rounding at tiny p
     if res["n"] > 0:
         assert res["pvalues"][-1] > 0.01 and all(p <= 0.01 for p in ref["pvalues"][:-1])
     # reading (a) is available too
@@ -319,28 +321,32 @@ def test_ks_sf_matches_scipy_and_lower_statistic():
         a, b = rng.normal(size=n), rng.normal(size=m) + 0.8
         r = ks_2samp(a, b)
         assert critical_n.ks_sf(r.statistic, n, m) == pytest.approx(r.pvalue, rel=1e-9)
-        assert critical_n.ks_lower_statistic(a, a, b, b) == pytest.approx(r.statistic)      # exact intervals
+        assert critical_n.ks_lower_statistic(a, a, b, b) == pytest.approx(r.statistic)  # exact intervals
         w = 0.05
         assert critical_n.ks_lower_statistic(a - w, a + w, b - w, b + w) <= r.statistic + 1e-12
 
 
 # ------------------------------------------------------------------------------------- bad input
 
-@pytest.mark.parametrize("call,match", [
-    (lambda p, x, s: distance.dtilde(p, x, 12), "N must be < L"),
-    (lambda p, x, s: distance.dtilde(p, x, 0), "N must be >= 1"),
-    (lambda p, x, s: gradients.fd_grad_norms(s, [0.0], [0.1]), "temperatures"),
-    (lambda p, x, s: gradients.fd_grad_norms(s, [1.0], [-1.0]), "epsilons"),
-    (lambda p, x, s: gradients.softmax_jacobian_norm(p, T=0), "temperature"),
-    (lambda p, x, s: gradients.fd_grad_norms(s.masked_fill(s > 1, float("nan")), [1.0], [0.1]), "NaN"),
-    (lambda p, x, s: distance.dtilde(p.masked_fill(p > 0.5, float("nan")), x, 2), "NaN"),
-    (lambda p, x, s: distance.dtilde(p, x[..., :5, :], 2), "x must be"),
-    (lambda p, x, s: distance.dtilde(p, torch.randn(3, 2, 12, 4), 2), "broadcast"),
-    (lambda p, x, s: distance.dtilde(p, x, 2, torch.ones(3, 3, dtype=torch.bool)), "visible"),
-    (lambda p, x, s: distance.dtilde(p, x, 2, reading="c"), "reading"),
-    (lambda p, x, s: distance.distance_stats(p, x, [2], stats=["nope"]), "unknown stats"),
-    (lambda p, x, s: critical_n.critical_n(p, x, alpha=2.0), "alpha"),
-])
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda p, x, s: distance.dtilde(p, x, 12), "N must be < L"),
+        (lambda p, x, s: distance.dtilde(p, x, 0), "N must be >= 1"),
+        (lambda p, x, s: gradients.fd_grad_norms(s, [0.0], [0.1]), "temperatures"),
+        (lambda p, x, s: gradients.fd_grad_norms(s, [1.0], [-1.0]), "epsilons"),
+        (lambda p, x, s: gradients.softmax_jacobian_norm(p, T=0), "temperature"),
+        (lambda p, x, s: gradients.fd_grad_norms(s.masked_fill(s > 1, float("nan")), [1.0], [0.1]), "NaN"),
+        (lambda p, x, s: distance.dtilde(p.masked_fill(p > 0.5, float("nan")), x, 2), "NaN"),
+        (lambda p, x, s: distance.dtilde(p, x[..., :5, :], 2), "x must be"),
+        (lambda p, x, s: distance.dtilde(p, torch.randn(3, 2, 12, 4), 2), "broadcast"),
+        (lambda p, x, s: distance.dtilde(p, x, 2, torch.ones(3, 3, dtype=torch.bool)), "visible"),
+        (lambda p, x, s: distance.dtilde(p, x, 2, reading="c"), "reading"),
+        (lambda p, x, s: distance.distance_stats(p, x, [2], stats=["nope"]), "unknown stats"),
+        (lambda p, x, s: critical_n.critical_n(p, x, alpha=2.0), "alpha"),
+    ],
+)
 def test_bad_input_raises_helpfully(call, match):
     scores, probs, x, _, _ = _inputs()
     with pytest.raises(ValueError, match=match):

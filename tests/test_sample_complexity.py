@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.sample_complexity import montecarlo as mc, theory
-from attnlab.sample_complexity import experiments as te
+from attnlab import benchmarks
 from attnlab.core.capture import Trace
 from attnlab.core.result import Result
-from attnlab.sample_complexity import plots as scp
 from attnlab.sample_complexity import claims as scc
-from attnlab import benchmarks
+from attnlab.sample_complexity import experiments as te
+from attnlab.sample_complexity import montecarlo as mc
+from attnlab.sample_complexity import plots as scp
+from attnlab.sample_complexity import theory
 
 f64 = torch.float64
 

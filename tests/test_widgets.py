@@ -3,8 +3,8 @@ import base64
 import warnings
 
 import ipywidgets as widgets
-from ipywidgets.widgets.widget_link import Link
 import matplotlib
+from ipywidgets.widgets.widget_link import Link
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -22,11 +22,21 @@ def add_cli(sub) -> None:
     p.add_argument("--max-rows", type=int, default=MAX_ROWS, help="query rows per head for the per-row metrics "
                                                                  "(default %(default)s; 0 = all)")
     p.add_argument("--alpha", type=float, default=ALPHA, help="KS level of the critical-N test (default %(default)s)")
-    p.add_argument("--ns-threshold", type=float, default=Thresholds.ns_frac, help="flag N_s/N below (default %(default)s)")
-    p.add_argument("--entropy-threshold", type=float, default=Thresholds.entropy_norm,
-                   help="flag entropy >= this x log L (default %(default)s)")
-    p.add_argument("--critical-threshold", type=float, default=Thresholds.critical_frac,
-                   help="flag critical N / L above (default %(default)s)")
+    p.add_argument(
+        "--ns-threshold", type=float, default=Thresholds.ns_frac, help="flag N_s/N below (default %(default)s)"
+    )
+    p.add_argument(
+        "--entropy-threshold",
+        type=float,
+        default=Thresholds.entropy_norm,
+        help="flag entropy >= this x log L (default %(default)s)",
+    )
+    p.add_argument(
+        "--critical-threshold",
+        type=float,
+        default=Thresholds.critical_frac,
+        help="flag critical N / L above (default %(default)s)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run_cli)
 
@@ -36,11 +46,21 @@ def _safe_name(name: str) -> str:
 
 
 def run_cli(args) -> int:
-    text, info = (read_text_file(args.text) if args.text else (None, None))
+    text, info = read_text_file(args.text) if args.text else (None, None)
     thr = Thresholds(args.ns_threshold, args.entropy_threshold, args.critical_threshold).check()
     model = load_model(args.model, args.device)
-    result = diagnose(model, text, lengths=args.lengths, n_top=args.n_top, n_sep=args.n_sep, thresholds=thr,
-                      max_rows=args.max_rows or None, alpha=args.alpha, text_info=info, progress=not args.quiet)
+    result = diagnose(
+        model,
+        text,
+        lengths=args.lengths,
+        n_top=args.n_top,
+        n_sep=args.n_sep,
+        thresholds=thr,
+        max_rows=args.max_rows or None,
+        alpha=args.alpha,
+        text_info=info,
+        progress=not args.quiet,
+    )
     out = args.out or f"diagnose-{_safe_name(model.name)}"
     paths = write_report(result, out)
     print(summary(result))

@@ -215,6 +215,8 @@ def stack_records(state: CaptureState, layers: list[int], keep) -> dict[str, tor
             continue
         missing = [l for l in layers if name not in state.records.get(l, {})]
         if missing:
-            raise RuntimeError(f"no {name!r} recorded for layers {missing}: does the model use the attention interface?")
+            raise RuntimeError(
+                f"no {name!r} recorded for layers {missing}: does the model use the attention interface?"
+            )
         out[name] = torch.stack([state.records[l][name] for l in layers])
     return out

@@ -345,17 +345,24 @@ def load_minilm(device: str = "cpu") -> AttnModel:
     return AttnModel("minilm", hf, tok, source=source, weights_sha256=sha, device=device)
 
 
-def load_tiny_gpt2(device: str = "cpu", seed: int = 0, n_layer: int = 2, n_head: int = 4, n_embd: int = 64) -> AttnModel:
+def load_tiny_gpt2(
+    device: str = "cpu", seed: int = 0, n_layer: int = 2, n_head: int = 4, n_embd: int = 64
+) -> AttnModel:
     """A seeded, randomly initialised GPT-2 (GPT-2 vocabulary, 1024 positions). For tests only."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(n_layer=n_layer, n_head=n_head, n_embd=n_embd, n_positions=1024, vocab_size=GPT2_VOCAB_SIZE,
-                        attn_implementation="eager")
+    config = GPT2Config(
+        n_layer=n_layer,
+        n_head=n_head,
+        n_embd=n_embd,
+        n_positions=1024,
+        vocab_size=GPT2_VOCAB_SIZE,
+        attn_implementation="eager",
+    )
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         hf = GPT2LMHeadModel(config)
-    return AttnModel("tiny-gpt2", hf, gpt2_tokenizer(), source=f"random init (seed {seed}), tests only",
-                     device=device)
+    return AttnModel("tiny-gpt2", hf, gpt2_tokenizer(), source=f"random init (seed {seed}), tests only", device=device)
 
 
 def load_model(name: str = "auto", device: str = "cpu") -> AttnModel:
@@ -372,8 +379,12 @@ def load_model(name: str = "auto", device: str = "cpu") -> AttnModel:
         try:
             return load_pretrained("gpt2", device, name="gpt2")
         except ModelUnavailable as exc:
-            warnings.warn(f"model 'auto': GPT-2 is not available ({exc}). Falling back to the offline model "
-                          "all-MiniLM-L6-v2 (BERT family, bidirectional).", UserWarning, stacklevel=2)
+            warnings.warn(
+                f"model 'auto': GPT-2 is not available ({exc}). Falling back to the offline model "
+                "all-MiniLM-L6-v2 (BERT family, bidirectional).",
+                UserWarning,
+                stacklevel=2,
+            )
             return load_minilm(device)
     if name == "minilm":
         return load_minilm(device)
@@ -381,8 +392,9 @@ def load_model(name: str = "auto", device: str = "cpu") -> AttnModel:
         return load_tiny_gpt2(device)
     if name == "gpt2" or Path(name).expanduser().is_dir() or _looks_like_hub_id(name) or name.startswith("gpt2-"):
         return load_pretrained(name, device, name=name)
-    raise ValueError(f"unknown model {name!r}: use auto, gpt2, minilm, tiny-gpt2, a hub id (owner/name) "
-                     "or a local directory")
+    raise ValueError(
+        f"unknown model {name!r}: use auto, gpt2, minilm, tiny-gpt2, a hub id (owner/name) or a local directory"
+    )
 
 
 def default_model_name() -> str:
@@ -398,7 +410,6 @@ def as_attn_model(model, device: str = "cpu", tokenizer=None):
     """An `AttnModel` from an AttnModel, a name for `load_model`, or a Hugging Face model (+ tokenizer).
     A model whose attention does not go through transformers' AttentionInterface raises ValueError."""
 
-
     if isinstance(model, AttnModel):
         return model
     if isinstance(model, str):
@@ -410,6 +421,6 @@ def as_attn_model(model, device: str = "cpu", tokenizer=None):
             raise ValueError("a Hugging Face model needs its tokenizer: diagnose(model, text, tokenizer=...)")
         name = getattr(model.config, "name_or_path", "") or type(model).__name__
         return AttnModel(name, model, tokenizer, source=f"{type(model).__name__} object", device=device)
-    raise ValueError(f"model must be an AttnModel, a model name or a transformers PreTrainedModel, "
-                     f"got {type(model).__name__}")
-
+    raise ValueError(
+        f"model must be an AttnModel, a model name or a transformers PreTrainedModel, got {type(model).__name__}"
+    )

@@ -215,7 +215,7 @@ def text_provenance(text: str, name: str = "text", **extra) -> dict:
 def resolve_text(text=None) -> tuple[str, dict]:
     """(text, provenance) from None (War and Peace, via ATTNLAB_DATA_DIR or the cache), a
     `attnlab.text.Corpus`, or a string."""
-    
+
 
     if text is None:
         text = load_corpus("war_and_peace")
@@ -230,7 +230,7 @@ def resolve_text(text=None) -> tuple[str, dict]:
 
 def read_text_file(path) -> tuple[str, dict]:
     """(text, provenance) of a UTF-8 text file (CRLF -> LF). FileNotFoundError / ValueError say what to do."""
-    
+
 
     p = Path(path).expanduser()
     if not p.exists():

@@ -11,7 +11,7 @@ import numpy as np
 
 from attnlab.core.result import Result
 from attnlab.core.verdicts import claim_row, verdict
-from attnlab.normalization.paper import CRITICAL_FRAC, ONE_OVER_T_BELOW, PLATEAU_N, SEPARABILITY_BAND, SATURATION_N
+from attnlab.normalization.paper import CRITICAL_FRAC, ONE_OVER_T_BELOW, PLATEAU_N, SATURATION_N, SEPARABILITY_BAND
 
 LINEAR_R2 = 0.95          # "grows roughly linearly": R^2 of a straight-line fit
 PLATEAU_REL = 0.25        # "plateaus": |d(N_max) - d(20)| / d(20) at most this
@@ -72,7 +72,10 @@ def linear_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
 # -------------------------------------------------------------------------------------- paper 1
 
 def _claims_cor1(results) -> list[dict]:
-    cid, claim = "p1-cor1", "Corollary 1: every weight lies in (1/L) exp(-+2 Delta/T) (Delta = ||q|| max ||k_i||, T = 1/scaling)"
+    cid, claim = (
+        "p1-cor1",
+        "Corollary 1: every weight lies in (1/L) exp(-+2 Delta/T) (Delta = ||q|| max ||k_i||, T = 1/scaling)",
+    )
     paper = "Corollary 1 (a theorem); Fig. 1 illustrates vanishing attention"
     res = _get(results, "fig1")
     if res is None:
@@ -80,8 +83,10 @@ def _claims_cor1(results) -> list[dict]:
     frac, worst = _weighted_frac(res.rows, "cor1_holds")
     err = max(r["logit_err"] for r in res.rows)
     mw = _head_mean(res, "max_weight", "L")
-    measured = (f"{frac:.4%} of rows inside (worst head {worst:.4%}); max |scores - scaling q.k| = {err:.2g}; "
-                f"mean max weight {mw[1][0]:.3f} at L={int(mw[0][0])} -> {mw[1][-1]:.3f} at L={int(mw[0][-1])} ({_model(res)})")
+    measured = (
+        f"{frac:.4%} of rows inside (worst head {worst:.4%}); max |scores - scaling q.k| = {err:.2g}; "
+        f"mean max weight {mw[1][0]:.3f} at L={int(mw[0][0])} -> {mw[1][-1]:.3f} at L={int(mw[0][-1])} ({_model(res)})"
+    )
     return [row(cid, claim, paper, measured, _v(frac == 1.0))]
 
 
@@ -98,22 +103,42 @@ def _claims_thm1(results) -> list[dict]:
     out = []
     rows = _dist_rows(results)
     paper = "Theorem 1 (fixed top-N): d~ <= d_max; Fig. 2a/b: 'the red upper bound is safe but conservative'"
-    specs = [("p1-thm1-B", "holds_B", "Theorem 1 bound, [B] brief reading, above the true d~ (reading b) in every row",
-              "[B] is not proof-level for N > 1 (drops a within-selected spread term)"),
-             ("p1-thm1-R", "holds_R", "Theorem 1 bound, [R] reconstruction, above the true d~ (reading b) in every row",
-              "a theorem (triangle inequality): a failure would be a bug"),
-             ("p1-thm1-a", "holds_a", "Reading (a) analogue [R]: ||sum_out a_i x_i - s|| <= (1 - abar) d1 + R in every row",
-              "a theorem for reading (a)")]
+    specs = [
+        (
+            "p1-thm1-B",
+            "holds_B",
+            "Theorem 1 bound, [B] brief reading, above the true d~ (reading b) in every row",
+            "[B] is not proof-level for N > 1 (drops a within-selected spread term)",
+        ),
+        (
+            "p1-thm1-R",
+            "holds_R",
+            "Theorem 1 bound, [R] reconstruction, above the true d~ (reading b) in every row",
+            "a theorem (triangle inequality): a failure would be a bug",
+        ),
+        (
+            "p1-thm1-a",
+            "holds_a",
+            "Reading (a) analogue [R]: ||sum_out a_i x_i - s|| <= (1 - abar) d1 + R in every row",
+            "a theorem for reading (a)",
+        ),
+    ]
     for cid, key, claim, note in specs:
         if not rows:
             out.append(_na(cid, claim, paper, "fig2a / fig2b not computed"))
             continue
         frac, worst = _weighted_frac(rows, key)
-        ratio = np.array([r["dtilde_b"] / r[key.replace("holds_", "dmax_")] for r in rows
-                          if key != "holds_a" and r[key.replace("holds_", "dmax_")] > 0])
+        ratio = np.array(
+            [
+                r["dtilde_b"] / r[key.replace("holds_", "dmax_")]
+                for r in rows
+                if key != "holds_a" and r[key.replace("holds_", "dmax_")] > 0
+            ]
+        )
         extra = f"; median head-mean d~/d_max = {np.median(ratio):.3f}" if len(ratio) else ""
-        out.append(row(cid, claim, paper, f"{frac:.4%} of rows (worst head {worst:.4%}){extra}; {note}",
-                       _v(frac == 1.0)))
+        out.append(
+            row(cid, claim, paper, f"{frac:.4%} of rows (worst head {worst:.4%}){extra}; {note}", _v(frac == 1.0))
+        )
     return out
 
 
@@ -121,7 +146,10 @@ def _claims_fig2(results) -> list[dict]:
     out = []
     res = _get(results, "fig2a")
     cid = "p1-fig2a-linear"
-    claim = f"At N = 5 the true distance d~ grows about linearly in L (straight-line fit of the head mean, R^2 >= {LINEAR_R2})"
+    claim = (
+        "At N = 5 the true distance d~ grows about linearly in L "
+        f"(straight-line fit of the head mean, R^2 >= {LINEAR_R2})"
+    )
     paper = "Sec. 3.1 / Fig. 2a: 'both the true distance and its expectation grow roughly linearly in L'"
     if res is None or len(res.unique("L")) < 3:
         out.append(_na(cid, claim, paper, "fig2a not computed or fewer than 3 lengths"))
@@ -130,13 +158,19 @@ def _claims_fig2(results) -> list[dict]:
         _, e, _ = _head_mean(res, "E", "L", N=res.rows[0]["N"])
         b, _, r2 = linear_fit(L, d)
         be, _, r2e = linear_fit(L, e)
-        measured = (f"d~: slope {b:.3g} per token, R^2 = {r2:.3f}; E: slope {be:.3g}, R^2 = {r2e:.3f}; "
-                    f"L = {int(L[0])}..{int(L[-1])} ({_model(res)})")
+        measured = (
+            f"d~: slope {b:.3g} per token, R^2 = {r2:.3f}; E: slope {be:.3g}, R^2 = {r2e:.3f}; "
+            f"L = {int(L[0])}..{int(L[-1])} ({_model(res)})"
+        )
         out.append(row(cid, claim, paper, measured, _v(b > 0 and r2 >= LINEAR_R2)))
     res = _get(results, "fig2b")
     cid = "p1-fig2b-plateau"
-    claim = f"d~ plateaus for N >= 20: |d~(N_max) - d~(20)| / d~(20) <= {PLATEAU_REL} (N_max = largest N of the grid, 100)"
-    paper = "Fig. 2b: 'increasing N beyond 20 yields diminishing returns: the distance plateaus while the bound tightens'"
+    claim = (
+        f"d~ plateaus for N >= 20: |d~(N_max) - d~(20)| / d~(20) <= {PLATEAU_REL} (N_max = largest N of the grid, 100)"
+    )
+    paper = (
+        "Fig. 2b: 'increasing N beyond 20 yields diminishing returns: the distance plateaus while the bound tightens'"
+    )
     ns = sorted(res.unique("N")) if res is not None else []
     if res is None or PLATEAU_N not in ns or ns[-1] <= PLATEAU_N:
         out.append(_na(cid, claim, paper, "fig2b not computed or its N grid does not go beyond 20"))
@@ -145,8 +179,10 @@ def _claims_fig2(results) -> list[dict]:
         _, dm, _ = _head_mean(res, "dmax_B", "N")
         d20, dN = d[list(N).index(PLATEAU_N)], d[-1]
         rel = abs(dN - d20) / d20
-        measured = (f"d~ = {', '.join(f'{x:.3g} (N={int(n)})' for n, x in zip(N, d))}; relative change 20 -> "
-                    f"{int(N[-1])}: {rel:.3f}; d_max[B] {dm[0]:.3g} -> {dm[-1]:.3g} (L={res.rows[0]['L']}, {_model(res)})")
+        measured = (
+            f"d~ = {', '.join(f'{x:.3g} (N={int(n)})' for n, x in zip(N, d))}; relative change 20 -> "
+            f"{int(N[-1])}: {rel:.3f}; d_max[B] {dm[0]:.3g} -> {dm[-1]:.3g} (L={res.rows[0]['L']}, {_model(res)})"
+        )
         out.append(row(cid, claim, paper, measured, _v(rel <= PLATEAU_REL)))
     res = _get(results, "fig2c")
     cid = "p1-fig2c-critical"
@@ -165,7 +201,10 @@ def _claims_fig2(results) -> list[dict]:
             for c in vals:
                 if c < 0 or c > CRITICAL_FRAC * L:
                     ok = False
-            worst.append(f"L={L}: N*={'/'.join(str(c) for c in vals)} ({'/'.join(f'{c / L:.3f}' for c in vals if c > 0) or 'none'})")
+            worst.append(
+                f"L={L}: N*={'/'.join(str(c) for c in vals)} "
+                f"({'/'.join(f'{c / L:.3f}' for c in vals if c > 0) or 'none'})"
+            )
         out.append(row(cid, claim, paper, "; ".join(worst) + f" ({_model(res)})", _v(ok)))
     return out
 
@@ -186,25 +225,42 @@ def _claims_fig3(results) -> list[dict]:
             med[n] = float(np.nanmedian(res.column("ns_frac", N=n)))
         big = {n: m for n, m in med.items() if n >= SATURATION_N}
         ok = all(lo <= m <= hi for m in big.values())
-        measured = (f"median N_s/N: N=1: {med[ns[0]]:.3f}, N=16..{ns[-1]}: {min(big.values()):.3f}..{max(big.values()):.3f} "
-                    f"(L={res.rows[0]['L']}, {_model(res)})")
+        measured = (
+            f"median N_s/N: N=1: {med[ns[0]]:.3f}, N=16..{ns[-1]}: {min(big.values()):.3f}..{max(big.values()):.3f} "
+            f"(L={res.rows[0]['L']}, {_model(res)})"
+        )
         out.append(row(cid, claim, paper, measured, _v(ok)))
     paper2 = "Theorem 2 (Eq. 11): lower <= E[N_s]/N <= upper"
     for cid, key, claim, note in (
-            ("p1-thm2-lower", "lower_holds", "Theorem 2 lower bound 1 - sum xi/(rN) (xi = the row's ||a_i x_i - s||) "
-             "below N_s/N in every row", "a theorem with this xi (1{X < r} >= 1 - X/r)"),
-            ("p1-thm2-upper-B", "upper_B_holds", "Theorem 2 upper bound, [B] (16 M^2), above N_s/N in every row",
-             "heuristic (Hoeffding-type) bound"),
-            ("p1-thm2-upper-R", "upper_R_holds", "Theorem 2 upper bound, [R] (2 M^2), above N_s/N in every row",
-             "reconstruction")):
+        (
+            "p1-thm2-lower",
+            "lower_holds",
+            "Theorem 2 lower bound 1 - sum xi/(rN) (xi = the row's ||a_i x_i - s||) below N_s/N in every row",
+            "a theorem with this xi (1{X < r} >= 1 - X/r)",
+        ),
+        (
+            "p1-thm2-upper-B",
+            "upper_B_holds",
+            "Theorem 2 upper bound, [B] (16 M^2), above N_s/N in every row",
+            "heuristic (Hoeffding-type) bound",
+        ),
+        (
+            "p1-thm2-upper-R",
+            "upper_R_holds",
+            "Theorem 2 upper bound, [R] (2 M^2), above N_s/N in every row",
+            "reconstruction",
+        ),
+    ):
         if res is None:
             out.append(_na(cid, claim, paper2, "fig3 not computed"))
             continue
         frac = float(np.nanmean(res.column(key)))
         worst = float(np.nanmin(res.column(key)))
         if key == "lower_holds" and "lower_pair_holds" in res.rows[0]:
-            note += (f"; with xi = mean pairwise spread of the selected it holds in "
-                     f"{float(np.nanmean(res.column('lower_pair_holds'))):.1%} of rows (not a theorem)")
+            note += (
+                f"; with xi = mean pairwise spread of the selected it holds in "
+                f"{float(np.nanmean(res.column('lower_pair_holds'))):.1%} of rows (not a theorem)"
+            )
         out.append(row(cid, claim, paper2, f"{frac:.4%} of rows (worst head/N {worst:.4%}); {note}", _v(worst == 1.0)))
     return out
 
@@ -220,28 +276,57 @@ def _claims_fig4(results) -> list[dict]:
     paper = "Fig. 4 / Sec. 3.3"
     ids = ("p1-fig4-slope", "p1-fig4-drop", "p1-fig4-eps", "p1-cor3-paper", "p1-cor3-exact")
     if res is None:
-        return [_na(i, c, paper, "fig4 not computed") for i, c in zip(ids, (
-            "max g ~ 1/T for T < 0.1", "100x drop from T = 0.01 to T >= 1", "smaller eps, larger g at T < 0.1",
-            "g <= min{1/(4T), sqrt 2}", "g <= 1/(2T)"))]
+        return [
+            _na(i, c, paper, "fig4 not computed")
+            for i, c in zip(
+                ids,
+                (
+                    "max g ~ 1/T for T < 0.1",
+                    "100x drop from T = 0.01 to T >= 1",
+                    "smaller eps, larger g at T < 0.1",
+                    "g <= min{1/(4T), sqrt 2}",
+                    "g <= 1/(2T)",
+                ),
+            )
+        ]
     eps = sorted(res.unique("eps"))
     e0 = eps[0]
     T, g = _fig4_series(res, e0)
     small = (T < ONE_OVER_T_BELOW) & (g > 0)
     claim = f"For T < 0.1 the max-over-heads g follows 1/T: log-log slope within -1 -+ {SLOPE_TOL} (eps = {e0:g})"
     if small.sum() < 2:
-        out.append(_na(ids[0], claim, paper + ": 'for T < 0.1 the empirical curves follow the 1/T trend'",
-                       "fewer than 2 grid points with T < 0.1"))
+        out.append(
+            _na(
+                ids[0],
+                claim,
+                paper + ": 'for T < 0.1 the empirical curves follow the 1/T trend'",
+                "fewer than 2 grid points with T < 0.1",
+            )
+        )
     else:
         slope, _, r2 = linear_fit(np.log10(T[small]), np.log10(g[small]))
-        out.append(row(ids[0], claim, paper + ": 'for T < 0.1 the empirical curves follow the 1/T trend'",
-                       f"slope {slope:.3f} (R^2 {r2:.3f}) over {int(small.sum())} temperatures "
-                       f"{T[small].min():.3g}..{T[small].max():.3g}; g = {g[small].min():.3g}..{g[small].max():.3g} ({_model(res)})",
-                       _v(abs(slope + 1) <= SLOPE_TOL)))
+        out.append(
+            row(
+                ids[0],
+                claim,
+                paper + ": 'for T < 0.1 the empirical curves follow the 1/T trend'",
+                f"slope {slope:.3f} (R^2 {r2:.3f}) over {int(small.sum())} temperatures "
+                f"{T[small].min():.3g}..{T[small].max():.3g}; "
+                f"g = {g[small].min():.3g}..{g[small].max():.3g} ({_model(res)})",
+                _v(abs(slope + 1) <= SLOPE_TOL),
+            )
+        )
     claim = f"max g drops at least {DROP_FACTOR:g}x from T = 0.01 to every T >= 1 (eps = {e0:g})"
     big = T >= 1
     if not big.any() or T.min() > 0.01:
-        out.append(_na(ids[1], claim, paper + ": 'once T >= 1 all curves ... drop by two orders of magnitude'",
-                       "the T grid does not span 0.01 .. 1"))
+        out.append(
+            _na(
+                ids[1],
+                claim,
+                paper + ": 'once T >= 1 all curves ... drop by two orders of magnitude'",
+                "the T grid does not span 0.01 .. 1",
+            )
+        )
     else:
         i01 = int(np.argmin(np.abs(np.log(T) - np.log(0.01))))
         ratios = {float(e): None for e in eps}
@@ -249,34 +334,70 @@ def _claims_fig4(results) -> list[dict]:
             Te, ge = _fig4_series(res, e)
             ratios[float(e)] = ge[i01] / max(ge[Te >= 1].max(), 1e-300)
         r0 = ratios[float(e0)]
-        out.append(row(ids[1], claim, paper + ": 'once T >= 1 all curves ... drop by two orders of magnitude'",
-                       f"g(T={T[i01]:.3g}) / max g(T >= 1): " + ", ".join(f"{r:.3g} (eps={e:g})" for e, r in ratios.items()),
-                       _v(r0 >= DROP_FACTOR)))
+        out.append(
+            row(
+                ids[1],
+                claim,
+                paper + ": 'once T >= 1 all curves ... drop by two orders of magnitude'",
+                f"g(T={T[i01]:.3g}) / max g(T >= 1): " + ", ".join(f"{r:.3g} (eps={e:g})" for e, r in ratios.items()),
+                _v(r0 >= DROP_FACTOR),
+            )
+        )
     claim = "Smaller eps gives larger max g at every T < 0.1"
     curves = [(_fig4_series(res, e)[1]) for e in eps]
     sm = T < ONE_OVER_T_BELOW
     if len(eps) < 2 or not sm.any():
         out.append(_na(ids[2], claim, paper + ": 'smaller eps values yield larger gradients'", "one eps or no T < 0.1"))
     else:
-        frac = float(np.mean([all(curves[i][j] >= curves[i + 1][j] for i in range(len(eps) - 1))
-                              for j in np.flatnonzero(sm)]))
-        out.append(row(ids[2], claim, paper + ": 'smaller eps values yield larger gradients'",
-                       f"ordered at {frac:.0%} of the {int(sm.sum())} temperatures < 0.1 (eps = {', '.join(f'{e:g}' for e in eps)}; "
-                       "note g <= sqrt(2)/eps caps large eps)", _v(frac == 1.0)))
+        frac = float(
+            np.mean([all(curves[i][j] >= curves[i + 1][j] for i in range(len(eps) - 1)) for j in np.flatnonzero(sm)])
+        )
+        out.append(
+            row(
+                ids[2],
+                claim,
+                paper + ": 'smaller eps values yield larger gradients'",
+                f"ordered at {frac:.0%} of the {int(sm.sum())} temperatures < 0.1 "
+                f"(eps = {', '.join(f'{e:g}' for e in eps)}; "
+                "note g <= sqrt(2)/eps caps large eps)",
+                _v(frac == 1.0),
+            )
+        )
     for cid, key, claim, note in (
-            (ids[3], "holds_paper", "g(T, eps) <= min{1/(4T), sqrt 2} (the paper's curve) in every row",
-             "1/(4T) is the largest Jacobian entry; the spectral norm can reach 1/(2T)"),
-            (ids[4], "holds_exact", "g(T, eps) <= 1/(2T) (exact spectral bound, mean-value theorem) in every row",
-             "a theorem: a failure would be a bug")):
+        (
+            ids[3],
+            "holds_paper",
+            "g(T, eps) <= min{1/(4T), sqrt 2} (the paper's curve) in every row",
+            "1/(4T) is the largest Jacobian entry; the spectral norm can reach 1/(2T)",
+        ),
+        (
+            ids[4],
+            "holds_exact",
+            "g(T, eps) <= 1/(2T) (exact spectral bound, mean-value theorem) in every row",
+            "a theorem: a failure would be a bug",
+        ),
+    ):
         frac = float(np.mean(res.column(key)))
         worst = float(np.min(res.column(key)))
-        out.append(row(cid, claim, "Corollary 3: ||grad alpha|| <= min{1/(4T), sqrt 2}",
-                       f"{frac:.4%} of rows over the (T, eps) grid (worst point {worst:.4%}); {note}", _v(worst == 1.0)))
+        out.append(
+            row(
+                cid,
+                claim,
+                "Corollary 3: ||grad alpha|| <= min{1/(4T), sqrt 2}",
+                f"{frac:.4%} of rows over the (T, eps) grid (worst point {worst:.4%}); {note}",
+                _v(worst == 1.0),
+            )
+        )
     return out
 
 
 def paper1_claims(results: dict) -> list[dict]:
     """Claims of arXiv 2508.17821 from Results keyed "fig1", "fig2a", "fig2b", "fig2c", "fig3", "fig4"
     (as returned by `attnlab.normalization.experiments.run_figures`); missing Results give "not applicable"."""
-    return (_claims_cor1(results) + _claims_thm1(results) + _claims_fig2(results) + _claims_fig3(results)
-            + _claims_fig4(results))
+    return (
+        _claims_cor1(results)
+        + _claims_thm1(results)
+        + _claims_fig2(results)
+        + _claims_fig3(results)
+        + _claims_fig4(results)
+    )

@@ -10,8 +10,17 @@ import numpy as np
 import torch
 
 from attnlab.normalization.distance import distance_stats
-from attnlab.normalization.engine import (DEFAULT_CHUNK, blocks, check_inputs, check_ns, flatten_heads, nan_rows,
-                                          row_mean, top_order, unique_x)
+from attnlab.normalization.engine import (
+    DEFAULT_CHUNK,
+    blocks,
+    check_inputs,
+    check_ns,
+    flatten_heads,
+    nan_rows,
+    row_mean,
+    top_order,
+    unique_x,
+)
 
 
 def ks_first_indistinguishable(d_heads: np.ndarray, e_heads: np.ndarray, ns: Sequence[int],

@@ -12,9 +12,20 @@ from typing import Optional, Sequence
 import torch
 
 from attnlab.normalization import bounds
-from attnlab.normalization.engine import (DEFAULT_CHUNK, SMALL_N, RowBlock, blocks, check_inputs, check_ns,
-                                          cpu_kernels, flatten_heads, nan_rows, prefix_lengths, root_sum,
-                                          unique_x)
+from attnlab.normalization.engine import (
+    DEFAULT_CHUNK,
+    SMALL_N,
+    RowBlock,
+    blocks,
+    check_inputs,
+    check_ns,
+    cpu_kernels,
+    flatten_heads,
+    nan_rows,
+    prefix_lengths,
+    root_sum,
+    unique_x,
+)
 
 DISTANCE_STATS = ("dtilde_b", "dtilde_a", "E", "jensen", "abar", "d1", "R", "dmax_B", "dmax_R", "dmax_a")
 FAR_CANDIDATES = 8               # farthest keys kept per key for d1 (exact; rows where all are excluded recompute)

@@ -104,7 +104,9 @@ def flatten_heads(probs: torch.Tensor, x: Optional[torch.Tensor]):
         return lead, P, None, None
     xlead = (1,) * (len(lead) - len(x.shape[:-2])) + tuple(x.shape[:-2])
     X = x.reshape(-1, *x.shape[-2:])
-    xmap = torch.arange(X.shape[0]).reshape(xlead).expand(lead).reshape(-1) if lead else torch.zeros(1, dtype=torch.long)
+    xmap = (
+        torch.arange(X.shape[0]).reshape(xlead).expand(lead).reshape(-1) if lead else torch.zeros(1, dtype=torch.long)
+    )
     return lead, P, X, xmap
 
 
@@ -134,17 +136,18 @@ def sort_top_keys(a: torch.Tensor, vis: torch.Tensor, k: int) -> tuple[torch.Ten
     stable sort) and rank [b, q, K] (exact below k, K elsewhere). O(K) per row instead of O(K log K)."""
     key = a.masked_fill(~vis, float("-inf"))
     K = key.shape[-1]
-    tau = torch.topk(key, k, dim=-1, sorted=False).values.amin(-1, keepdim=True)     # k-th largest
+    tau = torch.topk(key, k, dim=-1, sorted=False).values.amin(-1, keepdim=True)  # k-th largest
     gt = key > tau
-    need = k - gt.sum(-1, keepdim=True)                                  # ties at tau to take, lowest index first
+    need = k - gt.sum(-1, keepdim=True)  # ties at tau to take, lowest index first
     eq = key == tau
     sel = gt | (eq & (torch.cumsum(eq, -1) <= need))
-    idx = sel.nonzero()[:, -1].view(*key.shape[:-1], k)                  # selected keys, ascending index
+    idx = sel.nonzero()[:, -1].view(*key.shape[:-1], k)  # selected keys, ascending index
     vals = key.gather(-1, idx)
     perm = torch.sort(vals, dim=-1, descending=True, stable=True).indices
     order = idx.gather(-1, perm)
     rank = torch.full_like(key, K, dtype=torch.long).scatter_(
-        -1, order, torch.arange(k, device=a.device).expand_as(order))
+        -1, order, torch.arange(k, device=a.device).expand_as(order)
+    )
     return order, rank
 
 
@@ -162,14 +165,15 @@ def top_n(probs: torch.Tensor, n: int, visible: Optional[torch.Tensor] = None) -
     return sort_keys(probs, vis)[0][..., :n]
 
 
-def context_vector(probs: torch.Tensor, x: torch.Tensor, n: int, visible: Optional[torch.Tensor] = None) -> torch.Tensor:
+def context_vector(
+    probs: torch.Tensor, x: torch.Tensor, n: int, visible: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """Paper Eq. 6: `s = sum_{i in I_N} a_i x_i` for every row -> [..., Q, D] float64."""
     vis = check_inputs(probs, x, visible)
     check_ns([n], probs.shape[-1] + 1)
     _, rank = sort_keys(probs, vis)
     sel = (rank < n) & vis
     return torch.matmul((probs.double() * sel), x.double())
-
 
 
 def cpu_kernels(t: torch.Tensor):
@@ -195,15 +199,23 @@ def top_order(a: torch.Tensor, vis: torch.Tensor, k: int) -> torch.Tensor:
         return kernels.top_k(a, None if bool(vis.all()) else vis, k)
     w = a if bool(vis.all()) else a.masked_fill(~vis, float("-inf"))
     vals, order = torch.topk(w, k + 1, dim=-1)
-    tie = ((vals[..., 1:] == vals[..., :-1]) & (vals[..., 1:] > float("-inf"))).any(-1)     # [b, q]
+    tie = ((vals[..., 1:] == vals[..., :-1]) & (vals[..., 1:] > float("-inf"))).any(-1)  # [b, q]
     if bool(tie.any()):
         bb, tt = tie.nonzero(as_tuple=True)
         order[bb, tt, :k] = sort_top_keys(a[bb, tt], vis[tt], k)[0]
     return order[..., :k]
 
 
-def root_sum(rows: "RowBlock", w: Optional[torch.Tensor], c0: torch.Tensor, g, sign: float = 1.0,
-              drop: Optional[torch.Tensor] = None, s2_coef=0.0, table: Optional[tuple] = None) -> torch.Tensor:
+def root_sum(
+    rows: "RowBlock",
+    w: Optional[torch.Tensor],
+    c0: torch.Tensor,
+    g,
+    sign: float = 1.0,
+    drop: Optional[torch.Tensor] = None,
+    s2_coef=0.0,
+    table: Optional[tuple] = None,
+) -> torch.Tensor:
     """sum over the visible keys (but the positions `drop` [b, q, n]) of the distances
     sqrt(c + sign * a_i (a_i ||x_i||^2 - 2 g w_i)), c = c0 + s2_coef * sum_j a_j^2 ||x_j||^2: [b, q]
     float64, for w [b, q, K] (x_i.s or x_i.o, one matrix product; None on CPU with table = (H, inv) of
@@ -214,9 +226,10 @@ def root_sum(rows: "RowBlock", w: Optional[torch.Tensor], c0: torch.Tensor, g, s
     kernels = cpu_kernels(rows.a)
     if kernels is not None:
         c0, g, s2_coef = (v.squeeze(-1) if torch.is_tensor(v) else v for v in (c0, g, s2_coef))
-        return kernels.root_sums(rows.p, rows.xn2, w, c0, g, sign, rows.vis if rows.masked else None, drop,
-                                 s2_coef=s2_coef, table=table)
-    ax = rows.a * rows.xn2.unsqueeze(1)                                  # a_i ||x_i||^2
+        return kernels.root_sums(
+            rows.p, rows.xn2, w, c0, g, sign, rows.vis if rows.masked else None, drop, s2_coef=s2_coef, table=table
+        )
+    ax = rows.a * rows.xn2.unsqueeze(1)  # a_i ||x_i||^2
     c = c0 + s2_coef * (rows.a * ax).sum(-1, keepdim=True)
     sq = torch.addcmul(c, rows.a, ax.sub_(w * g, alpha=2), value=sign).float()
     if drop is not None:
@@ -247,7 +260,7 @@ class RowBlock:
         self.a = probs.to(dtype) * vis if self.masked else probs.to(dtype)
         self.Xu, self.inv = Xu, inv
         self.X = Xu[inv]
-        self.XT = self.X.transpose(1, 2)                                 # [b, D, K]
+        self.XT = self.X.transpose(1, 2)  # [b, D, K]
         self.xn2 = (self.X * self.X).sum(-1)
         self.Lt = self.n.to(dtype)
         b = probs.shape[0]
@@ -262,7 +275,7 @@ class RowBlock:
     def top_sum(self, lo: int, hi: int) -> torch.Tensor:
         """sum of y_j = a_j x_j over the keys at positions lo..hi-1 of each row's order: [b, q, D]."""
         b, q, K = self.a.shape
-        if hi - lo > 8:                                                  # many keys: one masked product
+        if hi - lo > 8:  # many keys: one masked product
             w = torch.zeros_like(self.a).scatter_(-1, self.order[..., lo:hi], 1.0).mul_(self.a)
             return torch.bmm(w, self.X)
         j = self.order[..., lo:hi]
@@ -272,12 +285,12 @@ class RowBlock:
 
     def selected(self, N: int) -> torch.Tensor:
         """bool [b, q, K]: the top-N keys of each row."""
-        return torch.zeros(self.a.shape, dtype=torch.bool, device=self.a.device).scatter_(
-            -1, self.order[..., :N], True)
+        return torch.zeros(self.a.shape, dtype=torch.bool, device=self.a.device).scatter_(-1, self.order[..., :N], True)
 
 
-def unique_x(X: torch.Tensor, xmap: torch.Tensor, bs: slice,
-              dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor, tuple]:
+def unique_x(
+    X: torch.Tensor, xmap: torch.Tensor, bs: slice, dtype: torch.dtype = torch.float64
+) -> tuple[torch.Tensor, torch.Tensor, tuple]:
     """Distinct x of a heads block: Xu [u, K, D] in `dtype`, inv [b], and a hashable key."""
     uniq, inv = torch.unique(xmap[bs], return_inverse=True)
     return X[uniq.to(X.device)].to(dtype), inv.to(X.device), tuple(uniq.tolist())
@@ -294,7 +307,6 @@ def prefix_lengths(vis: torch.Tensor) -> Optional[torch.Tensor]:
     return n if bool(torch.equal(vis, ar.unsqueeze(0) < n.unsqueeze(-1))) else None
 
 
-
 def visible_scores(scores: torch.Tensor, visible: Optional[torch.Tensor]) -> torch.Tensor:
     """bool [Q, K]: keys whose score is finite in every head (and visible, if given)."""
     if not isinstance(scores, torch.Tensor) or scores.dim() < 2:
@@ -303,12 +315,11 @@ def visible_scores(scores: torch.Tensor, visible: Optional[torch.Tensor]) -> tor
     if visible is not None and visible.shape != (Q, K):
         raise ValueError(f"visible must be bool [Q={Q}, K={K}], got {tuple(visible.shape)}")
     flat = scores.reshape(-1, Q, K)
-    lo, hi = flat.amin(0), flat.amax(0)                                  # NaN propagates
+    lo, hi = flat.amin(0), flat.amax(0)  # NaN propagates
     if torch.isnan(hi).any():
         raise ValueError("scores contain NaN; masked keys must be -inf, not NaN")
-    vis = (lo.abs() < float("inf")) & (hi.abs() < float("inf"))         # finite in every head
+    vis = (lo.abs() < float("inf")) & (hi.abs() < float("inf"))  # finite in every head
     return vis if visible is None else vis & visible.to(device=vis.device, dtype=torch.bool)
-
 
 
 def row_mean(values: torch.Tensor, dim: int = -1) -> torch.Tensor:

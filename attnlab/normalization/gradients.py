@@ -11,13 +11,15 @@ from attnlab.normalization import bounds
 from attnlab.normalization.engine import DEFAULT_CHUNK, blocks, check_inputs, visible_scores
 
 
-def _direction(b: int, vis: torch.Tensor, seed: int, Q: Optional[int] = None, rows: slice = slice(None)) -> torch.Tensor:
+def _direction(
+    b: int, vis: torch.Tensor, seed: int, Q: Optional[int] = None, rows: slice = slice(None)
+) -> torch.Tensor:
     """Random unit direction over the visible keys of each row, for flattened head index b: [q, K] float64
     for the rows `rows` of the head's Q rows (vis [q, K] their visibility; default all rows). One
     generator per (seed, head): results do not depend on chunking."""
     g = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(b))
     Q = vis.shape[0] if Q is None else Q
-    z = torch.randn(Q, vis.shape[1], generator=g)[rows].to(vis.device, torch.float64) * vis   # float32 draw: 5x faster
+    z = torch.randn(Q, vis.shape[1], generator=g)[rows].to(vis.device, torch.float64) * vis  # float32 draw: 5x faster
     n = z.norm(dim=-1, keepdim=True)
     return torch.where(n > 0, z / n.clamp_min(1e-300), z)
 
@@ -28,9 +30,15 @@ def random_directions(lead: Sequence[int], visible: torch.Tensor, seed: int = 0)
     return torch.stack([_direction(b, visible, seed) for b in range(B)]).reshape(*lead, *visible.shape)
 
 
-def fd_grad_norms(scores: torch.Tensor, temperatures: Sequence[float], epsilons: Sequence[float],
-                  visible: Optional[torch.Tensor] = None, *, seed: int = 0,
-                  chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+def fd_grad_norms(
+    scores: torch.Tensor,
+    temperatures: Sequence[float],
+    epsilons: Sequence[float],
+    visible: Optional[torch.Tensor] = None,
+    *,
+    seed: int = 0,
+    chunk: int = DEFAULT_CHUNK,
+) -> torch.Tensor:
     """Finite-difference Jacobian norm of Alg. 5 for every row, T and eps: [..., Q, len(T), len(eps)].
 
     `g(T, eps) = ||softmax((l + eps v)/T) - softmax(l/T)||_2 / eps` with l = the row's scores over its
@@ -54,15 +62,15 @@ def fd_grad_norms(scores: torch.Tensor, temperatures: Sequence[float], epsilons:
     for bs, qs in blocks(B, Q, K, chunk):
         l = S[bs, qs].double()
         if masked:
-            l = torch.where(vis[qs], l, -inf)                            # -inf on invisible keys
-        l.sub_(l.amax(-1, keepdim=True))                                 # max 0: softmax is shift-invariant
-        l_min = float((torch.where(vis[qs], l, inf) if masked else l).amin())   # lowest visible logit
+            l = torch.where(vis[qs], l, -inf)  # -inf on invisible keys
+        l.sub_(l.amax(-1, keepdim=True))  # max 0: softmax is shift-invariant
+        l_min = float((torch.where(vis[qs], l, inf) if masked else l).amin())  # lowest visible logit
         v = torch.stack([_direction(b, vis[qs], seed, Q, qs) for b in range(bs.start, bs.stop)])
         lT, p, e = torch.empty_like(l), torch.empty_like(l), torch.empty_like(l)
         for ti, T in enumerate(Ts):
             torch.div(l, T, out=lT)
-            _exp_(p.copy_(lT), l_min / T)                                # max exponent 0
-            p.div_(p.sum(-1, keepdim=True))                              # softmax(l / T)
+            _exp_(p.copy_(lT), l_min / T)  # max exponent 0
+            p.div_(p.sum(-1, keepdim=True))  # softmax(l / T)
             for ei, eps in enumerate(Es):
                 # exponents (l + eps v) / T, at most eps / T (l <= 0, |v_i| <= 1): shifted only when large
                 torch.add(lT, v, alpha=eps / T, out=e)
@@ -72,7 +80,7 @@ def fd_grad_norms(scores: torch.Tensor, temperatures: Sequence[float], epsilons:
                     low = -inf
                 _exp_(e, low)
                 total = e.sum(-1, keepdim=True)
-                e.addcmul_(p, total, value=-1)                           # e - total * p = total * (p' - p)
+                e.addcmul_(p, total, value=-1)  # e - total * p = total * (p' - p)
                 out[bs, qs, ti, ei] = (torch.linalg.vector_norm(e, dim=-1) / (total.squeeze(-1) * eps)).cpu()
     out[:, ~ok.cpu()] = float("nan")
     return out.reshape(*lead, Q, len(Ts), len(Es))
@@ -87,8 +95,14 @@ def _exp_(z: torch.Tensor, low: float) -> torch.Tensor:
     return z.exp_()
 
 
-def softmax_jacobian_norm(probs: torch.Tensor, T: float = 1.0, visible: Optional[torch.Tensor] = None,
-                          *, method: str = "eigvalsh", chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
+def softmax_jacobian_norm(
+    probs: torch.Tensor,
+    T: float = 1.0,
+    visible: Optional[torch.Tensor] = None,
+    *,
+    method: str = "eigvalsh",
+    chunk: int = DEFAULT_CHUNK,
+) -> torch.Tensor:
     """Exact spectral norm of the softmax Jacobian `(diag(a) - a a^T) / T` for every row, [..., Q].
 
     `probs` are the weights at temperature T (a = softmax(l/T)). The matrix is symmetric PSD, so its
@@ -105,9 +119,9 @@ def softmax_jacobian_norm(probs: torch.Tensor, T: float = 1.0, visible: Optional
         res = torch.empty(A.shape[0], dtype=torch.float64, device=A.device)
         step = max(1, chunk // (A.shape[-1] ** 2))
         for i in range(0, A.shape[0], step):
-            p = A[i:i + step]
+            p = A[i : i + step]
             J = torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)
-            res[i:i + step] = torch.linalg.eigvalsh(J)[..., -1]
+            res[i : i + step] = torch.linalg.eigvalsh(J)[..., -1]
         return res.reshape(lead) / T
     if method == "secular":
         return _secular_top(a) / T
@@ -122,7 +136,7 @@ def _secular_top(a: torch.Tensor, iters: int = 64) -> torch.Tensor:
     a2 = a * a
     for _ in range(iters):
         mid = (lo + hi) / 2
-        f = 1 - (a2 / (a - mid.unsqueeze(-1))).sum(-1)                  # decreasing in lam on (lo, hi)
+        f = 1 - (a2 / (a - mid.unsqueeze(-1))).sum(-1)  # decreasing in lam on (lo, hi)
         pos = f > 0
         lo = torch.where(pos, mid, lo)
         hi = torch.where(pos, hi, mid)

@@ -2,10 +2,12 @@
 
 Python loops over heads and query rows; numpy (float64) within a row, straight from the formulas
 (no expansion tricks, no reuse across rows). Same signatures and outputs as the vectorised functions
-in `attnlab.normalization` (engine and the modules built on it), which the tests check against this module to 1e-5 relative.
+in `attnlab.normalization` (engine and the modules built on it), which the tests check against this
+module to 1e-5 relative.
 
 Do not use it for real work: at L = 1024 on GPT-2 it takes hours (the paper reports 17 h for Alg. 3).
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -27,16 +29,22 @@ def _rows(probs, x, visible):
     x = None if x is None else x.cpu()
     vis = check_inputs(probs, x, None if visible is None else visible.cpu()).numpy()
     lead, P, X, xmap = flatten_heads(probs, x)
-    return lead, P.double().numpy(), (None if X is None else X.double().numpy()), \
-        (None if xmap is None else xmap.numpy()), vis
+    return (
+        lead,
+        P.double().numpy(),
+        (None if X is None else X.double().numpy()),
+        (None if xmap is None else xmap.numpy()),
+        vis,
+    )
 
 
 def _top(a: np.ndarray, N: int):
-    order = np.argsort(-a, kind="stable")           # descending, ties -> lower index
+    order = np.argsort(-a, kind="stable")  # descending, ties -> lower index
     return order[:N], order[N:]
 
 
 # ----------------------------------------------------------------------------- Algorithms 1, 2, 3
+
 
 def row_distance(a: np.ndarray, X: np.ndarray, N: int) -> dict[str, float]:
     """All Theorem-1 quantities of one row (its visible keys only): a [L], X [L, D]."""
@@ -44,16 +52,18 @@ def row_distance(a: np.ndarray, X: np.ndarray, N: int) -> dict[str, float]:
     sel, out = _top(a, N)
     y = a[:, None] * X
     s = y[sel].sum(0)
-    res = {"dtilde_b": float(np.linalg.norm(y[out] - s, axis=1).sum()),
-           "dtilde_a": float(np.linalg.norm(y[out].sum(0) - s))}
+    res = {
+        "dtilde_b": float(np.linalg.norm(y[out] - s, axis=1).sum()),
+        "dtilde_a": float(np.linalg.norm(y[out].sum(0) - s)),
+    }
     o = y.sum(0)
-    others = o - y                                   # sum_{j != i} y_j, one row per i
+    others = o - y  # sum_{j != i} y_j, one row per i
     c = N / (L - 1)
     res["E"] = float((L - N) / L * np.linalg.norm(y - c * others, axis=1).sum())
     if L > 2:
         mu = others / (L - 1)
         y2 = (y * y).sum(1)
-        spread = (y2.sum() - y2) - (L - 1) * (mu * mu).sum(1)     # sum_{j != i} ||y_j - mu_i||^2
+        spread = (y2.sum() - y2) - (L - 1) * (mu * mu).sum(1)  # sum_{j != i} ||y_j - mu_i||^2
         coef = N * (L - 1 - N) / ((L - 1) * (L - 2))
         res["jensen"] = float((L - N) / L * np.sqrt(np.maximum(coef * spread, 0)).sum())
     else:
@@ -61,15 +71,26 @@ def row_distance(a: np.ndarray, X: np.ndarray, N: int) -> dict[str, float]:
     abar = float(a[sel].sum())
     R = float(np.linalg.norm(X[sel], axis=1).max())
     d1 = float(cdist(X[out], X[sel]).max())
-    res.update(abar=abar, R=R, d1=d1,
-               dmax_B=(1 - abar) * d1 + R * (abar * (L - N) - (1 - abar)),
-               dmax_R=(1 - abar) * d1 + ((1 - abar) + (L - N) * abar) * R,
-               dmax_a=(1 - abar) * d1 + R)
+    res.update(
+        abar=abar,
+        R=R,
+        d1=d1,
+        dmax_B=(1 - abar) * d1 + R * (abar * (L - N) - (1 - abar)),
+        dmax_R=(1 - abar) * d1 + ((1 - abar) + (L - N) * abar) * R,
+        dmax_a=(1 - abar) * d1 + R,
+    )
     return res
 
 
-def distance_stats(probs, x, ns: Sequence[int], visible=None, *, stats=("dtilde_b", "dtilde_a", "E", "jensen",
-                   "dmax_B", "dmax_R"), **_ignored) -> dict[str, torch.Tensor]:
+def distance_stats(
+    probs,
+    x,
+    ns: Sequence[int],
+    visible=None,
+    *,
+    stats=("dtilde_b", "dtilde_a", "E", "jensen", "dmax_B", "dmax_R"),
+    **_ignored,
+) -> dict[str, torch.Tensor]:
     """Per-row loop version of `distance_stats` (same output)."""
     lead, P, X, xmap, vis = _rows(probs, x, visible)
     ns = check_ns(ns, P.shape[-1])
@@ -89,8 +110,9 @@ def distance_stats(probs, x, ns: Sequence[int], visible=None, *, stats=("dtilde_
     return {k: torch.from_numpy(v).reshape(*lead, Q, len(ns)) for k, v in out.items()}
 
 
-def critical_n(probs, x, visible=None, *, alpha: float = 0.01, n_max: Optional[int] = None, reading: str = "b",
-               **_ignored) -> dict:
+def critical_n(
+    probs, x, visible=None, *, alpha: float = 0.01, n_max: Optional[int] = None, reading: str = "b", **_ignored
+) -> dict:
     """Alg. 3: for N = 1, 2, ...: per head, token means of d~ and E; first N with KS p > alpha."""
     lead, P, X, xmap, vis = _rows(probs, x, visible)
     B, Q, K = P.shape
@@ -126,6 +148,7 @@ def critical_n(probs, x, visible=None, *, alpha: float = 0.01, n_max: Optional[i
 
 # ------------------------------------------------------------------------------------- Algorithm 4
 
+
 def row_separability(a: np.ndarray, Xn: np.ndarray, N: int, delta: float, M: float = 1.0) -> dict[str, float]:
     """Theorem-2 quantities of one row; Xn [L, D] already on the sphere of radius M."""
     sel, out = _top(a, N)
@@ -148,8 +171,17 @@ def row_separability(a: np.ndarray, Xn: np.ndarray, N: int, delta: float, M: flo
     return res
 
 
-def separability_stats(probs, x, ns: Sequence[int], visible=None, *, M: float = 1.0, normalize: bool = True,
-                       stats=("ns_frac", "r", "lower_row", "upper_B_row", "upper_R_row"), **_ignored):
+def separability_stats(
+    probs,
+    x,
+    ns: Sequence[int],
+    visible=None,
+    *,
+    M: float = 1.0,
+    normalize: bool = True,
+    stats=("ns_frac", "r", "lower_row", "upper_B_row", "upper_R_row"),
+    **_ignored,
+):
     """Per-row loop version of `separability_stats` (same output)."""
     lead, P, X, xmap, vis = _rows(probs, x, visible)
     ns = check_ns(ns, P.shape[-1])
@@ -176,6 +208,7 @@ def separability_stats(probs, x, ns: Sequence[int], visible=None, *, M: float = 
 
 
 # ------------------------------------------------------------------------------------- Algorithm 5
+
 
 def _softmax(z: np.ndarray) -> np.ndarray:
     e = np.exp(z - z.max())
@@ -219,6 +252,7 @@ def softmax_jacobian_norm(probs, T: float = 1.0, visible=None, **_ignored) -> to
 
 # ------------------------------------------------------------------------------------- Fig. 1 rows
 
+
 def row_summary(scores, probs, q, k, scaling: float, visible=None) -> dict[str, torch.Tensor]:
     """Per-row loop version of `row_summary`."""
     vis = (check_inputs(probs, None, visible) & visible_scores(scores, visible)).numpy()
@@ -228,8 +262,19 @@ def row_summary(scores, probs, q, k, scaling: float, visible=None) -> dict[str, 
     P = probs.reshape(-1, Q, K).double().numpy()
     Qv = q.reshape(-1, Q, q.shape[-1]).double().numpy()
     Kv = k.reshape(-1, K, k.shape[-1]).double().numpy()
-    keys = ("max_weight", "entropy", "entropy_norm", "log_min_w", "log_max_w", "cor1_lo", "cor1_hi",
-            "lemma1_lo", "lemma1_hi", "L", "logit_err")
+    keys = (
+        "max_weight",
+        "entropy",
+        "entropy_norm",
+        "log_min_w",
+        "log_max_w",
+        "cor1_lo",
+        "cor1_hi",
+        "lemma1_lo",
+        "lemma1_hi",
+        "L",
+        "logit_err",
+    )
     out = {key: np.full((P.shape[0], Q), np.nan) for key in keys}
     for b in range(P.shape[0]):
         for t in range(Q):
@@ -241,11 +286,19 @@ def row_summary(scores, probs, q, k, scaling: float, visible=None) -> dict[str, 
             ent = float(-(nz * np.log(nz)).sum())
             delta = np.linalg.norm(Qv[b, t]) * np.linalg.norm(Kv[b, idx], axis=1).max()
             amax = np.abs(l).max()
-            vals = {"max_weight": a.max(), "entropy": ent, "entropy_norm": ent / np.log(L) if L > 1 else 0.0,
-                    "log_min_w": lw.min(), "log_max_w": lw.max(),
-                    "cor1_lo": -np.log(L) - 2 * delta * scaling, "cor1_hi": -np.log(L) + 2 * delta * scaling,
-                    "lemma1_lo": -np.log(L) - 2 * amax, "lemma1_hi": -np.log(L) + 2 * amax, "L": L,
-                    "logit_err": np.abs(scaling * Kv[b, idx] @ Qv[b, t] - l).max()}
+            vals = {
+                "max_weight": a.max(),
+                "entropy": ent,
+                "entropy_norm": ent / np.log(L) if L > 1 else 0.0,
+                "log_min_w": lw.min(),
+                "log_max_w": lw.max(),
+                "cor1_lo": -np.log(L) - 2 * delta * scaling,
+                "cor1_hi": -np.log(L) + 2 * delta * scaling,
+                "lemma1_lo": -np.log(L) - 2 * amax,
+                "lemma1_hi": -np.log(L) + 2 * amax,
+                "L": L,
+                "logit_err": np.abs(scaling * Kv[b, idx] @ Qv[b, t] - l).max(),
+            }
             for key, val in vals.items():
                 out[key][b, t] = val
     return {key: torch.from_numpy(v).reshape(*lead, Q) for key, v in out.items()}

@@ -7,8 +7,17 @@ from typing import Optional, Sequence
 import torch
 
 from attnlab.normalization import bounds
-from attnlab.normalization.engine import (DEFAULT_CHUNK, RowBlock, blocks, check_inputs, check_ns,
-                                          flatten_heads, nan_rows, prefix_lengths, unique_x)
+from attnlab.normalization.engine import (
+    DEFAULT_CHUNK,
+    RowBlock,
+    blocks,
+    check_inputs,
+    check_ns,
+    flatten_heads,
+    nan_rows,
+    prefix_lengths,
+    unique_x,
+)
 
 SEPARABILITY_STATS = ("ns_frac", "r", "delta", "xi_row", "xi_pair", "xi_delta",
                       "lower_row", "lower_pair", "lower_delta",

@@ -11,8 +11,15 @@ import numpy as np
 import torch
 
 from attnlab.core.util import as_float64
-from attnlab.sample_complexity.theory import (MAX_SCORES, check_positive_int, check_psd, check_scale, moment_errors,
-                                             self_attention_moments, sqrtm_psd)
+from attnlab.sample_complexity.theory import (
+    MAX_SCORES,
+    check_positive_int,
+    check_psd,
+    check_scale,
+    moment_errors,
+    self_attention_moments,
+    sqrtm_psd,
+)
 
 # --------------------------------------------------------------------------------------------------
 # samplers
@@ -138,9 +145,14 @@ def fit_loglog(n, err, err_std=None, k: Optional[int] = None) -> SlopeFit:
     x, y, w, weighted = _loglog_design(n, err, err_std, k, 1)
     X = np.column_stack([np.ones_like(x), x])
     coef, cov = _wls(X, y, w)
-    return SlopeFit(slope=float(coef[1]), se=float(np.sqrt(max(cov[1, 1], 0.0))) if np.isfinite(cov[1, 1]) else float("nan"),
-                    intercept=float(coef[0]), intercept_se=float(np.sqrt(max(cov[0, 0], 0.0))) if np.isfinite(cov[0, 0]) else float("nan"),
-                    n_points=int(x.size), weighted=weighted)
+    return SlopeFit(
+        slope=float(coef[1]),
+        se=float(np.sqrt(max(cov[1, 1], 0.0))) if np.isfinite(cov[1, 1]) else float("nan"),
+        intercept=float(coef[0]),
+        intercept_se=float(np.sqrt(max(cov[0, 0], 0.0))) if np.isfinite(cov[0, 0]) else float("nan"),
+        n_points=int(x.size),
+        weighted=weighted,
+    )
 
 
 def fit_loglog_curvature(n, err, err_std=None, k: Optional[int] = None) -> dict:
@@ -150,11 +162,16 @@ def fit_loglog_curvature(n, err, err_std=None, k: Optional[int] = None) -> dict:
     centre), curvature (= c2) and their standard errors (needs >= 4 points for the se)."""
     x, y, w, weighted = _loglog_design(n, err, err_std, k, 2)
     u = x - x.mean()
-    X = np.column_stack([np.ones_like(u), u, u ** 2])
+    X = np.column_stack([np.ones_like(u), u, u**2])
     coef, cov = _wls(X, y, w)
     se = np.sqrt(np.clip(np.diag(cov), 0, None))
-    return {"slope_mid": float(coef[1]), "slope_mid_se": float(se[1]), "curvature": float(coef[2]),
-            "curvature_se": float(se[2]), "weighted": weighted}
+    return {
+        "slope_mid": float(coef[1]),
+        "slope_mid_se": float(se[1]),
+        "curvature": float(coef[2]),
+        "curvature_se": float(se[2]),
+        "weighted": weighted,
+    }
 
 
 def local_slopes(n, err) -> np.ndarray:
@@ -170,7 +187,7 @@ def local_slopes(n, err) -> np.ndarray:
 #: replicate-batching budget on the CPU (score entries): batching many small problems saves python
 #: and dispatch overhead, but batches of large n x n score matrices fall out of cache and run slower
 #: than a loop (measured by tsc_experiments.bench_monte_carlo on 2 cores).
-CPU_BATCH_SCORES = 2 ** 20
+CPU_BATCH_SCORES = 2**20
 
 
 def replicate_batch(n: int, k: int, max_scores: int = MAX_SCORES, device="cpu", heads: int = 1) -> int:
@@ -180,10 +197,21 @@ def replicate_batch(n: int, k: int, max_scores: int = MAX_SCORES, device="cpu", 
     return max(1, min(int(k), budget // max(1, heads * n * n)))
 
 
-def mc_moment_errors(draw: Callable[[int, int, torch.Generator], torch.Tensor], A, V,
-                     n_values: Sequence[int], k: int, references: dict, *, cov_norm: str = "fro",
-                     seed: int = 0, device="cpu", dtype=torch.float32,
-                     max_scores: int = MAX_SCORES, batch: Optional[int] = None) -> list[dict]:
+def mc_moment_errors(
+    draw: Callable[[int, int, torch.Generator], torch.Tensor],
+    A,
+    V,
+    n_values: Sequence[int],
+    k: int,
+    references: dict,
+    *,
+    cov_norm: str = "fro",
+    seed: int = 0,
+    device="cpu",
+    dtype=torch.float32,
+    max_scores: int = MAX_SCORES,
+    batch: Optional[int] = None,
+) -> list[dict]:
     """Monte Carlo moment errors of self-attention on n tokens against one or more references.
 
     ``draw(n, b, generator)`` returns ``[b, n, d]`` tokens; for each n, ``k`` replicates are drawn in
@@ -214,6 +242,15 @@ def mc_moment_errors(draw: Callable[[int, int, torch.Generator], torch.Tensor], 
         for (r, mom), parts in errs.items():
             e = torch.cat(parts).numpy()
             std = float(e.std(ddof=1)) if k > 1 else 0.0
-            rows.append({"n": n, "reference": r, "moment": mom, "err_mean": float(e.mean()),
-                         "err_std": std, "err_se": std / math.sqrt(k), "k": k})
+            rows.append(
+                {
+                    "n": n,
+                    "reference": r,
+                    "moment": mom,
+                    "err_mean": float(e.mean()),
+                    "err_std": std,
+                    "err_se": std / math.sqrt(k),
+                    "k": k,
+                }
+            )
     return rows

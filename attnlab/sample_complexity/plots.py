@@ -10,6 +10,7 @@ from attnlab.core.result import Result
 from attnlab.core.util import figure_row
 from attnlab.sample_complexity.theory import beta_reference
 
+
 def _figure(ncols: int, width: float = 4.6, height: float = 3.6):
     return figure_row(ncols, width, height)
 
@@ -60,7 +61,10 @@ def _beta_panel(ax, fits: list[dict], hkey: str = "horizon") -> None:
                 label=r"$\beta(H)=\frac{1}{2(1+H^2)}$ (authors' reference)")
         ax.axhline(0.5, color="grey", ls="--", lw=1, label=r"$|\beta|=1/2$")
     _loglog(ax)
-    ax.set_xlabel(r"horizon $H=\|\Sigma^{1/2}A\Sigma^{1/2}\|_2$" + (" (authors: no temperature)" if hkey == "horizon_authors" else " (A incl. temperature)"))
+    ax.set_xlabel(
+        r"horizon $H=\|\Sigma^{1/2}A\Sigma^{1/2}\|_2$"
+        + (" (authors: no temperature)" if hkey == "horizon_authors" else " (A incl. temperature)")
+    )
     ax.set_ylabel(r"fitted $|\beta|$ (error $\propto n^{-|\beta|}$)")
     ax.legend(fontsize=7)
 
@@ -86,12 +90,16 @@ def plot_uniform_map(result: Result):
     ax.legend(fontsize=7)
     fits = result.select(kind="fit")
     ax2.plot([f["R"] for f in fits], [f["C"] for f in fits], "o-", label=r"fitted $C(R)=e^{\rm intercept}$")
-    ax2.plot([f["R"] for f in fits], [f["C_pred"] for f in fits], "s--",
-             label="delta-method RMS constant [DERIVED]")
+    ax2.plot([f["R"] for f in fits], [f["C_pred"] for f in fits], "s--", label="delta-method RMS constant [DERIVED]")
     ax2.set(yscale="log", xlabel="R (ball radius)", ylabel="C(R)")
     ax2.legend(fontsize=7)
-    fig.suptitle(_title(result, f"Uniform map convergence, {result.provenance.get('tokens', '')}, "
-                                f"H={result.provenance.get('horizon')}"), fontsize=9)
+    fig.suptitle(
+        _title(
+            result,
+            f"Uniform map convergence, {result.provenance.get('tokens', '')}, H={result.provenance.get('horizon')}",
+        ),
+        fontsize=9,
+    )
     return fig
 
 
@@ -112,9 +120,11 @@ def plot_moment_convergence(result: Result, reference: Optional[str] = None, hor
             H = fit[horizon_key] if fit else float("nan")
             _curve(ax, result.select(kind="point", scale=s, moment=mom, reference=ref), fit, c, f"H={H:.3g}")
         _loglog(ax)
-        ax.set(xlabel="n (tokens)",
-               ylabel=r"$\|m_n-m_\infty\|_2$" if mom == "mean" else r"$\|C_n-C_\infty\|$",
-               title=f"{mom} error vs {ref} reference")
+        ax.set(
+            xlabel="n (tokens)",
+            ylabel=r"$\|m_n-m_\infty\|_2$" if mom == "mean" else r"$\|C_n-C_\infty\|$",
+            title=f"{mom} error vs {ref} reference",
+        )
         ax.legend(fontsize=6, ncol=2)
     _beta_panel(axes[2], [f for f in fits_all if f["reference"] == ref], horizon_key)
     fig.suptitle(_title(result, f"Moment convergence, {result.provenance.get('tokens', '')}"), fontsize=9)
@@ -137,9 +147,11 @@ def plot_hardmax(result: Result, reference: Optional[str] = None):
             lab = f"s={s:g}, H={fit['horizon']:.3g}: slope {fit['slope']:.3f}" if fit else f"s={s:g}"
             _curve(ax, result.select(kind="point", scale=s, moment=mom, reference=ref), fit, c, lab)
         _loglog(ax)
-        ax.set(xlabel="n (tokens)",
-               ylabel=r"$\|m_n-m_\infty\|_2$" if mom == "mean" else r"$\|C_n-C_\infty\|_2$",
-               title=f"{mom} error vs {ref} reference")
+        ax.set(
+            xlabel="n (tokens)",
+            ylabel=r"$\|m_n-m_\infty\|_2$" if mom == "mean" else r"$\|C_n-C_\infty\|_2$",
+            title=f"{mom} error vs {ref} reference",
+        )
         ax.legend(fontsize=7)
     fig.suptitle(_title(result, f"Hardmax regime, {result.provenance.get('tokens', '')}"), fontsize=9)
     return fig
@@ -158,11 +170,20 @@ def plot_real_encoder(result: Result, horizon_key: str = "horizon"):
             lab = f"layer {l}" + (f": H={fit[horizon_key]:.2g}, slope {fit['slope']:.2f}" if fit else "")
             _curve(ax, result.select(kind="point", layer=l, moment=mom), fit, c, lab)
         _loglog(ax)
-        ax.set(xlabel="n (subsampled tokens)",
-               ylabel=r"$\|m_n-m_L\|_2$" if mom == "mean" else r"$\|C_n-C_L\|$", title=f"{mom} error")
+        ax.set(
+            xlabel="n (subsampled tokens)",
+            ylabel=r"$\|m_n-m_L\|_2$" if mom == "mean" else r"$\|C_n-C_L\|$",
+            title=f"{mom} error",
+        )
         ax.legend(fontsize=6)
     _beta_panel(axes[2], result.select(kind="fit"), horizon_key)
     p = result.provenance
-    fig.suptitle(_title(result, f"{p.get('model')} on {p.get('text', 'text')} ({p.get('window_tokens')} tokens), "
-                                "i.i.d. subsamples with replacement"), fontsize=9)
+    fig.suptitle(
+        _title(
+            result,
+            f"{p.get('model')} on {p.get('text', 'text')} ({p.get('window_tokens')} tokens), "
+            "i.i.d. subsamples with replacement",
+        ),
+        fontsize=9,
+    )
     return fig

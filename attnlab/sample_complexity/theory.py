@@ -306,7 +306,8 @@ def _sphere_integrand(s2: np.ndarray, radius: float, d: int) -> np.ndarray:
 def _dirichlet_quadrature(d: int, n_quad: int) -> tuple[np.ndarray, np.ndarray]:
     """Tensor-product Gauss-Jacobi rule for T ~ Dirichlet(1/2, ..., 1/2) on the d-simplex via stick
     breaking v_j ~ Beta(1/2, (d-j-1)/2): nodes ``[N, d]``, weights ``[N]`` (sum to 1)."""
-    from scipy.special import beta as beta_fn, roots_jacobi
+    from scipy.special import beta as beta_fn
+    from scipy.special import roots_jacobi
 
     T_parts, rem, w = [], np.ones([1] * (d - 1)), np.ones([1] * (d - 1))
     for j in range(d - 1):

@@ -45,8 +45,17 @@ from attnlab.core.text import resolve_text
 from attnlab.core.util import progress as progress_bar
 from attnlab.normalization.gradients import softmax_jacobian_norm
 from attnlab.tools import normalizers
-from attnlab.tools.diagnose import (ALPHA, CRIT_STEP_FRAC, N_SEP, N_TOP, check_lengths, critical_grid, head_stats, pooled_critical_n,
-                                    text_window)
+from attnlab.tools.diagnose import (
+    ALPHA,
+    CRIT_STEP_FRAC,
+    N_SEP,
+    N_TOP,
+    check_lengths,
+    critical_grid,
+    head_stats,
+    pooled_critical_n,
+    text_window,
+)
 
 TOLERANCE_NOTE = ("normalizers swapped into a model trained with softmax, without retraining: this measures the "
                   "pretrained model's tolerance to the change, not what a model trained with that normalizer does")
@@ -255,7 +264,8 @@ def compare_normalizers(model, text=None, *, lengths: Optional[Sequence[int]] = 
                         row["loss_delta"] = row["loss"] - row["loss_native"]
                     else:
                         row["loss"] = row["loss_native"] = row["loss_delta"] = None
-                    row["seconds"] = round(time.perf_counter() - t1 + pass_seconds / (len(grid) if model.causal else 1), 3)
+                    share = pass_seconds / (len(grid) if model.causal else 1)
+                    row["seconds"] = round(time.perf_counter() - t1 + share, 3)
                     rows.append(row)
                 del full
     close = getattr(bar, "close", None)
@@ -264,51 +274,88 @@ def compare_normalizers(model, text=None, *, lengths: Optional[Sequence[int]] = 
     order = [s.label for s in specs]
     rows.sort(key=lambda r: (-1 if r["swap"] == "all" else r["swap"], order.index(r["normalizer"]), r["L"]))
     prov = provenance(
-        experiment="compare_normalizers", note=TOLERANCE_NOTE, **model.provenance(), **tprov, lengths=grid, swap=swap,
+        experiment="compare_normalizers",
+        note=TOLERANCE_NOTE,
+        **model.provenance(),
+        **tprov,
+        lengths=grid,
+        swap=swap,
         swap_meaning=("every layer at once" if swap == "all" else "one layer at a time; metrics of that layer"),
         normalizers=[{"label": s.label, "name": s.name, "params": s.kwargs} for s in specs],
         ssmax=f"s = 1/log({ref_len}): equals the native softmax for rows of {ref_len} visible keys "
-              "(the shortest L of the grid); a row of n visible keys scales its scores by log(n)/log(" + str(ref_len) + ")",
+        "(the shortest L of the grid); a row of n visible keys scales its scores by log(n)/log(" + str(ref_len) + ")",
         sa_softmax="normalized variant; weights do not sum to 1 (weight_sum); entropy of the renormalised row",
         metric_window="first L tokens of the text (encoders: [CLS] + L-2 + [SEP]); causal: one pass at the "
-                      "longest L, prefixes for the others",
+        "longest L, prefixes for the others",
         held_out=f"{n_windows} windows per L starting at line starts spread over {HELD_OUT_START:.0%}-95% of the text",
-        cost=("next-token loss (mean over the window's positions) and drift of the final hidden states "
-              "(1 - cosine vs the native model, mean over tokens)" if model.causal and native[Lmax][1] is not None
-              else "drift of the final hidden states (1 - cosine vs the native softmax model, mean over tokens); "
-                   "no LM head, so no loss"),
-        jacobian=(f"d weights / d scores (the model's scaled scores, native temperature) at the swapped scores; "
-                  f"{jac_rows} seeded random rows of the whole model per (normalizer, L), the same rows for every "
-                  "normalizer; softmax(T): exact (diag(a) - a a^T)/T; others: autograd, spectral norm"),
-        n_top=n_top, n_sep=n_sep, max_rows=max_rows, alpha=alpha,
-        critical_n=(f"KS (alpha={alpha}) of per-head token-mean d~ vs E pooling every swapped head; N grid: every N "
-                    f"up to 8, then steps of {crit_step_frac:g} L up to {crit_max_frac:g} L; first non-rejected grid N "
-                    "(upper bound on the first N); censored = none up to the grid's end"),
-        quick=quick, seed=seed, runtime_seconds=round(time.perf_counter() - t_start, 3),
-        torch_threads=torch.get_num_threads())
+        cost=(
+            "next-token loss (mean over the window's positions) and drift of the final hidden states "
+            "(1 - cosine vs the native model, mean over tokens)"
+            if model.causal and native[Lmax][1] is not None
+            else "drift of the final hidden states (1 - cosine vs the native softmax model, mean over tokens); "
+            "no LM head, so no loss"
+        ),
+        jacobian=(
+            f"d weights / d scores (the model's scaled scores, native temperature) at the swapped scores; "
+            f"{jac_rows} seeded random rows of the whole model per (normalizer, L), the same rows for every "
+            "normalizer; softmax(T): exact (diag(a) - a a^T)/T; others: autograd, spectral norm"
+        ),
+        n_top=n_top,
+        n_sep=n_sep,
+        max_rows=max_rows,
+        alpha=alpha,
+        critical_n=(
+            f"KS (alpha={alpha}) of per-head token-mean d~ vs E pooling every swapped head; N grid: every N "
+            f"up to 8, then steps of {crit_step_frac:g} L up to {crit_max_frac:g} L; first non-rejected grid N "
+            "(upper bound on the first N); censored = none up to the grid's end"
+        ),
+        quick=quick,
+        seed=seed,
+        runtime_seconds=round(time.perf_counter() - t_start, 3),
+        torch_threads=torch.get_num_threads(),
+    )
     name = "compare_normalizers" if swap == "all" else "compare_normalizers_each"
     return Result(name, rows, prov)
 
 
-def _metric_row(sp: NormSpec, trace, L: int, *, n_top, n_sep, max_rows, jac_rows, alpha, crit_max_frac,
-                crit_step_frac, seed) -> dict:
+def _metric_row(
+    sp: NormSpec, trace, L: int, *, n_top, n_sep, max_rows, jac_rows, alpha, crit_max_frac, crit_step_frac, seed
+) -> dict:
     """Model-level (mean over the trace's heads) metrics of one swapped trace at length L."""
     ns = critical_grid(L, n_top=n_top, max_frac=crit_max_frac, step_frac=crit_step_frac)
     st = head_stats(trace, n_top=n_top, n_sep=n_sep, max_rows=max_rows, ns=ns, jacobian=False)
     crit = pooled_critical_n(st["d_heads"], st["e_heads"], ns, L, alpha)
     jn, method = jacobian_norms(sp, trace, jacobian_sample(trace, jac_rows, seed))
-    return {"normalizer": sp.label, "family": sp.name, "params": json.dumps(sp.kwargs, sort_keys=True), "L": L,
-            **{k: _nanmean(st[k]) for k in ("max_weight", "entropy", "entropy_norm", "weight_sum", "dtilde",
-                                            "ns_frac")},
-            "critical_n": crit["critical_n"], "critical_n_frac": crit["critical_n_frac"],
-            "critical_n_censored": crit["critical_n_censored"], "critical_n_max": crit["critical_n_max"],
-            "jac_norm_mean": _nanmean(jn), "jac_norm_max": float(jn.max()) if len(jn) else float("nan"),
-            "jac_rows": int(len(jn)), "jac_method": method}
+    return {
+        "normalizer": sp.label,
+        "family": sp.name,
+        "params": json.dumps(sp.kwargs, sort_keys=True),
+        "L": L,
+        **{k: _nanmean(st[k]) for k in ("max_weight", "entropy", "entropy_norm", "weight_sum", "dtilde", "ns_frac")},
+        "critical_n": crit["critical_n"],
+        "critical_n_frac": crit["critical_n_frac"],
+        "critical_n_censored": crit["critical_n_censored"],
+        "critical_n_max": crit["critical_n_max"],
+        "jac_norm_mean": _nanmean(jn),
+        "jac_norm_max": float(jn.max()) if len(jn) else float("nan"),
+        "jac_rows": int(len(jn)),
+        "jac_method": method,
+    }
 
 
-def summary_table(result: Result, columns: Sequence[str] = ("max_weight", "entropy_norm", "ns_frac",
-                                                            "critical_n_frac", "jac_norm_mean", "drift", "loss_delta"),
-                  L: Optional[int] = None) -> str:
+def summary_table(
+    result: Result,
+    columns: Sequence[str] = (
+        "max_weight",
+        "entropy_norm",
+        "ns_frac",
+        "critical_n_frac",
+        "jac_norm_mean",
+        "drift",
+        "loss_delta",
+    ),
+    L: Optional[int] = None,
+) -> str:
     """Fixed-width text table of a comparison at one L (default: the longest)."""
     L = L or max(result.unique("L"))
     rows = result.select(L=L)

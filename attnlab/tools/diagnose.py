@@ -71,19 +71,20 @@ HEAT_METRICS = (("entropy_norm", "entropy / log L"), ("max_weight", "max weight"
 class Thresholds:
     """The paper's guidelines as flag thresholds (all options)."""
 
-    ns_frac: float = paper.SEPARABILITY_BAND[0]         # head flagged when N_s/N < ns_frac   (paper: saturates at 0.70-0.85)
-    entropy_norm: float = 0.9     # head flagged when H / log L >= entropy_norm   (near uniform)
+    ns_frac: float = paper.SEPARABILITY_BAND[0]  # head flagged when N_s/N < ns_frac   (paper: saturates at 0.70-0.85)
+    entropy_norm: float = 0.9  # head flagged when H / log L >= entropy_norm   (near uniform)
     critical_frac: float = paper.CRITICAL_FRAC  # layer/model flagged when critical N / L > critical_frac   (paper: ~6%)
 
     def check(self) -> "Thresholds":
         if not 0 < self.ns_frac <= 1 or not 0 < self.entropy_norm <= 1 or not 0 < self.critical_frac < 1:
-            raise ValueError(f"thresholds out of range: {self} (ns_frac, entropy_norm in (0, 1], "
-                             "critical_frac in (0, 1))")
+            raise ValueError(
+                f"thresholds out of range: {self} (ns_frac, entropy_norm in (0, 1], critical_frac in (0, 1))"
+            )
         return self
 
 
-
 # ------------------------------------------------------------------------------------------ inputs
+
 
 def _n_text_tokens(model, text: str) -> int:
     return len(model.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
@@ -102,8 +103,10 @@ def text_window(model, text: str, L: int, offset: int = 0) -> torch.Tensor:
         if "do not fit" not in str(exc) and "empty" not in str(exc):
             raise
         n = _n_text_tokens(model, text)
-        raise ValueError(f"the text is too short for L={L}: it has {n} tokens for {model.name}'s tokenizer "
-                         f"(offset {offset}); pass a longer text or lengths <= {_max_length(model, n - offset)}") from None
+        raise ValueError(
+            f"the text is too short for L={L}: it has {n} tokens for {model.name}'s tokenizer "
+            f"(offset {offset}); pass a longer text or lengths <= {_max_length(model, n - offset)}"
+        ) from None
 
 
 def check_lengths(model, text: str, lengths: Optional[Sequence[int]], *, min_length: int) -> list[int]:
@@ -116,20 +119,25 @@ def check_lengths(model, text: str, lengths: Optional[Sequence[int]], *, min_len
         if grid[0] <= min_length:
             raise ValueError(f"every L must exceed the largest top-N ({min_length}); got {grid}")
         if grid[-1] > model.max_positions:
-            raise ValueError(f"L={grid[-1]} exceeds {model.name}'s {model.max_positions} positions; "
-                             f"use lengths <= {model.max_positions}")
+            raise ValueError(
+                f"L={grid[-1]} exceeds {model.name}'s {model.max_positions} positions; "
+                f"use lengths <= {model.max_positions}"
+            )
         return grid
     top = min(int(model.max_positions), max(DEFAULT_LENGTHS))
     n = _n_text_tokens(model, text[: 8 * top + 4096])
     top = min(top, _max_length(model, n))
     grid = [L for L in DEFAULT_LENGTHS if min_length < L <= top]
     if not grid:
-        raise ValueError(f"the text is too short: {n} tokens for {model.name}'s tokenizer, the shortest default "
-                         f"L is {DEFAULT_LENGTHS[0]}; pass a longer text or explicit lengths > {min_length}")
+        raise ValueError(
+            f"the text is too short: {n} tokens for {model.name}'s tokenizer, the shortest default "
+            f"L is {DEFAULT_LENGTHS[0]}; pass a longer text or explicit lengths > {min_length}"
+        )
     return grid
 
 
 # ------------------------------------------------------------------------------------ pure metrics
+
 
 def row_sample(n_rows: int, max_rows: Optional[int]) -> torch.Tensor:
     """Query rows [R] for the per-row metrics: all rows when max_rows is None or >= n_rows, else
@@ -141,8 +149,14 @@ def row_sample(n_rows: int, max_rows: Optional[int]) -> torch.Tensor:
     return torch.unique(torch.linspace(0, n_rows - 1, max_rows).round().long())
 
 
-def critical_grid(L: int, *, n_top: int = N_TOP, max_frac: float = CRIT_MAX_FRAC, step_frac: float = CRIT_STEP_FRAC,
-                  dense: int = CRIT_DENSE) -> list[int]:
+def critical_grid(
+    L: int,
+    *,
+    n_top: int = N_TOP,
+    max_frac: float = CRIT_MAX_FRAC,
+    step_frac: float = CRIT_STEP_FRAC,
+    dense: int = CRIT_DENSE,
+) -> list[int]:
     """N grid of the critical-N scan: 1..dense, then multiples of max(1, round(step_frac L)) up to
     floor(max_frac L), plus n_top; all < L."""
     if not 0 < max_frac < 1 or not 0 < step_frac <= max_frac:
@@ -159,42 +173,58 @@ def weight_stats(probs: torch.Tensor, visible: torch.Tensor) -> dict[str, torch.
     renormalised to sum 1 (a no-op except for normalizers whose weights do not sum to 1, e.g.
     SA-Softmax); weight_sum = the row's total weight."""
     vis = visible.to(torch.bool)
-    Lt = vis.sum(-1).double()                                       # [Q]
-    total = (probs.double() * vis).sum(-1)                          # [..., Q]
+    Lt = vis.sum(-1).double()  # [Q]
+    total = (probs.double() * vis).sum(-1)  # [..., Q]
     a = probs.double() / total.clamp_min(1e-300).unsqueeze(-1)
     H = entropy(a, vis)
     del a
     Hn = torch.where(Lt > 1, H / Lt.clamp_min(2).log(), torch.full_like(H, float("nan")))
-    return {"max_weight": max_weight(probs, vis).mean(-1), "entropy": H.mean(-1),
-            "entropy_norm": torch.nanmean(Hn, dim=-1), "weight_sum": total.mean(-1)}
+    return {
+        "max_weight": max_weight(probs, vis).mean(-1),
+        "entropy": H.mean(-1),
+        "entropy_norm": torch.nanmean(Hn, dim=-1),
+        "weight_sum": total.mean(-1),
+    }
 
 
-def distance_heads(probs: torch.Tensor, x: torch.Tensor, visible: torch.Tensor,
-                   ns: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def distance_heads(
+    probs: torch.Tensor, x: torch.Tensor, visible: torch.Tensor, ns: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-head token means of d~ (reading b) and E for each N: probs [..., Q, K], x [..., K, D]
     -> two arrays [..., len(ns)] (rows with L_t <= N skipped, `distance_stats`)."""
     st = distance_stats(probs, x, ns, visible, stats=("dtilde_b", "E"))
     return (row_mean(st["dtilde_b"], dim=-2).numpy(), row_mean(st["E"], dim=-2).numpy())
 
 
-def pooled_critical_n(d_heads: np.ndarray, e_heads: np.ndarray, ns: Sequence[int], L: int,
-                      alpha: float = ALPHA) -> dict:
+def pooled_critical_n(
+    d_heads: np.ndarray, e_heads: np.ndarray, ns: Sequence[int], L: int, alpha: float = ALPHA
+) -> dict:
     """Critical N of the heads pooled in d_heads / e_heads [..., len(ns)] (paper Alg. 3 on the grid ns):
     the first N whose per-head d~ and E samples a two-sample KS test does not reject (p > alpha).
     Returns critical_n (NaN if censored), critical_n_frac = N / L, censored, pvalue at that N, n_max."""
     nN = len(ns)
     n_heads = int(np.prod(np.shape(d_heads)[:-1]))
-    if ks_min_pvalue(n_heads) > alpha:     # too few heads: the test can never reject
-        return {"critical_n": float("nan"), "critical_n_frac": float("nan"), "critical_n_censored": False,
-                "critical_n_pvalue": float("nan"), "critical_n_max": int(max(ns)), "n_pooled_heads": n_heads,
-                "critical_n_testable": False}
-    n, ps, _ = ks_first_indistinguishable(np.reshape(d_heads, (-1, nN)), np.reshape(e_heads, (-1, nN)),
-                                                  list(ns), alpha)
+    if ks_min_pvalue(n_heads) > alpha:  # too few heads: the test can never reject
+        return {
+            "critical_n": float("nan"),
+            "critical_n_frac": float("nan"),
+            "critical_n_censored": False,
+            "critical_n_pvalue": float("nan"),
+            "critical_n_max": int(max(ns)),
+            "n_pooled_heads": n_heads,
+            "critical_n_testable": False,
+        }
+    n, ps, _ = ks_first_indistinguishable(np.reshape(d_heads, (-1, nN)), np.reshape(e_heads, (-1, nN)), list(ns), alpha)
     found = n > 0
-    return {"critical_n": float(n) if found else float("nan"),
-            "critical_n_frac": n / L if found else float("nan"),
-            "critical_n_censored": not found, "critical_n_pvalue": ps[-1] if ps else float("nan"),
-            "critical_n_max": int(max(ns)), "n_pooled_heads": n_heads, "critical_n_testable": True}
+    return {
+        "critical_n": float(n) if found else float("nan"),
+        "critical_n_frac": n / L if found else float("nan"),
+        "critical_n_censored": not found,
+        "critical_n_pvalue": ps[-1] if ps else float("nan"),
+        "critical_n_max": int(max(ns)),
+        "n_pooled_heads": n_heads,
+        "critical_n_testable": True,
+    }
 
 
 def ks_min_pvalue(n: int) -> float:
@@ -208,8 +238,15 @@ def sample_view(probs: torch.Tensor, visible: torch.Tensor, rows: torch.Tensor):
     return probs[..., rows, :], visible[rows]
 
 
-def head_stats(trace, *, n_top: int = N_TOP, n_sep: int = N_SEP, max_rows: Optional[int] = MAX_ROWS,
-               ns: Optional[Sequence[int]] = None, jacobian: bool = True) -> dict:
+def head_stats(
+    trace,
+    *,
+    n_top: int = N_TOP,
+    n_sep: int = N_SEP,
+    max_rows: Optional[int] = MAX_ROWS,
+    ns: Optional[Sequence[int]] = None,
+    jacobian: bool = True,
+) -> dict:
     """Every per-head quantity of one Trace (probs and v kept): dict name -> tensor [layer, head]
     (max_weight, entropy, entropy_norm, weight_sum, ns_frac, dtilde, and jac_norm when `jacobian`, the
     exact softmax Jacobian at T = 1, meaningful for the native softmax only), plus "d_heads" /
@@ -221,11 +258,16 @@ def head_stats(trace, *, n_top: int = N_TOP, n_sep: int = N_SEP, max_rows: Optio
     out = weight_stats(trace.probs, vis)
     rows = row_sample(trace.probs.shape[-2], max_rows)
     ps, vs = sample_view(trace.probs, vis, rows)
-    out["ns_frac"] = (torch.nanmean(separability(ps, trace.v, n_sep, vs), dim=-1) if n_sep < L
-                      else torch.full(ps.shape[:-2], float("nan"), dtype=torch.float64))
+    out["ns_frac"] = (
+        torch.nanmean(separability(ps, trace.v, n_sep, vs), dim=-1)
+        if n_sep < L
+        else torch.full(ps.shape[:-2], float("nan"), dtype=torch.float64)
+    )
     ns = list(ns) if ns is not None else critical_grid(L, n_top=n_top)
     d, e = distance_heads(ps, trace.v, vs, ns)
-    out["dtilde"] = torch.from_numpy(d[..., ns.index(n_top)]) if n_top in ns else torch.full(ps.shape[:-2], float("nan"))
+    out["dtilde"] = (
+        torch.from_numpy(d[..., ns.index(n_top)]) if n_top in ns else torch.full(ps.shape[:-2], float("nan"))
+    )
     out["d_heads"], out["e_heads"], out["ns"] = d, e, ns
     if jacobian:
         ok = vs.sum(-1) >= 2
@@ -235,11 +277,23 @@ def head_stats(trace, *, n_top: int = N_TOP, n_sep: int = N_SEP, max_rows: Optio
     return out
 
 
-
-def diagnose(model, text=None, *, lengths: Optional[Sequence[int]] = None, n_top: int = N_TOP, n_sep: int = N_SEP,
-             thresholds: Optional[Thresholds] = None, max_rows: Optional[int] = MAX_ROWS, alpha: float = ALPHA,
-             crit_max_frac: float = CRIT_MAX_FRAC, crit_step_frac: float = CRIT_STEP_FRAC, device: str = "cpu",
-             tokenizer=None, text_info: Optional[dict] = None, progress: bool = True) -> Result:
+def diagnose(
+    model,
+    text=None,
+    *,
+    lengths: Optional[Sequence[int]] = None,
+    n_top: int = N_TOP,
+    n_sep: int = N_SEP,
+    thresholds: Optional[Thresholds] = None,
+    max_rows: Optional[int] = MAX_ROWS,
+    alpha: float = ALPHA,
+    crit_max_frac: float = CRIT_MAX_FRAC,
+    crit_step_frac: float = CRIT_STEP_FRAC,
+    device: str = "cpu",
+    tokenizer=None,
+    text_info: Optional[dict] = None,
+    progress: bool = True,
+) -> Result:
     """Diagnose every head of `model` on `text` at each L in `lengths`: Result "diagnose" with rows
 
     kind="head"  (L, layer, head, entropy, entropy_norm, max_weight, weight_sum, ns_frac, dtilde, jac_norm)
@@ -282,31 +336,71 @@ def diagnose(model, text=None, *, lengths: Optional[Sequence[int]] = None, n_top
         st = head_stats(trace, n_top=n_top, n_sep=n_sep, max_rows=max_rows, ns=ns)
         for li, layer in enumerate(trace.layers):
             for hi, head in enumerate(trace.heads):
-                rows.append({"kind": "head", "L": L, "layer": int(layer), "head": int(head),
-                             **{k: float(st[k][li, hi]) for k in ("entropy", "entropy_norm", "max_weight",
-                                                                   "weight_sum", "ns_frac", "dtilde", "jac_norm")},
-                             "rows_sampled": st["rows_sampled"]})
-            rows.append({"kind": "layer", "L": L, "layer": int(layer),
-                         **pooled_critical_n(st["d_heads"][li], st["e_heads"][li], ns, L, alpha)})
+                rows.append(
+                    {
+                        "kind": "head",
+                        "L": L,
+                        "layer": int(layer),
+                        "head": int(head),
+                        **{
+                            k: float(st[k][li, hi])
+                            for k in (
+                                "entropy",
+                                "entropy_norm",
+                                "max_weight",
+                                "weight_sum",
+                                "ns_frac",
+                                "dtilde",
+                                "jac_norm",
+                            )
+                        },
+                        "rows_sampled": st["rows_sampled"],
+                    }
+                )
+            rows.append(
+                {
+                    "kind": "layer",
+                    "L": L,
+                    "layer": int(layer),
+                    **pooled_critical_n(st["d_heads"][li], st["e_heads"][li], ns, L, alpha),
+                }
+            )
         rows.append({"kind": "model", "L": L, **pooled_critical_n(st["d_heads"], st["e_heads"], ns, L, alpha)})
         del trace
     add_flags(rows, thr)
     prov = provenance(
-        experiment="diagnose", **model.provenance(), **tprov, lengths=grid, window="first L tokens of the text "
+        experiment="diagnose",
+        **model.provenance(),
+        **tprov,
+        lengths=grid,
+        window="first L tokens of the text "
         "(encoders: [CLS] + L-2 tokens + [SEP]); causal models: one pass at the longest L, prefixes for the others",
-        n_top=n_top, n_sep=n_sep, max_rows=max_rows, alpha=alpha, thresholds=asdict(thr), flag_length=Lmax,
-        x="per-head value vectors (unit sphere for N_s/N)", keys="visible keys only; rows with L_t <= N skipped",
+        n_top=n_top,
+        n_sep=n_sep,
+        max_rows=max_rows,
+        alpha=alpha,
+        thresholds=asdict(thr),
+        flag_length=Lmax,
+        x="per-head value vectors (unit sphere for N_s/N)",
+        keys="visible keys only; rows with L_t <= N skipped",
         entropy="Shannon entropy (nats) of each row's weights; entropy_norm = H / log L_t, rows with L_t >= 2",
         jacobian="exact spectral norm of (diag(a) - a a^T)/T at T = 1 (the model's scaled scores), "
-                 "mean over the sampled rows with >= 2 visible keys",
-        critical_n=(f"KS two-sample test (alpha={alpha}) of per-head token-mean d~ (reading b) vs E; kind=model pools "
-                    "all heads (paper protocol), kind=layer the heads of one layer; N grid: every N up to "
-                    f"{CRIT_DENSE}, then steps of {crit_step_frac:g} L up to {crit_max_frac:g} L; reported N = first "
-                    "non-rejected grid N (an upper bound on the first N; exact when the step is 1); "
-                    "censored = none up to the grid's end"),
-        flags=(f"at every L (summary: L={Lmax}): head low_separability if ns_frac < {thr.ns_frac}, near_uniform if entropy_norm >= "
-               f"{thr.entropy_norm}; layer/model critical_n if critical N / L > {thr.critical_frac} or censored"),
-        runtime_seconds=round(time.perf_counter() - t0, 3), torch_threads=torch.get_num_threads())
+        "mean over the sampled rows with >= 2 visible keys",
+        critical_n=(
+            f"KS two-sample test (alpha={alpha}) of per-head token-mean d~ (reading b) vs E; kind=model pools "
+            "all heads (paper protocol), kind=layer the heads of one layer; N grid: every N up to "
+            f"{CRIT_DENSE}, then steps of {crit_step_frac:g} L up to {crit_max_frac:g} L; reported N = first "
+            "non-rejected grid N (an upper bound on the first N; exact when the step is 1); "
+            "censored = none up to the grid's end"
+        ),
+        flags=(
+            f"at every L (summary: L={Lmax}): head low_separability if ns_frac < {thr.ns_frac}, "
+            f"near_uniform if entropy_norm >= "
+            f"{thr.entropy_norm}; layer/model critical_n if critical N / L > {thr.critical_frac} or censored"
+        ),
+        runtime_seconds=round(time.perf_counter() - t0, 3),
+        torch_threads=torch.get_num_threads(),
+    )
     return Result(REPORT_NAME, rows, prov)
 
 

@@ -64,15 +64,21 @@ def summary(result: Result) -> str:
         s = ", ".join(f"{r['layer']}.{r['head']}" for r in rs[:12])
         return s + (", ..." if len(rs) > 12 else "")
 
-    lines = [f"attnlab diagnose: {p.get('model')} ({p.get('n_layers')} layers x {p.get('n_heads')} heads, "
-             f"{'causal' if p.get('causal') else 'bidirectional'}) on {p.get('text')} "
-             f"(sha256 {str(p.get('text_sha256'))[:12]}...), L = {p.get('lengths')}",
-             f"at L={L}: {len(any_)} of {len(heads)} heads flagged",
-             f"  N_s/N < {thr.get('ns_frac')} (N={p.get('n_sep')}): {len(low)} heads" + (f" [{names(low)}]" if low else ""),
-             f"  entropy >= {thr.get('entropy_norm')} log L: {len(uni)} heads" + (f" [{names(uni)}]" if uni else ""),
-             f"  critical N / L > {thr.get('critical_frac')}: model-level critical N {crit(model_row) if model_row else '?'}; "
-             + (f"{len(layers)} of {len(result.select(kind='layer', L=L))} layers flagged" if testable else
-                "per-layer test impossible (too few heads per layer for the KS test at this alpha)")]
+    lines = [
+        f"attnlab diagnose: {p.get('model')} ({p.get('n_layers')} layers x {p.get('n_heads')} heads, "
+        f"{'causal' if p.get('causal') else 'bidirectional'}) on {p.get('text')} "
+        f"(sha256 {str(p.get('text_sha256'))[:12]}...), L = {p.get('lengths')}",
+        f"at L={L}: {len(any_)} of {len(heads)} heads flagged",
+        f"  N_s/N < {thr.get('ns_frac')} (N={p.get('n_sep')}): {len(low)} heads" + (f" [{names(low)}]" if low else ""),
+        f"  entropy >= {thr.get('entropy_norm')} log L: {len(uni)} heads" + (f" [{names(uni)}]" if uni else ""),
+        f"  critical N / L > {thr.get('critical_frac')}: "
+        f"model-level critical N {crit(model_row) if model_row else '?'}; "
+        + (
+            f"{len(layers)} of {len(result.select(kind='layer', L=L))} layers flagged"
+            if testable
+            else "per-layer test impossible (too few heads per layer for the KS test at this alpha)"
+        ),
+    ]
     return "\n".join(lines)
 
 
@@ -108,8 +114,10 @@ def heatmap_figure(result: Result, L: Optional[int] = None):
         ax.set_xlabel("head", fontsize=8)
         ax.set_ylabel("layer", fontsize=8)
         ax.tick_params(labelsize=7)
-    fig.suptitle(f"{result.provenance.get('model')}, L = {L}   (red x: N_s/N below threshold; "
-                 "white o: entropy near log L)", fontsize=10)
+    fig.suptitle(
+        f"{result.provenance.get('model')}, L = {L}   (red x: N_s/N below threshold; white o: entropy near log L)",
+        fontsize=10,
+    )
     fig.tight_layout()
     return fig
 
@@ -130,8 +138,14 @@ def curves_figure(result: Result):
         for li in range(n_layers):
             color = cmap(li / max(n_layers - 1, 1))
             for hi in range(n_heads):
-                ax.plot(lengths, [grids[L][key][li, hi] for L in lengths], color=color, lw=0.8, alpha=0.6,
-                        label=f"layer {li}" if hi == 0 else None)
+                ax.plot(
+                    lengths,
+                    [grids[L][key][li, hi] for L in lengths],
+                    color=color,
+                    lw=0.8,
+                    alpha=0.6,
+                    label=f"layer {li}" if hi == 0 else None,
+                )
         ax.set_xscale("log", base=2)
         ax.set_xlabel("L")
         ax.set_title(title, fontsize=10)
@@ -156,8 +170,14 @@ def _fmt(v) -> str:
 
 def _table(rows: list[dict], cols: Sequence[str], cls: str = "") -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = "".join("<tr" + (' class="flag"' if _truthy(r.get("flagged")) else "") + ">"
-                   + "".join(f"<td>{_fmt(r.get(c))}</td>" for c in cols) + "</tr>" for r in rows)
+    body = "".join(
+        "<tr"
+        + (' class="flag"' if _truthy(r.get("flagged")) else "")
+        + ">"
+        + "".join(f"<td>{_fmt(r.get(c))}</td>" for c in cols)
+        + "</tr>"
+        for r in rows
+    )
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
@@ -171,20 +191,73 @@ def report_html(result: Result) -> str:
     """A self-contained HTML page (no external files: PNGs as base64 data URIs) from a diagnose Result."""
     p = result.provenance
     L = flag_length(result)
-    prov_keys = ["model", "model_source", "model_class", "model_weights_sha256", "causal", "n_layers", "n_heads",
-                 "d_head", "max_positions", "device", "text", "text_source", "text_sha256", "text_chars", "lengths",
-                 "window", "n_top", "n_sep", "max_rows", "alpha", "thresholds", "x", "keys", "entropy", "jacobian",
-                 "critical_n", "flags", "attnlab", "torch", "transformers", "created_utc", "runtime_seconds"]
-    prov_rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(p.get(k)))}</td></tr>"
-                        for k in prov_keys if k in p)
+    prov_keys = [
+        "model",
+        "model_source",
+        "model_class",
+        "model_weights_sha256",
+        "causal",
+        "n_layers",
+        "n_heads",
+        "d_head",
+        "max_positions",
+        "device",
+        "text",
+        "text_source",
+        "text_sha256",
+        "text_chars",
+        "lengths",
+        "window",
+        "n_top",
+        "n_sep",
+        "max_rows",
+        "alpha",
+        "thresholds",
+        "x",
+        "keys",
+        "entropy",
+        "jacobian",
+        "critical_n",
+        "flags",
+        "attnlab",
+        "torch",
+        "transformers",
+        "created_utc",
+        "runtime_seconds",
+    ]
+    prov_rows = "".join(
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(p.get(k)))}</td></tr>" for k in prov_keys if k in p
+    )
     heads = result.select(kind="head", L=L)
     flagged = [r for r in heads if _truthy(r.get("flagged"))]
-    crit_rows = sorted(({"layer": "all", **r} for r in result.select(kind="model") + result.select(kind="layer")),
-                       key=lambda r: (r["L"], -1 if r["layer"] == "all" else r["layer"]))
-    head_cols = ["layer", "head", "entropy", "entropy_norm", "max_weight", "ns_frac", "dtilde", "jac_norm",
-                 "flag_low_separability", "flag_near_uniform", "flag_critical_n"]
-    crit_cols = ["L", "layer", "critical_n", "critical_n_frac", "critical_n_censored", "critical_n_pvalue",
-                 "critical_n_max", "n_pooled_heads", "flag_critical_n"]
+    crit_rows = sorted(
+        ({"layer": "all", **r} for r in result.select(kind="model") + result.select(kind="layer")),
+        key=lambda r: (r["L"], -1 if r["layer"] == "all" else r["layer"]),
+    )
+    head_cols = [
+        "layer",
+        "head",
+        "entropy",
+        "entropy_norm",
+        "max_weight",
+        "ns_frac",
+        "dtilde",
+        "jac_norm",
+        "flag_low_separability",
+        "flag_near_uniform",
+        "flag_critical_n",
+    ]
+    crit_cols = [
+        "L",
+        "layer",
+        "critical_n",
+        "critical_n_frac",
+        "critical_n_censored",
+        "critical_n_pvalue",
+        "critical_n_max",
+        "n_pooled_heads",
+        "flag_critical_n",
+    ]
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>attnlab diagnose: {html.escape(str(p.get('model')))}</title><style>{_CSS}</style></head><body>",
@@ -197,10 +270,12 @@ def report_html(result: Result) -> str:
         "monitor entropy. Flags are heuristics for where a head has lost selectivity, not proofs.</p>",
         f"<h2>Heads at L = {L}</h2><img alt='heat maps' src='{_png_data_uri(heatmap_figure(result, L))}'>",
         f"<h2>Against L</h2><img alt='curves' src='{_png_data_uri(curves_figure(result))}'>",
-        "<h2>Critical N (KS test pooling heads)</h2>", _table(crit_rows, crit_cols),
+        "<h2>Critical N (KS test pooling heads)</h2>",
+        _table(crit_rows, crit_cols),
         f"<h2>Flagged heads at L = {L} ({len(flagged)})</h2>",
         _table(flagged, head_cols) if flagged else "<p>none</p>",
-        f"<h2>All heads at L = {L}</h2>", _table(heads, head_cols),
+        f"<h2>All heads at L = {L}</h2>",
+        _table(heads, head_cols),
         "<p>Every length is in the CSV (<code>diagnose.csv</code>); provenance in <code>diagnose.json</code>.</p>",
         "</body></html>",
     ]
@@ -236,17 +311,23 @@ def write_report(result: Result, out_dir) -> dict[str, Path]:
     return {Path(n).suffix.lstrip("."): out / n for n in names}
 
 
-
 # ------------------------------------------------------------------------------------------- views
 
 COST_LABELS = {"drift": "hidden-state drift (1 - cos)", "loss_delta": "loss - native loss (nats)"}
-LABELS = {"max_weight": "max weight", "entropy_norm": "entropy / log L", "ns_frac": "N_s / N",
-          "jac_norm_mean": "Jacobian norm (mean)", "dtilde": "d~ (N = 5)", "critical_n_frac": "critical N / L",
-          "weight_sum": "row sum of weights", **COST_LABELS}
+LABELS = {
+    "max_weight": "max weight",
+    "entropy_norm": "entropy / log L",
+    "ns_frac": "N_s / N",
+    "jac_norm_mean": "Jacobian norm (mean)",
+    "dtilde": "d~ (N = 5)",
+    "critical_n_frac": "critical N / L",
+    "weight_sum": "row sum of weights",
+    **COST_LABELS,
+}
 
 
 def cost_key(result: Result) -> str:
-    """"loss_delta" when the model has an LM head (rows carry a loss), else "drift"."""
+    """ "loss_delta" when the model has an LM head (rows carry a loss), else "drift"."""
     return "loss_delta" if any(r.get("loss") is not None for r in result.rows) else "drift"
 
 
@@ -267,8 +348,14 @@ def comparison_figure(result: Result, L: int, keys: Optional[Sequence[str]] = No
     for ax, key in zip(np.atleast_1d(axes), keys):
         allv = _values(result, key)
         lo, hi = min(0.0, np.nanmin(allv)), np.nanmax(allv)
-        vals = [(_values(result, key, normalizer=n, L=L, swap="all") if result.select(swap="all")
-                 else _values(result, key, normalizer=n, L=L)) for n in names]
+        vals = [
+            (
+                _values(result, key, normalizer=n, L=L, swap="all")
+                if result.select(swap="all")
+                else _values(result, key, normalizer=n, L=L)
+            )
+            for n in names
+        ]
         ax.barh(range(len(names)), [v[0] if len(v) else np.nan for v in vals], color=colors)
         ax.set_xlim(lo, hi * 1.05 if hi > 0 else 1)
         ax.set_title(LABELS.get(key, key), fontsize=9)
@@ -279,8 +366,9 @@ def comparison_figure(result: Result, L: int, keys: Optional[Sequence[str]] = No
     return fig
 
 
-def length_figure(result: Result, keys: Optional[Sequence[str]] = None, log_keys: Sequence[str] = ("max_weight",
-                                                                                                      "jac_norm_mean")):
+def length_figure(
+    result: Result, keys: Optional[Sequence[str]] = None, log_keys: Sequence[str] = ("max_weight", "jac_norm_mean")
+):
     """Each key against L, one line per normalizer (swap = "all" rows)."""
     from matplotlib.figure import Figure
 
@@ -290,8 +378,14 @@ def length_figure(result: Result, keys: Optional[Sequence[str]] = None, log_keys
     for ax, key in zip(np.atleast_1d(axes), keys):
         for i, n in enumerate(result.unique("normalizer")):
             rows = result.select(normalizer=n, swap="all")
-            ax.plot([r["L"] for r in rows], [np.nan if r.get(key) is None else r[key] for r in rows], marker="o",
-                    ms=3, color=f"C{i}", label=n)
+            ax.plot(
+                [r["L"] for r in rows],
+                [np.nan if r.get(key) is None else r[key] for r in rows],
+                marker="o",
+                ms=3,
+                color=f"C{i}",
+                label=n,
+            )
         ax.set_xscale("log", base=2)
         if key in log_keys:
             from matplotlib.ticker import NullFormatter
