@@ -127,9 +127,13 @@ def plain_log(*axes, nice: bool = False) -> None:
 
 def head_mean(result: Result, key: str, **where) -> float:
     """Mean over heads (rows matching `where`) of the per-head value `key`, NaN rows ignored."""
+    import warnings
+
     import numpy as np
 
-    return float(np.nanmean(result.column(key, **where)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)      # no finite value: NaN, said by the NaN itself
+        return float(np.nanmean(result.column(key, **where)))
 
 
 def model_admonition(model, result: Result):

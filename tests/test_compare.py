@@ -1,4 +1,4 @@
-"""attnlab.compare: normalizers swapped into pretrained models (quick grids), Jacobians, speed bench.
+"""attnlab.tools.compare: normalizers swapped into pretrained models (quick grids), Jacobians, speed bench.
 
 Causality of every swapped normalizer is tested in test_capture.py (test_swapped_normalizer_preserves_causality).
 """

@@ -1,4 +1,4 @@
-"""attnlab.diagnose: per-head report on three model families, flags, CLI, bad input leaves nothing."""
+"""attnlab.tools.diagnose: per-head report on three model families, flags, CLI, bad input leaves nothing."""
 import json
 import math
 import os

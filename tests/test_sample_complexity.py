@@ -247,7 +247,7 @@ def test_bench_monte_carlo_rows():
 # ------------------------------------------------------------- real encoder on a tiny random BERT
 
 class TinyBert:
-    """A randomly initialised 2-layer BertModel behind the slice of attnlab.models.AttnModel's API
+    """A randomly initialised 2-layer BertModel behind the slice of attnlab.core.models.AttnModel's API
     that real_encoder uses (hf, name, max_positions, capture). Also records the model's own
     attention.self outputs, to check the recomputation."""
 

@@ -214,7 +214,7 @@ def text_provenance(text: str, name: str = "text", **extra) -> dict:
 
 def resolve_text(text=None) -> tuple[str, dict]:
     """(text, provenance) from None (War and Peace, via ATTNLAB_DATA_DIR or the cache), a
-    `attnlab.text.Corpus`, or a string."""
+    `attnlab.core.text.Corpus`, or a string."""
 
 
     if text is None:

@@ -1,13 +1,14 @@
 """Every bound of "Limitations of Normalization in Attention Mechanism" (arXiv 2508.17821), as formulas.
 
-Each docstring says where the formula comes from (labels of the project's paper digest):
+Each docstring says where the formula comes from (labels: book appendix "How we read the papers"):
 
 - **paper formula [P]**: stated in the paper;
-- **[B] brief reading**: the formula as printed in the project's source brief (typesetting restored);
+- **[B] published-summary reading**: the formula as printed in a published summary of the paper (typesetting restored);
 - **reconstruction [R]**: derived for this project from the paper's prose; *not* the paper's formula.
 
 The functions here are the plain, direct formulas (readable, O(L·D) per row, batched over leading
-dims). `attnlab.metrics` computes the same quantities faster, over whole attention tensors, and the
+dims). `attnlab.normalization.distance`, `separability` and `gradients` compute the same quantities
+faster, over whole attention tensors, and the
 tests check the two against each other and against the theorems' statements on random inputs.
 
 Shapes: `alpha [..., L]` one attention row per leading index (weights of the L keys of that row),
@@ -105,7 +106,7 @@ def corollary1_band(L, delta, T) -> tuple[torch.Tensor, torch.Tensor]:
 def theorem1_fixed_bound(abar, d1, R, L, N: int, form: str = "B") -> torch.Tensor:
     """Upper bound `d_max` on the representation distance d~ (reading (b)) for a fixed top-N set.
 
-    - form "B" (default), **[B] brief reading**:
+    - form "B" (default), **[B] published-summary reading**:
       `(1 - abar) d1 + R (abar (L - N) - (1 - abar))`.
       A theorem for N = 1 (triangle inequality); for N > 1 the printed form drops a within-selected
       spread term, so it is not proof-level in general.
@@ -154,7 +155,7 @@ def fixed_set_ingredients(alpha: torch.Tensor, x: torch.Tensor, N: int) -> dict[
 def theorem1_random_main(alpha: torch.Tensor, x: torch.Tensor, N: int) -> torch.Tensor:
     """Main sum of the expected distance for a uniformly random top-N set.
 
-    Reconstruction [R] (= the [B] brief reading `((L-N)/L) sum_i ||a_i (1 + N/(L-1)) x_i - xbar||`
+    Reconstruction [R] (= the [B] published-summary reading `((L-N)/L) sum_i ||a_i (1 + N/(L-1)) x_i - xbar||`
     with `xbar = (N/(L-1)) sum_j a_j x_j`):
     `E_main = ((L - N)/L) * sum_{i=1}^{L} || a_i x_i - (N/(L-1)) sum_{j != i} a_j x_j ||`.
 
@@ -196,7 +197,7 @@ def theorem2_bounds(xi: torch.Tensor, r, M: float = 1.0, *, form: str = "B",
     """Lower and upper bounds on `E[N_s]/N` (Theorem 2), from the spreads `xi [..., N]` and radius r [...].
 
     - lower (paper's description [P] + [B]/[R], identical): `1 - (1/(r N)) sum_i xi_i`.
-    - upper, form "B" (default) **[B] brief reading**: `(1/N) sum_i exp(-(r - xi_i)^2 / (16 M^2))`.
+    - upper, form "B" (default) **[B] published-summary reading**: `(1/N) sum_i exp(-(r - xi_i)^2 / (16 M^2))`.
     - upper, form "R" **reconstruction [R]** (Hoeffding-type, range 2M):
       `(1/N) sum_i exp(-(xi_i - r)_+^2 / (2 M^2))`.
     With `selected` (bool, same shape as xi) only those entries count and N = their number.

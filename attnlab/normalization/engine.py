@@ -37,7 +37,7 @@ from typing import Iterable, Iterator, Optional
 import torch
 
 DEFAULT_CHUNK = 1 << 20          # elements of one [heads, rows, K] block (8 MiB in float64)
-# CPU: the hot loops run as the numba kernels of `attnlab.kernels`; False (or ATTNLAB_KERNELS=0): plain
+# CPU: the hot loops run as the numba kernels of `attnlab.normalization.kernels`; False (or ATTNLAB_KERNELS=0): plain
 # torch everywhere, the path GPUs take (the tests check both against the oracle)
 FUSED = os.environ.get("ATTNLAB_KERNELS", "1") != "0"
 SMALL_N = 16                     # N <= SMALL_N: d1 from each key's farthest visible key (else candidates),
@@ -177,7 +177,7 @@ def context_vector(
 
 
 def cpu_kernels(t: torch.Tensor):
-    """`attnlab.kernels` when they serve tensors like t (CPU, `FUSED`), else None (torch operations)."""
+    """`attnlab.normalization.kernels` when they serve tensors like t (CPU, `FUSED`), else None (torch operations)."""
     if FUSED and t.device.type == "cpu":
         from attnlab.normalization import kernels
 
@@ -222,7 +222,7 @@ def root_sum(
     `_far_tables`: w_i = x_i.s for s the dropped keys' sum, from H), c0 [b, q, 1], g and s2_coef numbers or
     [q, 1]. The squares are formed in float64 by default (the cancellation happens there), their roots
     in float32 (~1e-7 relative; float64 roots are 4x slower on CPU), the sums in float64. On CPU one
-    fused pass per row (`attnlab.kernels`, when `FUSED`); elsewhere torch, a pass per operation."""
+    fused pass per row (`attnlab.normalization.kernels`, when `FUSED`); elsewhere torch, a pass per operation."""
     kernels = cpu_kernels(rows.a)
     if kernels is not None:
         c0, g, s2_coef = (v.squeeze(-1) if torch.is_tensor(v) else v for v in (c0, g, s2_coef))

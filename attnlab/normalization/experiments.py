@@ -1,14 +1,15 @@
 """One function per figure of arXiv 2508.17821 ("Limitations of Normalization in Attention Mechanism").
 
 Each `figX(model, ids, *, quick=False, progress=True, **protocol) -> Result` runs the paper's
-recipe on a real model (`attnlab.models.AttnModel`) and returns tidy rows + provenance.
+recipe on a real model (`attnlab.core.models.AttnModel`) and returns tidy rows + provenance.
 
 `ids` is one window of token ids [L_max] (the largest length; shorter windows are `ids[:L]`), or a
 list of such windows (rows then carry `window` = 0, 1, ...; plots and claims use the mean and the
 spread over windows). Causal models: one forward pass at L_max serves every L (`Trace.prefix`);
 bidirectional models: one pass per L. `captures=` shares passes between figures (`run_figures`).
 
-Protocol switches (all recorded in provenance; defaults are the digest's best readings):
+Protocol switches (all recorded in provenance; defaults are the readings of the book's appendix
+"How we read the papers"):
 
 - `x`: "v" (per-head value vectors, default) or "hidden" (layer-input hidden states, shared by the
   heads of a layer);

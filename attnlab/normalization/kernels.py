@@ -1,7 +1,7 @@
-"""CPU kernels (numba, compiled once and cached on disk) for the hot loops of `attnlab.metrics`: one
+"""CPU kernels (numba, compiled once and cached on disk) for the hot loops of `attnlab.normalization.engine`: one
 pass over the keys of each attention row where torch would make a pass per operation.
 
-`root_sums` (`metrics._root_sum`). The sums of Theorem 1 (d~, E, the Jensen spread) all have one form,
+`root_sums` (`engine.root_sum`). The sums of Theorem 1 (d~, E, the Jensen spread) all have one form,
 per row r = (head, query t):
 
     sum over the keys i visible to t and not dropped of  sqrt(c_r + sign * a_i (a_i ||x_i||^2 - 2 g_r w_i)),
@@ -15,10 +15,10 @@ below the roots' 1e-7). In torch each step of the expression is a pass over a [h
 tensor (about 8 of them); here one loop reads the keys of a row once. Squares in float64 (where the
 cancellation happens), roots in float32 (~1e-7 relative), sums in float64, as in the torch version.
 
-`top_k` (`metrics._top_order`, small k): the k heaviest visible keys of each row in one scan
+`top_k` (`engine.top_order`, small k): the k heaviest visible keys of each row in one scan
 (insertion into a sorted list of k), ties to the lower index by construction.
 
-`d1_small` (`metrics._d1`, small N): the largest selected-to-non-selected distance from each selected
+`d1_small` (`distance._d1`, small N): the largest selected-to-non-selected distance from each selected
 key's farthest visible key (one lookup), scanning the key's distances only where that key is selected.
 """
 from __future__ import annotations
@@ -165,13 +165,13 @@ def top_k(a: torch.Tensor, vis: torch.Tensor | None, k: int) -> torch.Tensor:
 
 @numba.njit(inline="always")
 def _d2(H, xn2, u, j, i):
-    """||x_j - x_i||^2 = H_ji + ||x_j||^2, rounded as `metrics._far_tables` rounds it."""
+    """||x_j - x_i||^2 = H_ji + ||x_j||^2, rounded as `distance._far_tables` rounds it."""
     return H[u, j, i] + xn2[u, j]
 
 
 @numba.njit(parallel=True, cache=True)
 def _d1_small(H, xn2, far2, col, inv, order, N, vis, out):
-    """H [u, K, K] (`metrics._far_tables`), xn2 [u, K]; far2 [u, K, P]: the largest d2[j, i] over the keys i
+    """H [u, K, K] (`distance._far_tables`), xn2 [u, K]; far2 [u, K, P]: the largest d2[j, i] over the keys i
     visible at column P; col [q] row t's column; inv [b] head -> table; order [b, q, >= N]; vis uint8
     [q, K] (shape [0, K]: all visible); out [b, q] float64."""
     b, q, K = order.shape[0], order.shape[1], H.shape[1]
@@ -203,7 +203,7 @@ def d1_small(H: torch.Tensor, xn2: torch.Tensor, far2: torch.Tensor, col: torch.
              order: torch.Tensor, N: int, vis: torch.Tensor | None) -> torch.Tensor:
     """float64 [b, q]: d1 = max over the N selected keys j (order[..., :N]) and the visible
     non-selected keys i of ||x_i - x_j|| (-inf where there is no such i), from the tables of
-    `metrics._far_tables`: one lookup per selected key, a scan of j's distances only where j's farthest
+    `distance._far_tables`: one lookup per selected key, a scan of j's distances only where j's farthest
     visible key is itself selected."""
     b, q = order.shape[:2]
     _threads()

@@ -65,7 +65,8 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
 
     x is put on the sphere of radius M first (`normalize`; Assumption 1). Per row:
     `dist_i = ||a_i x_i - s||`, `r = min_{i out} dist_i` (every non-selected token outside the ball),
-    `N_s = #{i in I_N : dist_i < r}` (strict, [R]/[G10]), `ns_frac = N_s / N`.
+    `N_s = #{i in I_N : dist_i < r}` (strict, [R]/G10 of the book appendix "How we read the papers"),
+    `ns_frac = N_s / N`.
     Spread estimators xi_i ([B] text, "show both"): `row` = the row's own `dist_i`;
     `pair` = mean over the other selected j of `||a_j x_j - a_i x_i||` (0 when N = 1);
     `delta` = `bounds.theorem2_xi_delta` from delta = min pairwise distance of the row's visible

@@ -1,11 +1,11 @@
 """Experiments, plots and claim rows for "Token Sample Complexity of Attention"
 (Bohbot, Letrouit, Peyre, Vialard; arXiv 2512.10656, ICML 2026).
 
-Each experiment returns a :class:`attnlab.result.Result` whose rows are tidy: ``kind="point"`` rows
+Each experiment returns a :class:`attnlab.core.result.Result` whose rows are tidy: ``kind="point"`` rows
 hold one Monte Carlo estimate (error mean, std over the k replicates (ddof=1), error bar
 ``err_se = std / sqrt(k)``) and ``kind="fit"`` rows hold the log-log slope fits the plots and the
 claim checker read.  The provenance records seeds, grids, k, the reference used, the temperature
-convention (spec gap G3), device and runtime.
+convention (book appendix "How we read the papers", paper 2, G3), device and runtime.
 
 Experiments
 -----------
@@ -242,7 +242,7 @@ def moment_convergence(*, quick: bool = False, preset: str = "default", d: Optio
                        dtype="float32", max_scores: int = theory.MAX_SCORES) -> Result:
     """Result 2: mean and covariance errors of the self-attention output of n Gaussian tokens.
 
-    The authors' setting (``preset="paper"``, spec section 3.1): ``mu = N(0, rho I_d)``; W_q, W_k, W_v
+    The authors' setting (``preset="paper"``, the authors' code): ``mu = N(0, rho I_d)``; W_q, W_k, W_v
     i.i.d. N(0, 1/d) drawn once; for each scale s, ``W_q, W_k <- sqrt(s) W`` and softmax temperature
     1/sqrt(d), so in our convention ``A = s W_k^T W_q / sqrt(d)``.  For each scale and n, k replicates
     of n fresh tokens; errors ``||m_n - m_ref||_2`` and ``||C_n - C_ref||_F`` (``cov_norm``).
@@ -340,7 +340,7 @@ def hardmax(*, quick: bool = False, preset: str = "default", d: Optional[int] = 
             max_scores: int = theory.MAX_SCORES) -> Result:
     """Result 3: the softmax near a hardmax (tokens uniform on the sphere, huge attention scale).
 
-    The authors' sphere setting (spec section 3.2): tokens uniform on S^{d-1}(radius); G_q, G_k, G_v
+    The authors' sphere setting (the authors' code): tokens uniform on S^{d-1}(radius); G_q, G_k, G_v
     i.i.d. N(0, 1) drawn once; ``W_q, W_k <- s G``, ``W_v = G_v`` and temperature 1/sqrt(d), so
     ``A = s^2 G_k^T G_q / sqrt(d)``.  Reference ``"exact"``: mean 0 and the Bessel/Dirichlet covariance
     (:func:`theory.sphere_output_moments`, Monte Carlo over the Dirichlet with ``n_dirichlet`` samples
@@ -460,12 +460,12 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
                  max_scores: int = theory.MAX_SCORES) -> Result:
     """Token sample complexity of a pretrained encoder's self-attention, per layer.
 
-    Protocol (the authors' BERT experiment, spec section 3.3, on attnlab's model and text):
+    Protocol (the authors' BERT experiment, the authors' code, on attnlab's model and text):
     one window of L tokens (default the model's max positions; WikiText-2 test text unless `text`
     or `ids` are given) is captured once (q, k, v per head after projection, biases included; the
     layer inputs).  For each layer, the reference is the multi-head self-attention output of the
     full L-token sequence (heads concatenated, before the output projection): its mean and
-    covariance over the L output tokens (a bootstrap-like target, spec G6).  For each n, k subsamples
+    covariance over the L output tokens (a bootstrap-like target, paper 2 G6 of the appendix).  For each n, k subsamples
     of n token positions drawn i.i.d. *with replacement* from the L positions; attention is
     recomputed on the subsample from those tokens' captured q, k, v (same temperature
     ``trace.scaling``); errors of the output mean (L2) and covariance (``cov_norm``).
@@ -475,7 +475,7 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
     ``encoder.layer[l].attention.self.query/key`` weights (biases ignored, as the authors);
     ``horizon_authors`` omits ``scaling`` (the authors' code).
 
-    ``model``: a name for :func:`attnlab.models.load_model` or an object with ``hf``, ``name``,
+    ``model``: a name for :func:`attnlab.core.models.load_model` or an object with ``hf``, ``name``,
     ``max_positions``, ``capture(ids, keep=...)`` and ``window(text, L, offset)``.  When ``ids``
     (token ids ``[L]``) are given, ``text``/``corpus``/``L``/``offset`` are not used.
     ``quick=True`` caps the window at 64 tokens and uses n = 8, 16, 32 with k = 4.

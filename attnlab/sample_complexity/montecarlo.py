@@ -186,7 +186,7 @@ def local_slopes(n, err) -> np.ndarray:
 
 #: replicate-batching budget on the CPU (score entries): batching many small problems saves python
 #: and dispatch overhead, but batches of large n x n score matrices fall out of cache and run slower
-#: than a loop (measured by tsc_experiments.bench_monte_carlo on 2 cores).
+#: than a loop (measured by attnlab.benchmarks.bench_monte_carlo on 2 cores).
 CPU_BATCH_SCORES = 2**20
 
 

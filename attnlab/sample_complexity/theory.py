@@ -10,7 +10,8 @@ Conventions (used by every function here)
 -----------------------------------------
 tokens ``X``        ``[..., n, d]``; leading axes are Monte Carlo replicates (batch).
 bilinear form ``A`` ``[d, d]``; the score of query ``x`` against key ``y`` is ``<A x, y> = y^T A x``.
-                    **A includes the softmax temperature** (spec gap G3): for projection weights
+                    **A includes the softmax temperature** (appendix "How we read the papers", paper 2
+                    G3): for projection weights
                     ``W_q, W_k`` (``[d_head, d]``) and temperature ``1/sqrt(d_head)``,
                     ``A = W_k^T W_q / sqrt(d_head)`` (see :func:`bilinear_form`).  The authors' code
                     computes the horizon on ``W_k^T W_q`` *without* the temperature, i.e. a value
@@ -418,7 +419,7 @@ def map_error_constant(x, m, Sigma, A, V=None) -> torch.Tensor:
 def horizon(A, Sigma, *, sided: str = "two", eps: float = 0.0) -> float:
     """Horizon ``H = ||Sigma^{1/2} A Sigma^{1/2}||_2`` (spectral norm) [CODE, "Horizon_new"].
 
-    ``sided="one"`` gives the older ``||Sigma^{1/2} A||_2`` ("Horizon_old", spec G4).  ``eps`` adds
+    ``sided="one"`` gives the older ``||Sigma^{1/2} A||_2`` ("Horizon_old", paper 2 G4).  ``eps`` adds
     ``eps * I`` to Sigma first (the authors use 1e-6 for BERT's empirical Sigma).  Whether the
     temperature is inside A is the caller's convention; ours includes it (TEMPERATURE_CONVENTION).
     """

@@ -7,8 +7,8 @@ change; it says nothing about a model *trained* with that normalizer (which woul
 `compare_normalizers(model, text, ...) -> Result` ("compare_normalizers"), one row per
 (normalizer, L[, swapped layer]):
 
-- the attention the swapped model produces, measured with the paper-1 metrics (`attnlab.metrics`,
-  through `attnlab.diagnose.head_stats`): max weight, entropy (and / log L), d~ at N = 5, N_s/N at
+- the attention the swapped model produces, measured with the paper-1 metrics (`attnlab.normalization`,
+  through `attnlab.tools.diagnose.head_stats`): max weight, entropy (and / log L), d~ at N = 5, N_s/N at
   N = 16 (on `max_rows` = 32 evenly spaced query rows per head), critical N / L (KS test pooling all
   swapped heads, N scanned up to L/4: enough to place it against the paper's 6%), means over heads;
 - the Jacobian spectral norm of the normalizer with respect to the model's own (native-temperature)

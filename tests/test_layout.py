@@ -1,0 +1,181 @@
+"""The package's architecture: one figure registry seen by every consumer, one cache-key recipe over every
+source file, imports that only run downward, no private names across modules, and the book's helpers."""
+import ast
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import attnlab
+from attnlab import book, figures
+from attnlab.cli import bench as cli_bench
+from attnlab.cli import build_parser
+from attnlab.core import cache
+from attnlab.core.result import Result
+
+PKG = Path(attnlab.__file__).parent
+# layer of each top-level part; a module may import only from its own layer or lower ones
+LAYERS = {"core": 0, "normalization": 1, "sample_complexity": 1, "tools": 2, "figures": 3, "benchmarks": 4,
+          "book": 4, "widgets": 4, "cli": 5}
+MAX_LINES = 580         # ~550; sample_complexity/experiments.py (573 lines: four experiments) is the largest
+
+
+def _modules():
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).with_suffix("")
+        parts = [p for p in rel.parts if p != "__init__"]
+        yield path, "attnlab" + "".join("." + p for p in parts)
+
+
+def _part(module: str) -> str:
+    bits = module.split(".")
+    return bits[1] if len(bits) > 1 else ""
+
+
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, imported names) of every `import`/`from ... import` in the file, lazy ones included."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names]
+    return out
+
+
+def test_imports_run_downward_only_and_never_take_private_names():
+    for path, module in _modules():
+        own = _part(module)
+        for target, names in _imports(path):
+            if not target.startswith("attnlab"):
+                continue
+            other = _part(target) or (names[0] if names and _part(f"attnlab.{names[0]}") else "")
+            if own in LAYERS and other in LAYERS:
+                assert LAYERS[other] <= LAYERS[own], f"{module} imports {target} (a higher layer)"
+            if own in LAYERS and other in LAYERS and LAYERS[own] == LAYERS[other] == 1 and own != other:
+                pytest.fail(f"{module} imports {target}: the two papers' subpackages are independent")
+            private = [n for n in names if n.startswith("_")]
+            assert not private, f"{module} imports private names {private} from {target}"
+
+
+def test_no_import_cycle():
+    graph = {}
+    for path, module in _modules():
+        deps = set()
+        for target, names in _imports(path):
+            if target.startswith("attnlab"):
+                deps.add(target)
+                deps.update(f"{target}.{n}" for n in names)
+        graph[module] = {d for d in deps if d != module}
+    known = set(graph)
+
+    def visit(node, stack, done):
+        if node in stack:
+            raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(node):] + [node]))
+        if node in done:
+            return
+        stack.append(node)
+        for dep in graph.get(node, ()):
+            if dep in known and not node.startswith(dep + "."):   # a package's __init__ is not a cycle
+                visit(dep, stack, done)
+        stack.pop()
+        done.add(node)
+
+    done: set = set()
+    for module in graph:
+        visit(module, [], done)
+
+
+def test_modules_stay_small():
+    for path, module in _modules():
+        n = len(path.read_text().splitlines())
+        assert n <= MAX_LINES, f"{module}: {n} lines"
+
+
+def test_registry_is_complete_and_shared():
+    assert set(figures.FIGURES) == {"fig1", "fig2a", "fig2b", "fig2c", "fig3", "fig4", "tsc_uniform", "tsc_moments",
+                                    "tsc_hardmax", "tsc_real"}
+    for fid, spec in figures.FIGURES.items():
+        assert callable(spec.compute) and callable(spec.plot), fid
+        assert spec.needs in figures.NEEDS and spec.paper in figures.PAPERS and spec.title and spec.claim_key
+    # the CLI offers exactly the registry's ids, the book computes through it, the benchmark reads it
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert set(figures.FIGURES) <= set(sub.choices["figures"].format_help().replace(",", " ").split())
+    assert book.FIGURES is figures.FIGURES
+    from attnlab import benchmarks
+
+    assert benchmarks.FIGURES is figures.FIGURES
+    assert set(cli_bench.BENCHES) == {"capture", "figures", "normalizers", "montecarlo"}
+    assert all(callable(f) for f in cli_bench.BENCHES.values())
+    assert figures.figure_ids("normalization") == ["fig1", "fig2a", "fig2b", "fig2c", "fig3", "fig4"]
+    with pytest.raises(ValueError):
+        figures.figure_ids("physics")
+    with pytest.raises(ValueError, match="unknown figure"):
+        figures.compute_figures(["fig9"], figures.Inputs("tiny-gpt2", "cpu"))
+
+
+def test_cache_key_covers_every_source_file(tmp_path, monkeypatch):
+    key = {"figure": "fig1", "model": "m", "weights": "w"}
+    base = cache.key_hash(key)
+    assert cache.key_hash(dict(key, model="other")) != base
+    # a file deep in a subpackage counts: pretend one changed
+    files = sorted(PKG.rglob("*.py"))
+    assert any(len(f.relative_to(PKG).parts) > 1 for f in files)
+    deep = next(f for f in files if f.relative_to(PKG).parts[0] == "normalization")
+    real = Path.read_bytes
+
+    def edited(self):
+        data = real(self)
+        return data + b"# edited\n" if self == deep else data
+
+    cache.source_hash.cache_clear()
+    monkeypatch.setattr(Path, "read_bytes", edited)
+    try:
+        assert cache.key_hash(key) != base
+    finally:
+        monkeypatch.undo()
+        cache.source_hash.cache_clear()
+    assert cache.key_hash(key) == base
+
+
+def test_cached_result_recomputes_only_for_a_new_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return Result("demo", [{"a": 1, "b": 2.5}], {"what": "demo"})
+
+    class M:
+        name, weights_sha256 = "model-x", "abc"
+
+    first = book.cached_result("demo", {"grid": [1, 2]}, compute, model=M(), text_sha256="t")
+    again = book.cached_result("demo", {"grid": [1, 2]}, compute, model=M(), text_sha256="t")
+    other = book.cached_result("demo", {"grid": [1, 3]}, compute, model=M(), text_sha256="t")
+    assert len(calls) == 2 and again.rows == first.rows and again.provenance.get("loaded_from_cache")
+    assert not other.provenance.get("loaded_from_cache")
+
+
+def test_book_helpers():
+    html = book.table(["a", "b"], [[1, "x<y"]], caption="cap").data
+    assert "<caption>cap</caption>" in html and html.count("<tr>") == 2
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(2, 1))
+    ax = fig.subplots()
+    ax.plot([1, 10, 100], [1, 2, 3])
+    ax.set_xscale("log")
+    book.plain_log(ax, nice=True)
+    data = book.png(fig, dpi=50)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    res = Result("r", [{"k": 1.0, "L": 2}, {"k": 3.0, "L": 2}, {"k": math.nan, "L": 4}])
+    assert book.head_mean(res, "k", L=2) == 2.0
+    assert np.isnan(book.head_mean(res, "k", L=4))
+
+    class Model:
+        name, causal, n_layers, n_heads, d_head, max_positions = "minilm", False, 6, 12, 32, 512
+
+    box = book.model_admonition(Model(), Result("x", [], {"text": "war_and_peace", "text_sha256": "ab" * 32,
+                                                          "window_tokens": 512})).data
+    assert "not with GPT-2" in box and "bidirectional" in box and "warning" in box
