@@ -15,7 +15,11 @@ SUBCOMMANDS = (info, figures, diagnose, bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="attnlab", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="attnlab", description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="the same from Python: attnlab.figures (the figure registry and claim rows), attnlab.normalization\n"
+        "(arXiv 2508.17821), attnlab.sample_complexity (arXiv 2512.10656), attnlab.tools (normalizers, compare,\n"
+        "diagnose, report), attnlab.benchmarks, attnlab.core (text, models, capture, result, cache)")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in SUBCOMMANDS:
         module.add_cli(sub)
