@@ -74,6 +74,19 @@ def _build_finished(app, exception) -> None:
     (static / "attnlab-build.json").write_text(json.dumps(info, indent=1) + "\n")
 
 
+def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
+    """Drop repeated scripts (an inline one has filename None or ''): jupyter-book registers sphinx-thebe's
+    configuration twice, and the second `const THEBE_JS_URL` is a JavaScript error on every page."""
+    seen, kept = set(), []
+    for script in context.get("script_files", []):
+        name = (script.filename or "") if hasattr(script, "filename") else str(script)
+        key = (name, tuple(sorted(getattr(script, "attributes", {}).items())))
+        if key not in seen:
+            seen.add(key)
+            kept.append(script)
+    context["script_files"] = kept
+
+
 def setup(app):
     # A Makefile's MPLBACKEND=Agg would reach the notebook kernels and stop the inline backend
     # from showing figures; kernels started by myst-nb inherit this process's environment.
@@ -81,4 +94,5 @@ def setup(app):
         del os.environ["MPLBACKEND"]
     app.connect("config-inited", _config_inited)
     app.connect("build-finished", _build_finished)
+    app.connect("html-page-context", _dedupe_scripts, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
