@@ -136,26 +136,28 @@ def head_mean(result: Result, key: str, **where) -> float:
         return float(np.nanmean(result.column(key, **where)))
 
 
-def model_admonition(model, result: Result):
-    """Which model and text produced the results below, and what that changes (an admonition box).
-    The one place a chapter names its model."""
+def model_admonition(model, result: Optional[Result] = None):
+    """Which model (and, given a Result, which text) produced the results below, and what that changes:
+    an admonition box, the one place a chapter names its model."""
     from IPython.display import HTML
 
-    p = result.provenance
-    text = (f"{p.get('text', 'text')} (sha256 {str(p.get('text_sha256'))[:12]}…), "
-            f"first {p.get('window_tokens')} tokens")
+    text = ""
+    if result is not None:
+        p = result.provenance
+        text = (f" on {p.get('text', 'text')} (sha256 {str(p.get('text_sha256'))[:12]}…), "
+                f"first {p.get('window_tokens')} tokens")
     arch = (f"{'causal' if model.causal else 'bidirectional'}, {model.n_layers} layers × {model.n_heads} heads "
             f"= {model.n_layers * model.n_heads} heads, head dimension {model.d_head}, "
             f"{model.max_positions} positions")
-    if model.causal and (model.n_layers, model.n_heads, model.d_head) == (12, 12, 64):
+    if is_paper_model(model):
         title, kind = f"Computed with {model.name}: the paper's model", "note"
-        body = (f"<p>The results below come from <code>{model.name}</code> ({arch}) on {text}. This is the "
+        body = (f"<p>The results come from <code>{model.name}</code> ({arch}){text}. This is the "
                 "architecture the paper used (GPT-2 124M), so its empirical statements can be compared directly; "
                 "what still differs is listed in the section <em>What differs</em>.</p>")
     else:
         title, kind = f"Computed with {model.name}, not with GPT-2", "warning"
-        body = (f"<p>GPT-2 was not available when this page was built, so the results below come from "
-                f"<code>{model.name}</code> ({arch}) on {text}. The paper used GPT-2 124M (causal, 12 × 12 = 144 "
+        body = (f"<p>GPT-2 was not available when this page was built, so the results come from "
+                f"<code>{model.name}</code> ({arch}){text}. The paper used GPT-2 124M (causal, 12 × 12 = 144 "
                 "heads, head dimension 64, 1024 positions).</p><p>What this changes: the longest window is "
                 f"{min(model.max_positions, 1024)} tokens instead of 1024; "
                 + ("every query row sees all the keys (no causal mask), so there are no short rows at the start "
@@ -163,3 +165,84 @@ def model_admonition(model, result: Result):
                 + "the heads are those of another model, trained for another task. The theorems must hold on any "
                 "model; the paper's numbers about GPT-2 need not carry over.</p>")
     return HTML(f'<div class="admonition {kind}"><p class="admonition-title">{title}</p>{body}</div>')
+
+
+def is_paper_model(model) -> bool:
+    """True for a GPT-2 124M-shaped causal model (12 layers x 12 heads of dimension 64)."""
+    return bool(model.causal) and (model.n_layers, model.n_heads, model.d_head) == (12, 12, 64)
+
+
+# chapter -> (title, page, the claim ids it checks, with a short label each)
+CHAPTER_CLAIMS = (
+    ("1", "Vanishing attention", "01_vanishing", {"p1-cor1": "every weight inside the Corollary 1 band (theorem)"}),
+    ("2", "Distance collapse", "02_distance_collapse", {
+        "p1-thm1-R": "Theorem 1 bound above the distance (reconstruction; theorem)",
+        "p1-thm1-B": "Theorem 1 bound as printed in a summary",
+        "p1-thm1-a": "reading (a) bound (theorem)",
+        "p1-fig2a-linear": "the distance grows about linearly in L (Fig. 2a)",
+        "p1-fig2b-plateau": "the distance plateaus for N ≥ 20 (Fig. 2b)"}),
+    ("3", "The 6% rule", "03_six_percent", {"p1-fig2c-critical": "critical N at most 6% of L (Fig. 2c)"}),
+    ("4", "Geometric separability", "04_separability", {
+        "p1-thm2-lower": "Theorem 2 lower bound (theorem)",
+        "p1-thm2-upper-R": "Theorem 2 upper bound (reconstruction)",
+        "p1-thm2-upper-B": "Theorem 2 upper bound as printed in a summary",
+        "p1-fig3-saturation": "N_s/N saturates in 70–85% (Fig. 3)"}),
+    ("5", "Gradient sensitivity", "05_gradients", {
+        "p1-cor3-exact": "g ≤ 1/(2T), the exact bound (theorem)",
+        "p1-cor3-paper": "g ≤ min{1/(4T), √2} as printed",
+        "p1-fig4-slope": "g follows 1/T below T = 0.1 (Fig. 4)",
+        "p1-fig4-drop": "g drops 100× from T = 0.01 to T ≥ 1",
+        "p1-fig4-eps": "smaller ε, larger g below T = 0.1"}),
+    ("6", "What holds", "06_what_holds", {}),
+    ("7", "Beyond softmax", "07_beyond_softmax", {}),
+    ("8", "Diagnose your model", "08_diagnose", {}),
+    ("9", "Attention on infinitely many tokens", "09_infinite_tokens", {
+        "tsc-uniform-rate": "the map converges like C(R)/√n",
+        "tsc-uniform-constant": "C(R) grows with R",
+        "tsc-moments-beta": "moment errors decay at n^-β, β(H) < 1/2",
+        "tsc-hardmax": "near the hardmax: slower than any power law"}),
+    ("10", "Real tokens", "10_real_tokens", {"tsc-real-beta": "per-layer β on a real encoder"}),
+)
+CHAPTER_NOTES = {"6": "every claim above in one table, with the caveats", "7": "other normalizers swapped into the "
+                 "model (no claim of the papers)", "8": "the same measurements on any model"}
+
+
+def chapter_map(rows: Sequence[dict]):
+    """HTML table: chapter, the claims it checks, and each claim's verdict from the claim rows."""
+    verdicts = {r["id"]: r["verdict"] for r in rows}
+    out = []
+    for number, title, page, labels in CHAPTER_CLAIMS:
+        link = f'<a href="{page}.html">{number}. {title}</a>'
+        if not labels:
+            out.append([link, CHAPTER_NOTES.get(number, ""), ""])
+        for i, (cid, label) in enumerate(labels.items()):
+            out.append([link if i == 0 else "", label, f"<b>{verdicts.get(cid, 'not computed')}</b>"])
+    return table(["chapter", "claim", "verdict on this build"], out)
+
+
+def verdict_summary(rows: Sequence[dict]):
+    """HTML: the claims of the chapter map grouped by verdict (holds / does not hold / not applicable)."""
+    from IPython.display import HTML
+
+    verdicts = {r["id"]: r["verdict"] for r in rows}
+    groups: dict[str, list[str]] = {}
+    for number, _, page, labels in CHAPTER_CLAIMS:
+        for cid, label in labels.items():
+            groups.setdefault(verdicts.get(cid, "not computed"), []).append(
+                f'<li>{label} (<a href="{page}.html">chapter {number}</a>)</li>')
+    parts = [f"<p><b>{v}</b> ({len(items)})</p><ul>{''.join(items)}</ul>"
+             for v in ("holds", "does not hold", "not applicable", "not computed") if (items := groups.get(v))]
+    return HTML("".join(parts))
+
+
+def claims(inp: Optional[Inputs] = None) -> list[dict]:
+    """Every claim row of both papers on this build's model (the table `attnlab check` prints), from
+    the cached figure Results (computed once for every chapter)."""
+    from attnlab.figures import CLAIMS, PAPERS, figure_ids
+
+    inp = inp or inputs()
+    rows: list[dict] = []
+    for paper in PAPERS:
+        results = figure_results(figure_ids(paper), inp)
+        rows += CLAIMS[paper]({FIGURES[i].claim_key: r for i, r in results.items()})
+    return rows

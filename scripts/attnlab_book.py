@@ -51,6 +51,9 @@ def _config_inited(app, config) -> None:
     note = f"Figures computed with ATTNLAB_MODEL=<code>{model}</code> on <code>{device}</code>."
     options["extra_footer"] = (options.get("extra_footer") or "") + f"<p>{note}</p>"
     config.html_theme_options = options
+    # {{ repository }} in the pages: the repository set once in _config.yml
+    repo = options.get("repository_url") or ""
+    config.myst_substitutions = {**(config.myst_substitutions or {}), "repository": repo}
 
 
 def _build_finished(app, exception) -> None:
