@@ -68,8 +68,9 @@ import ipywidgets as widgets
 
 Frame = Union[bytes, "matplotlib.figure.Figure"]  # noqa: F821
 
-#: dpi used to render frames; 72 dpi keeps a 5 x 3 inch figure near 20-40 KB.
-FRAME_DPI = 72
+#: dpi used to render frames and figures: at 100 dpi a figure is shown at its own size on the page
+#: (1 inch = 100 px), so its text is as large as it was drawn (never scaled down by the browser).
+FRAME_DPI = 100
 #: warn when one slider's frames weigh more than this (bytes, before base64).
 FRAME_BUDGET = 600_000
 #: CSS classes of the boxes on the page; the browser test finds kernel-free sliders by the first.
@@ -136,28 +137,86 @@ def _check_budget(pngs: Sequence[bytes], description: str) -> None:
         )
 
 
-class SliderBox(widgets.VBox):
-    """A VBox that also offers a PNG of its first frame, so GitHub, nbconvert and PDF builds, which
-    cannot run widgets, still show a figure. The book's HTML shows the live widget."""
+def _data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
-    def __init__(self, children, fallback_png: bytes | None = None, **kwargs):
+
+def _img_tag(png: bytes, alt: str, cls: str = "attnlab-figure") -> str:
+    """<img> at the PNG's own pixel size (width/height attributes: no layout shift, no upscaling)."""
+    import struct
+    from html import escape
+
+    w, h = struct.unpack(">II", png[16:24]) if png[:8] == b"\x89PNG\r\n\x1a\n" else (0, 0)
+    size = f' width="{w}" height="{h}"' if w else ""
+    return f'<img class="{cls}" src="{_data_uri(png)}" alt="{escape(alt, quote=True)}"{size}>'
+
+
+# The kernel-free slider of the static site: plain HTML range inputs and a few lines of JavaScript,
+# no widget library (the page loads no ipywidgets bundle). Frames are data URIs in a JSON block.
+_SLIDER_JS = """<script>(function () {
+  var box = document.currentScript.parentElement;
+  var data = JSON.parse(box.querySelector('script[type="application/json"]').textContent);
+  var img = box.querySelector("img"), inputs = box.querySelectorAll("input"), outs = box.querySelectorAll("output");
+  data.frames[0] = img.src;
+  function show() {
+    var at = 0;
+    inputs.forEach(function (input, k) {
+      var v = +input.value; outs[k].textContent = data.labels[k][v];
+      at = at * data.labels[k].length + v;
+    });
+    img.src = data.frames[at]; img.alt = data.alts[at];
+  }
+  inputs.forEach(function (input) { input.addEventListener("input", show); });
+})();</script>"""
+
+
+def slider_html(pngs: Sequence[bytes], labels: Sequence[Sequence[str]], descriptions: Sequence[str],
+                alt: str) -> str:
+    """Self-contained HTML of a kernel-free slider: one range input per axis, frames in row-major
+    order (``pngs[i * len(labels[1]) + j]`` for two axes), readouts, alt text per frame."""
+    import itertools
+    import json
+    from html import escape
+
+    alts = [alt + " (" + ", ".join(f"{d} = {v}" for d, v in zip(descriptions, combo)) + ")"
+            for combo in itertools.product(*labels)]
+    rows = "".join(
+        f'<label class="attnlab-control">{escape(d)} <input type="range" min="0" max="{len(ls) - 1}" step="1" '
+        f'value="0" aria-label="{escape(d, quote=True)}"> <output>{escape(ls[0])}</output></label>'
+        for d, ls in zip(descriptions, labels))
+    payload = json.dumps({"labels": [list(ls) for ls in labels], "alts": alts,
+                          "frames": [None] + [_data_uri(p) for p in pngs[1:]]}).replace("</", "<\\/")
+    return (f'<div class="{KERNEL_FREE_CLASS}">{rows}<div>{_img_tag(pngs[0], alts[0])}</div>'
+            f'<script type="application/json">{payload}</script>{_SLIDER_JS}</div>')
+
+
+class SliderBox(widgets.VBox):
+    """A VBox (the slider in Jupyter and Colab) that also offers ``text/html``, what the static site
+    shows with no widget library: for kernel-free sliders the same slider in plain HTML, for live
+    sliders the first figure and a note that it moves only with a running kernel; and ``image/png``
+    for GitHub, nbconvert and PDF builds."""
+
+    def __init__(self, children, fallback_png: bytes | None = None, html: str | None = None, **kwargs):
         super().__init__(children, **kwargs)
         self._fallback_png = fallback_png
+        self._html = html
 
     def _repr_mimebundle_(self, **kwargs):
         data = super()._repr_mimebundle_(**kwargs)
         if data is not None and self._fallback_png:
             data["image/png"] = base64.b64encode(self._fallback_png).decode("ascii")
+        if data is not None and self._html:
+            data["text/html"] = self._html
         return data
 
 
 def frame_slider(frames: Sequence[Frame], values: Sequence[Any], description: str, *,
-                 readout_format: str | None = None, dpi: int = FRAME_DPI) -> SliderBox:
+                 readout_format: str | None = None, dpi: int = FRAME_DPI, alt: str = "") -> SliderBox:
     """Kernel-free slider over precomputed frames: ``frames[i]`` is shown at ``values[i]``.
 
     The slider and an ``ipywidgets.Stack`` of ``Image`` frames are joined by a ``jslink`` in the
     browser, so the static site needs no kernel. ``readout_format`` formats the values for the
-    readout (``".2f"``, ``"d"``, ...)."""
+    readout (``".2f"``, ``"d"``, ...); ``alt`` describes the figure (the value is appended)."""
     if len(frames) != len(values):
         raise ValueError(f"{description}: {len(frames)} frames for {len(values)} values")
     pngs = [fig_to_png(f, dpi) for f in frames]
@@ -165,12 +224,14 @@ def frame_slider(frames: Sequence[Frame], values: Sequence[Any], description: st
     slider = _slider(values, description, readout_format)
     stack = widgets.Stack([_image(p) for p in pngs], selected_index=0)
     widgets.jslink((slider, "index"), (stack, "selected_index"))
-    return SliderBox([slider, stack], fallback_png=pngs[0]).add_class(KERNEL_FREE_CLASS)
+    labels = [_labels(values, readout_format, description)]
+    html = slider_html(pngs, labels, [_plain(description)], alt or f"Figure for each {_plain(description)}")
+    return SliderBox([slider, stack], fallback_png=pngs[0], html=html).add_class(KERNEL_FREE_CLASS)
 
 
 def frame_slider_2d(frames: Sequence[Sequence[Frame]], values1: Sequence[Any], values2: Sequence[Any],
                     description1: str, description2: str, *, readout_format1: str | None = None,
-                    readout_format2: str | None = None, dpi: int = FRAME_DPI) -> SliderBox:
+                    readout_format2: str | None = None, dpi: int = FRAME_DPI, alt: str = "") -> SliderBox:
     """Two kernel-free sliders over a grid of frames: ``frames[i][j]`` is shown at
     (``values1[i]``, ``values2[j]``). One inner Stack per ``values1[i]`` inside an outer Stack; the
     first slider picks the inner Stack, the second is jslinked to every inner Stack."""
@@ -186,10 +247,15 @@ def frame_slider_2d(frames: Sequence[Sequence[Frame]], values1: Sequence[Any], v
     widgets.jslink((slider1, "index"), (outer, "selected_index"))
     for stack in inner:
         widgets.jslink((slider2, "index"), (stack, "selected_index"))
-    return SliderBox([slider1, slider2, outer], fallback_png=pngs[0][0]).add_class(KERNEL_FREE_CLASS)
+    labels = [_labels(values1, readout_format1, description1), _labels(values2, readout_format2, description2)]
+    names = [_plain(description1), _plain(description2)]
+    html = slider_html([p for row in pngs for p in row], labels, names,
+                       alt or f"Figure for each {names[0]} and {names[1]}")
+    return SliderBox([slider1, slider2, outer], fallback_png=pngs[0][0], html=html).add_class(KERNEL_FREE_CLASS)
 
 
-def live_slider(update_fn: Callable[..., Any], *, dpi: int = FRAME_DPI, **slider_specs: Any) -> SliderBox:
+def live_slider(update_fn: Callable[..., Any], *, dpi: int = FRAME_DPI, alt: str = "",
+                **slider_specs: Any) -> SliderBox:
     """Kernel sliders: ``update_fn(**values)`` returns a matplotlib Figure (or PNG bytes), redrawn
     into an Image whenever a slider is released. Specs are ``interact`` abbreviations
     (``L=(64, 1024, 64)``, ``T=[0.5, 1, 2]``) or widgets. ``update_fn`` must be cheap."""
@@ -214,16 +280,38 @@ def live_slider(update_fn: Callable[..., Any], *, dpi: int = FRAME_DPI, **slider
     for w in controls.values():
         w.observe(redraw, names="value")
     redraw()
-    box = SliderBox([widgets.HBox(list(controls.values())), image, note], fallback_png=bytes(image.value))
+    first = ", ".join(f"{k} = {w.value}" for k, w in controls.items())
+    html = (f'<div class="{LIVE_CLASS}">{_img_tag(bytes(image.value), (alt or "Live figure") + f" ({first})")}'
+            f"<p><small>A live slider ({', '.join(controls)}) drives this figure when you run this chapter "
+            f"(Colab, Binder or Jupyter: the buttons at the top); here it shows {first}.</small></p></div>")
+    box = SliderBox([widgets.HBox(list(controls.values())), image, note], fallback_png=bytes(image.value),
+                    html=html)
     return box.add_class(LIVE_CLASS)
 
 
-def static_figure(fig: Any, dpi: int = 100):
-    """A plain PNG of ``fig`` (closed), for print and readers without JavaScript. Use it as the
-    last line of a cell or inside ``display(...)``."""
-    from IPython.display import Image
+class StaticFigure:
+    """A PNG with alt text: ``image/png`` for Jupyter, print and GitHub; ``text/html`` (an <img> at its
+    own size, with the alt text) for the site."""
 
-    return Image(data=fig_to_png(fig, dpi), format="png")
+    def __init__(self, png: bytes, alt: str):
+        self.data, self.alt = png, alt
+
+    def _repr_mimebundle_(self, **kwargs):
+        return {"image/png": base64.b64encode(self.data).decode("ascii"), "text/html": _img_tag(self.data, self.alt)}
+
+
+def static_figure(fig: Any, dpi: int = FRAME_DPI, alt: str = "") -> StaticFigure:
+    """A PNG of ``fig`` (closed) with alt text (default: the figure's titles), for the site, print and
+    readers without JavaScript. Use it as the last line of a cell or inside ``display(...)``."""
+    if not alt and not isinstance(fig, (bytes, bytearray)):
+        title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else ""
+        alt = title or "; ".join(a.get_title() for a in fig.axes if a.get_title())
+    return StaticFigure(fig_to_png(fig, dpi), " ".join((alt or "Figure").split()))
+
+
+def _plain(description: str) -> str:
+    """A slider description without its LaTeX delimiters: "\\(L\\)" -> "L"."""
+    return description.replace("\\(", "").replace("\\)", "").replace("\\", "")
 
 
 def model_note(model: Any, device: str | None = None):

@@ -56,10 +56,27 @@ def _config_inited(app, config) -> None:
     config.myst_substitutions = {**(config.myst_substitutions or {}), "repository": repo}
 
 
+# The theme's template loads Font Awesome twice, as CSS + web fonts (what draws the icons) and as a
+# 1.5 MB JavaScript that redraws them as SVG, and preloads three fonts whether a page uses them or not.
+_HEAVY = re.compile(r'\s*<script src="[^"]*/fontawesome/[^"]*/js/all\.min\.js[^"]*"></script>'
+                    r'|\s*<link rel="preload" as="font" type="font/woff2" crossorigin '
+                    r'href="[^"]*/fontawesome/[^"]*" />')
+
+
+def _lighten(page: Path) -> None:
+    """Drop Font Awesome's JavaScript and font preloads from a built page (the CSS still draws the icons)."""
+    text = page.read_text(encoding="utf-8")
+    light = _HEAVY.sub("", text)
+    if light != text:
+        page.write_text(light, encoding="utf-8")
+
+
 def _build_finished(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
     outdir = Path(app.outdir)
+    for page in outdir.rglob("*.html"):
+        _lighten(page)
     pages = {}
     for page in sorted(outdir.rglob("*.html")):
         found = sorted(set(_TAG.findall(page.read_text(encoding="utf-8", errors="replace"))))
@@ -79,9 +96,12 @@ def _build_finished(app, exception) -> None:
 
 def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:
     """Drop repeated scripts (an inline one has filename None or ''): jupyter-book registers sphinx-thebe's
-    configuration twice, and the second `const THEBE_JS_URL` is a JavaScript error on every page."""
+    configuration twice, and the second `const THEBE_JS_URL` is a JavaScript error on every page. Drop
+    the saved ipywidgets state too: the site shows attnlab's own HTML sliders."""
     seen, kept = set(), []
     for script in context.get("script_files", []):
+        if getattr(script, "attributes", {}).get("type") == "application/vnd.jupyter.widget-state+json":
+            continue            # saved widget state: the site shows attnlab's HTML sliders instead
         name = (script.filename or "") if hasattr(script, "filename") else str(script)
         key = (name, tuple(sorted(getattr(script, "attributes", {}).items())))
         if key not in seen:

@@ -71,6 +71,38 @@ def server(site):
     httpd.server_close()
 
 
+class _GzipHandler(_QuietHandler):
+    """Serves text files gzip-compressed, as a static host (GitHub Pages, Netlify, nginx) does."""
+
+    TEXT = {".html", ".js", ".css", ".json", ".svg", ".txt", ".map"}
+
+    def send_head(self):
+        path = Path(self.translate_path(self.path))
+        if path.suffix not in self.TEXT or "gzip" not in self.headers.get("Accept-Encoding", "") or not path.is_file():
+            return super().send_head()
+        import gzip
+        import io
+
+        body = gzip.compress(path.read_bytes(), 6)
+        self.send_response(200)
+        self.send_header("Content-Type", self.guess_type(str(path)))
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        return io.BytesIO(body)
+
+
+@pytest.fixture(scope="session")
+def gzip_server(site):
+    """The built site over HTTP on 127.0.0.1 with gzip, as a static host serves it."""
+    handler = functools.partial(_GzipHandler, directory=str(site))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
 @pytest.fixture(scope="session")
 def browser():
     from playwright.sync_api import sync_playwright
