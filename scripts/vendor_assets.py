@@ -3,10 +3,8 @@
 
 Run `npm ci` first (the Makefile's `vendor` target does both). Sphinx copies book/_assets/vendor/
 into _build/html/_static/ (html_static_path in _config.yml), so pages load:
-  _static/attnlab/require.js                 require.js (AMD loader used by embed-amd.js)
-  _static/attnlab/widgets_setup.js           require.js path for the Font Awesome files + MathJax 2 shim
-  _static/attnlab/widgets/embed-amd.js       @jupyter-widgets/html-manager (renders saved widget state)
   _static/attnlab/mathjax/tex-mml-chtml.js   MathJax 3 (+ the components it loads on demand)
+Sliders need no library: attnlab.widgets writes them as plain HTML with a few lines of JavaScript.
 The folder is not named _static (jupyter-book 1.x would inject every .js under it into every page),
 and everything sits under attnlab/ so nothing mixes with the theme's own _static/vendor/.
 Standard library only.
@@ -23,8 +21,7 @@ NODE = ROOT / "node_modules"
 DEST = ROOT / "book" / "_assets" / "vendor" / "attnlab"
 
 # package -> version pinned in package.json (checked, so a stale node_modules is caught)
-PINS = {"@jupyter-widgets/html-manager": "1.0.15", "requirejs": "2.3.8", "mathjax": "3.2.2"}
-FONT_SUFFIXES = {".woff2", ".woff", ".ttf", ".eot", ".svg"}
+PINS = {"mathjax": "3.2.2"}
 MATHJAX_PARTS = ["tex-mml-chtml.js", "input", "output", "ui", "a11y", "sre", "adaptors"]
 
 
@@ -52,17 +49,6 @@ def main() -> int:
     if DEST.parent.exists():
         shutil.rmtree(DEST.parent)
     DEST.mkdir(parents=True)
-
-    _copy(NODE / "requirejs" / "require.js", DEST / "require.js")
-    _copy(ROOT / "scripts" / "widgets_setup.js", DEST / "widgets_setup.js")
-
-    manager = NODE / "@jupyter-widgets" / "html-manager"
-    _copy(manager / "dist" / "embed-amd.js", DEST / "widgets" / "embed-amd.js")
-    for font in (manager / "dist").iterdir():
-        if font.suffix in FONT_SUFFIXES:
-            _copy(font, DEST / "widgets" / font.name)
-    # Licenses: require.js carries its own header; the widget bundle's are in embed.js.LICENSE.txt.
-    _copy(manager / "dist" / "embed.js.LICENSE.txt", DEST / "licenses" / "html-manager-LICENSE.txt")
 
     mathjax = NODE / "mathjax"
     for part in MATHJAX_PARTS:

@@ -16,8 +16,7 @@ KERNEL_FREE = ".attnlab-frames"  # attnlab.widgets.KERNEL_FREE_CLASS
 # Console errors that are allowed, matched precisely: (kind, regular expression on the text, regular
 # expression on the source URL or ""). None: the site's own fixes (scripts/attnlab_book.py drops the
 # duplicated thebe script; _config.yml sets a theme mode and a favicon) leave no error on any page.
-# Console warnings are not failures (embed-amd.js logs ajv "strict mode: use allowUnionTypes ..."
-# twice per widget page), except this project's own ("attnlab: ..." from widgets_setup.js).
+# Console warnings are not failures, except this project's own ("attnlab: ...").
 ALLOWED: list[tuple[str, str, str]] = []
 PHONE = {"width": 390, "height": 844}
 PAGE_BUDGET = 1_500_000      # bytes transferred per page (gzip, as a static host serves it)
