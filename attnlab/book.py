@@ -111,15 +111,15 @@ def png(fig, dpi: int = 72, colors: int = 64) -> bytes:
     return out.getvalue()
 
 
-def plain_log(*axes, nice: bool = False) -> None:
+def plain_log(*axes, nice: bool | str = False) -> None:
     """Log axes with plain tick labels and no minor-tick labels (mathtext labels make every redraw
-    slow); `nice`: 1-2-5 major ticks, for short ranges."""
+    slow); `nice`: 1-2-5 major ticks, for short ranges (True: both axes, "x" or "y": one)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     for ax in axes:
-        for axis in (ax.xaxis, ax.yaxis):
+        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
             if axis.get_scale() == "log":
-                if nice:
+                if nice is True or nice == name:
                     axis.set_major_locator(LogLocator(subs=(1, 2, 5)))
                 axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
                 axis.set_minor_formatter(NullFormatter())
@@ -164,7 +164,10 @@ def model_admonition(model, result: Optional[Result] = None):
                    "of the window; " if not model.causal else "")
                 + "the heads are those of another model, trained for another task. The theorems must hold on any "
                 "model; the paper's numbers about GPT-2 need not carry over.</p>")
-    return HTML(f'<div class="admonition {kind}"><p class="admonition-title">{title}</p>{body}</div>')
+    from html import escape
+
+    tag = f' data-attnlab-model="{escape(model.name, quote=True)}"'         # `make book` reports it
+    return HTML(f'<div class="admonition {kind}"{tag}><p class="admonition-title">{title}</p>{body}</div>')
 
 
 def is_paper_model(model) -> bool:

@@ -44,17 +44,17 @@ Static figure (print/PDF, readers without JavaScript): ``static_figure(fig)`` as
 cell or in ``display(...)``. Figures left open after ``plt.subplots`` are shown by the inline backend
 as usual.
 
-Checked numbers: make ``# NBVAL_CHECK_OUTPUT`` the first line of a cell whose output is small and
-deterministic (``print(f"{x:.3f}")``, a verdict, a short table). ``make nbval`` (``pytest
---nbval-lax book/``) re-runs every chapter and compares only those cells with their stored outputs.
+Checked numbers: tag a cell ``nbval-check-output`` (cell metadata; nbval's own tag) when its output is
+small and deterministic (``print(f"{x:.3f}")``, a verdict, a short table). ``make test`` compares those cells
+with the outputs of its book build (scripts/check_outputs.py); ``make nbval`` re-runs the chapters.
 They are compared on the CPU CI (ATTNLAB_MODEL=minilm) *and* on the GPU job (GPT-2), so check what
 holds on both models (bounds, synthetic checks, verdicts, coarse roundings); print model-specific
 numbers in unchecked cells.
 
 Committing: notebooks are committed WITH outputs (nbval compares against them) and must stay small
 (< 1 MB each; the repository's hook rejects files > 3 MB). Refresh them with ``make notebooks
-MODEL=minilm`` (scripts/execute_notebooks.sh: executes in place from ``book/``, storing outputs and
-widget state); one chapter: ``scripts/execute_notebooks.sh book/NN_name.ipynb``. Then list the
+MODEL=minilm`` (scripts/execute_notebooks.sh: executes in place from ``book/``, storing outputs);
+one chapter: ``scripts/execute_notebooks.sh book/NN_name.ipynb``. Then list the
 chapter in ``_toc.yml`` (``- file: book/NN_name``) or it is not built (the browser test fails).
 """
 from __future__ import annotations

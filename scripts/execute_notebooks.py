@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Execute book notebooks in place, from book/ (as jupyter-book and nbval run them), so that their
-stored outputs (what nbval compares) and widget state (what the static site shows) are refreshed.
+stored outputs (what the checks compare) are refreshed. No widget state is stored: the site shows the
+sliders' own HTML (attnlab.widgets), and a reader's Jupyter redraws the widgets when it runs the chapter.
 
     python scripts/execute_notebooks.py               # every book/*.ipynb
     python scripts/execute_notebooks.py book/03_six_percent.ipynb
@@ -26,8 +27,9 @@ def execute(path: Path) -> None:
     start = time.time()
     NotebookClient(
         nb, timeout=1800, kernel_name="python3", allow_errors=False, record_timing=False,
-        store_widget_state=True, resources={"metadata": {"path": str(path.parent)}},
+        store_widget_state=False, resources={"metadata": {"path": str(path.parent)}},
     ).execute()
+    nb.metadata.pop("widgets", None)      # no saved widget state (see the docstring)
     nbformat.write(nb, path)
     size = path.stat().st_size
     print(f"{path.relative_to(BOOK.parent)}: {time.time() - start:.1f} s, {size / 1e3:.0f} KB"

@@ -107,7 +107,7 @@ def _claims_thm1(results) -> list[dict]:
         (
             "p1-thm1-B",
             "holds_B",
-            "Theorem 1 bound, [B] brief reading, above the true d~ (reading b) in every row",
+            "Theorem 1 bound, [B] published-summary reading, above the true d~ (reading b) in every row",
             "[B] is not proof-level for N > 1 (drops a within-selected spread term)",
         ),
         (
