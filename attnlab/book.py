@@ -22,8 +22,15 @@ from attnlab.figures import FIGURES, Inputs, compute_figures
 
 @lru_cache(maxsize=4)
 def inputs(model: Optional[str] = None, device: Optional[str] = None) -> Inputs:
-    """The chapters' inputs: model and device from ATTNLAB_MODEL / ATTNLAB_DEVICE (defaults auto, cpu)."""
-    return Inputs(model or os.environ.get("ATTNLAB_MODEL", "auto"), device or os.environ.get("ATTNLAB_DEVICE", "cpu"))
+    """The chapters' inputs: model and device from ATTNLAB_MODEL / ATTNLAB_DEVICE (defaults auto, cpu), the
+    model loaded now (the fallback warning of "auto" goes to the chapter's admonition, not to the page)."""
+    import warnings
+
+    inp = Inputs(model or os.environ.get("ATTNLAB_MODEL", "auto"), device or os.environ.get("ATTNLAB_DEVICE", "cpu"))
+    with warnings.catch_warnings():      # the chapter's admonition says which model ran, and why
+        warnings.filterwarnings("ignore", message="model 'auto': GPT-2 is not available")
+        inp.model
+    return inp
 
 
 def _key(fig_id: str, inp: Inputs, quick: bool) -> dict:

@@ -181,8 +181,10 @@ def slider_html(pngs: Sequence[bytes], labels: Sequence[Sequence[str]], descript
     alts = [alt + " (" + ", ".join(f"{d} = {v}" for d, v in zip(descriptions, combo)) + ")"
             for combo in itertools.product(*labels)]
     rows = "".join(
-        f'<label class="attnlab-control">{escape(d)} <input type="range" min="0" max="{len(ls) - 1}" step="1" '
-        f'value="0" aria-label="{escape(d, quote=True)}"> <output>{escape(ls[0])}</output></label>'
+        f'<label class="attnlab-control" style="display:flex;align-items:center;gap:0.6em;margin:0.2em 0">'
+        f'<span style="min-width:4em">{escape(d)}</span><input type="range" min="0" max="{len(ls) - 1}" step="1" '
+        f'value="0" aria-label="{escape(d, quote=True)}" style="flex:0 1 18em;min-width:6em">'
+        f'<output style="min-width:3em">{escape(ls[0])}</output></label>'
         for d, ls in zip(descriptions, labels))
     payload = json.dumps({"labels": [list(ls) for ls in labels], "alts": alts,
                           "frames": [None] + [_data_uri(p) for p in pngs[1:]]}).replace("</", "<\\/")

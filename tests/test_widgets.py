@@ -135,3 +135,27 @@ def test_static_figure_and_model_note():
 
     html = aw.model_note(Model())._repr_html_()
     assert 'data-attnlab-model="minilm"' in html and "<code>cpu</code>" in html
+
+
+def test_static_site_html_of_sliders_and_figures():
+    """What the site shows (text/html): a kernel-free slider as range inputs over data-URI frames with
+    alt text per frame; a live slider as its figure and how to run it; a figure with alt text."""
+    import json
+    import re
+
+    pngs = [aw.fig_to_png(_fig(t)) for t in (1, 2, 3)]
+    html = aw.slider_html(pngs, [["a", "b", "c"]], ["T"], "demo")
+    assert html.count('type="range"') == 1 and 'max="2"' in html and html.count("data:image/png") == 3
+    payload = json.loads(re.search(r'<script type="application/json">(.*?)</script>', html).group(1))
+    assert payload["alts"] == ["demo (T = a)", "demo (T = b)", "demo (T = c)"] and payload["frames"][0] is None
+    bundle = aw.frame_slider(pngs, [1, 2, 3], r"\(T\)")._repr_mimebundle_()
+    assert aw.KERNEL_FREE_CLASS in bundle["text/html"] and "image/png" in bundle
+    assert 'aria-label="T"' in bundle["text/html"]                     # LaTeX delimiters dropped
+    grid = aw.frame_slider_2d([pngs[:2], pngs[1:]], [1, 2], ["x", "y"], "L", "N")._repr_mimebundle_()
+    assert grid["text/html"].count('type="range"') == 2
+    live = aw.live_slider(lambda T: _fig(T), T=(0.5, 2.0, 0.5))._repr_mimebundle_()["text/html"]
+    assert "run this chapter" in live and "<input" not in live and aw.LIVE_CLASS in live
+    fig = _fig(1.0)
+    fig.suptitle("a title")
+    page = aw.static_figure(fig)._repr_mimebundle_()
+    assert 'alt="a title"' in page["text/html"] and page["image/png"]

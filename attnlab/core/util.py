@@ -51,11 +51,28 @@ def with_threads(fn: Callable) -> Callable:
     return wrapper
 
 
-def figure_row(ncols: int, width: float, height: float):
-    """(Figure, axes [ncols]): one row of axes, `width` x `height` inches each, constrained layout,
-    no pyplot state (works under Agg, in notebooks and in the CLI)."""
+#: widest figure (inches) the book's column shows at its own size at 100 dpi (688 px on a 1280 px screen)
+MAX_FIGURE_WIDTH = 6.8
+
+
+def figure_grid(n: int, width: float, height: float, *, max_width: float = MAX_FIGURE_WIDTH, **subplots):
+    """(Figure, axes [n]): n panels of `width` x `height` inches, as many per row as fit in `max_width`
+    (one row if they all fit, else stacked), constrained layout, no pyplot state (works under Agg, in
+    notebooks and in the CLI). A panel wider than `max_width` is narrowed to it."""
+    import math
+
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width * ncols, height), layout="constrained")
-    axes = fig.subplots(1, ncols, squeeze=False)[0]
-    return fig, axes
+    width = min(width, max_width)
+    cols = max(1, min(n, int(max_width // width)))
+    rows = math.ceil(n / cols)
+    fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
+    axes = list(fig.subplots(rows, cols, squeeze=False, **subplots).flat)
+    for ax in axes[n:]:
+        fig.delaxes(ax)
+    return fig, axes[:n]
+
+
+def figure_row(ncols: int, width: float, height: float):
+    """`figure_grid` of ncols panels: one row when it fits the book's column, else stacked."""
+    return figure_grid(ncols, width, height)

@@ -159,7 +159,7 @@ def plot_fig2c(result: Result, frac: float = CRITICAL_FRAC):
 
 def plot_fig3(result: Result, band: tuple = SEPARABILITY_BAND):
     """Box plots over heads of N_s/N against N, with the Theorem-2 bounds (head means)."""
-    fig, (ax,) = _figure(1, 7.0)
+    fig, (ax,) = _figure(1, 6.8)
     ns = sorted(result.unique("N"))
     data = []
     for n in ns:

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from attnlab.core.result import Result
+from attnlab.core.util import figure_grid
 from attnlab.tools.diagnose import HEAT_METRICS, REPORT_NAME
 
 # ------------------------------------------------------------------------------------------- views
@@ -94,15 +95,12 @@ def _png_data_uri(fig) -> str:
 def heatmap_figure(result: Result, L: Optional[int] = None):
     """matplotlib Figure: layer x head heat maps of the HEAT_METRICS at L (default: the flag length);
     flagged heads are marked x."""
-    from matplotlib.figure import Figure
-
     L = L or flag_length(result)
     low = _grid(result, "flag_low_separability", L)
     uni = _grid(result, "flag_near_uniform", L)
     n_layers, n_heads = low.shape
-    fig = Figure(figsize=(3.2 * len(HEAT_METRICS), 0.9 + 0.28 * max(n_layers, 3)))
-    axes = fig.subplots(1, len(HEAT_METRICS))
-    for ax, (key, title) in zip(np.atleast_1d(axes), HEAT_METRICS):
+    fig, axes = figure_grid(len(HEAT_METRICS), 3.3, 1.1 + 0.28 * max(n_layers, 3))
+    for ax, (key, title) in zip(axes, HEAT_METRICS):
         grid = _grid(result, key, L)
         im = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest")
         fig.colorbar(im, ax=ax, fraction=0.05)
@@ -114,11 +112,8 @@ def heatmap_figure(result: Result, L: Optional[int] = None):
         ax.set_xlabel("head", fontsize=8)
         ax.set_ylabel("layer", fontsize=8)
         ax.tick_params(labelsize=7)
-    fig.suptitle(
-        f"{result.provenance.get('model')}, L = {L}   (red x: N_s/N below threshold; white o: entropy near log L)",
-        fontsize=10,
-    )
-    fig.tight_layout()
+    fig.suptitle(f"{result.provenance.get('model')}, L = {L}\n(red x: N_s/N below threshold; white o: entropy near "
+                 "log L)", fontsize=10)
     return fig
 
 
@@ -126,11 +121,9 @@ def curves_figure(result: Result):
     """matplotlib Figure: entropy / log L and max weight of every head against L (one line per head,
     coloured by layer), with the entropy threshold."""
     from matplotlib import colormaps
-    from matplotlib.figure import Figure
 
     lengths = sorted({r["L"] for r in result.select(kind="head")})
-    fig = Figure(figsize=(9, 3.2))
-    axes = fig.subplots(1, 2)
+    fig, axes = figure_grid(2, 4.5, 3.2)
     grids = {L: {k: _grid(result, k, L) for k in ("entropy_norm", "max_weight")} for L in lengths}
     n_layers, n_heads = grids[lengths[0]]["max_weight"].shape
     cmap = colormaps["viridis"]
@@ -153,8 +146,7 @@ def curves_figure(result: Result):
     if thr is not None:
         axes[0].axhline(thr, color="red", ls="--", lw=1, label="flag threshold")
     axes[1].set_yscale("log")
-    axes[0].legend(fontsize=6, ncol=2)
-    fig.tight_layout()
+    axes[0].legend(fontsize=7, ncol=2)
     return fig
 
 
@@ -338,12 +330,9 @@ def _values(result: Result, key: str, **where) -> np.ndarray:
 def comparison_figure(result: Result, L: int, keys: Optional[Sequence[str]] = None):
     """Bars per normalizer at length L for `keys` (default: max weight, entropy / log L, N_s/N, cost);
     axis limits are shared by every L, so frames of a slider over L compare."""
-    from matplotlib.figure import Figure
-
     keys = list(keys or ("max_weight", "entropy_norm", "ns_frac", cost_key(result)))
     names = result.unique("normalizer")
-    fig = Figure(figsize=(2.1 * len(keys) + 1.6, 0.32 * len(names) + 1.0), layout="constrained")
-    axes = fig.subplots(1, len(keys), sharey=True)
+    fig, axes = figure_grid(len(keys), 3.4, 0.32 * len(names) + 1.0)
     colors = [f"C{i}" for i in range(len(names))]
     for ax, key in zip(np.atleast_1d(axes), keys):
         allv = _values(result, key)
@@ -360,8 +349,9 @@ def comparison_figure(result: Result, L: int, keys: Optional[Sequence[str]] = No
         ax.set_xlim(lo, hi * 1.05 if hi > 0 else 1)
         ax.set_title(LABELS.get(key, key), fontsize=9)
         ax.tick_params(labelsize=7)
-    np.atleast_1d(axes)[0].set_yticks(range(len(names)), names, fontsize=7)
-    np.atleast_1d(axes)[0].invert_yaxis()
+    for i, ax in enumerate(axes):
+        ax.set_yticks(range(len(names)), names if i % 2 == 0 else [""] * len(names), fontsize=7)
+        ax.invert_yaxis()
     fig.suptitle(f"{result.provenance.get('model')}, L = {L}", fontsize=9)
     return fig
 
@@ -370,12 +360,9 @@ def length_figure(
     result: Result, keys: Optional[Sequence[str]] = None, log_keys: Sequence[str] = ("max_weight", "jac_norm_mean")
 ):
     """Each key against L, one line per normalizer (swap = "all" rows)."""
-    from matplotlib.figure import Figure
-
     keys = list(keys or ("max_weight", "entropy_norm", "jac_norm_mean", cost_key(result)))
-    fig = Figure(figsize=(3.0 * len(keys), 3.0), layout="constrained")
-    axes = fig.subplots(1, len(keys))
-    for ax, key in zip(np.atleast_1d(axes), keys):
+    fig, axes = figure_grid(len(keys), 3.4, 3.0)
+    for ax, key in zip(axes, keys):
         for i, n in enumerate(result.unique("normalizer")):
             rows = result.select(normalizer=n, swap="all")
             ax.plot(
@@ -395,21 +382,19 @@ def length_figure(
         ax.set_xlabel("L", fontsize=8)
         ax.set_title(LABELS.get(key, key), fontsize=9)
         ax.tick_params(labelsize=7)
-    np.atleast_1d(axes)[-1].legend(fontsize=6, loc="best")
+    axes[-1].legend(fontsize=7, loc="best")
     return fig
 
 
 def layer_figure(result: Result, key: Optional[str] = None):
     """Heat map swapped layer x normalizer of `key` (default: the cost) for a swap="each" Result."""
-    from matplotlib.figure import Figure
 
     key = key or cost_key(result)
     names = result.unique("normalizer")
     layers = sorted({r["swap"] for r in result.rows if r["swap"] != "all"})
     L = max(result.unique("L"))
     grid = np.array([[_values(result, key, normalizer=n, swap=l, L=L)[0] for n in names] for l in layers])
-    fig = Figure(figsize=(1.0 * len(names) + 2.4, 0.35 * len(layers) + 1.6), layout="constrained")
-    ax = fig.subplots()
+    fig, (ax,) = figure_grid(1, min(1.0 * len(names) + 2.4, 6.8), 0.35 * len(layers) + 1.6)
     im = ax.imshow(grid, aspect="auto", cmap="magma")
     fig.colorbar(im, ax=ax, label=LABELS.get(key, key))
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
