@@ -10,12 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
 import attnlab
-from attnlab.core.result import Result, to_plain
+from attnlab.core.result import CorruptResult, Result, to_plain
 from attnlab.core.text import cache_dir
 
 PACKAGE_DIR = Path(attnlab.__file__).parent
@@ -50,12 +51,18 @@ def key_hash(key: dict) -> str:
 
 
 def cached(name: str, key: dict, compute: Callable[[], Result], *, refresh: bool = False) -> Result:
-    """Load the Result stored under (name, key), or compute, store and return it."""
+    """Load the Result stored under (name, key), or compute, store and return it. A stored Result that
+    fails verification (`Result.load`: missing, truncated, edited files) is a miss: one warning, then
+    recompute and store again."""
     folder = results_dir() / f"{name}-{key_hash(key)}"
-    if not refresh and (folder / f"{name}.json").is_file():
-        result = Result.load(folder, name)
-        result.provenance = dict(result.provenance, loaded_from_cache=True)
-        return result
+    if not refresh and ((folder / f"{name}.json").exists() or (folder / f"{name}.csv").exists()):
+        try:
+            result = Result.load(folder, name)
+        except CorruptResult as exc:
+            warnings.warn(f"attnlab cache: {exc}; recomputing", stacklevel=2)
+        else:
+            result.provenance = dict(result.provenance, loaded_from_cache=True)
+            return result
     result = compute()
     result.save(folder)
     return result

@@ -3,6 +3,8 @@ checks) read Results; they never recompute science."""
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import json
 import os
 import platform
@@ -12,6 +14,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
+
+from attnlab.core.util import atomic_write
 
 
 def to_plain(value: Any) -> Any:
@@ -54,6 +58,10 @@ def provenance(**fields: Any) -> dict:
     return info
 
 
+class CorruptResult(ValueError):
+    """A stored Result that cannot be trusted: a file missing, unreadable, truncated or edited."""
+
+
 @dataclass
 class Result:
     """One experiment's output: `rows` is a tidy table, `provenance` says how it was made."""
@@ -75,30 +83,44 @@ class Result:
         return list(dict.fromkeys(r[key] for r in self.rows if r.get(key) is not None))
 
     def save(self, out_dir: str | os.PathLike) -> dict[str, Path]:
-        """Write <name>.csv and <name>.json (provenance + column list) atomically into out_dir."""
+        """Write <name>.csv, then <name>.json (provenance, columns, row count and the CSV's sha256) into
+        out_dir, each atomically (`atomic_write`). `load` checks the pair, so a reader never takes a
+        truncated, edited or mismatched table (two concurrent writers included) for a Result."""
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
         paths = {"csv": out / f"{self.name}.csv", "json": out / f"{self.name}.json"}
         keys = list(dict.fromkeys(k for r in self.rows for k in r))
-        tmp = paths["csv"].with_suffix(".csv.tmp")
-        with open(tmp, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=keys)
-            writer.writeheader()
-            writer.writerows({k: to_plain(v) for k, v in r.items()} for r in self.rows)
-        os.replace(tmp, paths["csv"])
-        meta = {"name": self.name, "columns": keys, "n_rows": len(self.rows), "provenance": to_plain(self.provenance)}
-        tmp = paths["json"].with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(meta, indent=2, default=str))
-        os.replace(tmp, paths["json"])
+        buf = io.StringIO(newline="")
+        writer = csv.DictWriter(buf, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows({k: to_plain(v) for k, v in r.items()} for r in self.rows)
+        table = buf.getvalue().encode()
+        atomic_write(paths["csv"], table)
+        meta = {"name": self.name, "columns": keys, "n_rows": len(self.rows),
+                "csv_sha256": hashlib.sha256(table).hexdigest(), "provenance": to_plain(self.provenance)}
+        atomic_write(paths["json"], json.dumps(meta, indent=2, default=str).encode())
         return paths
 
     @classmethod
     def load(cls, out_dir: str | os.PathLike, name: str) -> "Result":
-        """Read a Result written by `save` (numbers come back as floats/ints)."""
+        """Read and verify a Result written by `save` (numbers come back as floats/ints). Raises
+        `CorruptResult` (one line: which file, what is wrong) when a file is missing or unreadable, or the
+        table does not match the sha256, row count and columns recorded beside it."""
         out = Path(out_dir)
-        meta = json.loads((out / f"{name}.json").read_text())
-        with open(out / f"{name}.csv", newline="") as fh:
-            rows = [{k: _parse(v) for k, v in r.items()} for r in csv.DictReader(fh)]
+        where = out / f"{name}.json"
+        try:
+            meta = json.loads(where.read_text())
+            table = (out / f"{name}.csv").read_bytes()
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptResult(f"{where.parent}: {name}: cannot read ({type(exc).__name__}: {exc})") from None
+        if not isinstance(meta, dict) or not {"provenance", "n_rows", "columns", "csv_sha256"} <= set(meta):
+            raise CorruptResult(f"{where}: not a Result written by this version (fields missing)")
+        if hashlib.sha256(table).hexdigest() != meta["csv_sha256"]:
+            raise CorruptResult(f"{out / f'{name}.csv'}: the table differs from the one saved (sha256)")
+        reader = csv.DictReader(io.StringIO(table.decode(), newline=""))
+        rows = [{k: _parse(v) for k, v in r.items()} for r in reader]
+        if len(rows) != meta["n_rows"] or (rows and list(rows[0]) != meta["columns"]):
+            raise CorruptResult(f"{out / f'{name}.csv'}: {len(rows)} rows / columns differ from the "
+                                f"{meta['n_rows']} rows saved")
         return cls(name=name, rows=rows, provenance=meta["provenance"])
 
     def extend(self, rows: Iterable[dict]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import urllib.request
 import warnings
 from dataclasses import dataclass
@@ -13,6 +12,8 @@ from pathlib import Path
 from typing import Optional
 
 import torch
+
+from attnlab.core.util import atomic_write
 
 DATA_ENV = "ATTNLAB_DATA_DIR"
 CACHE_ENV = "ATTNLAB_CACHE_DIR"
@@ -69,19 +70,6 @@ def data_dir() -> Optional[Path]:
 
 def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "attnlab")).expanduser()
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write bytes so that readers never see a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def normalise_newlines(text: str) -> str:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import tempfile
+from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 import numpy as np
@@ -15,6 +18,25 @@ def as_float64(x, *, dtype=torch.float64, device=None) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         return x.detach().to(dtype=dtype, device=device if device is not None else x.device)
     return torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=dtype, device=device)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write bytes so that readers never see a half-written file: a unique temporary file in the same
+    folder, then `os.replace` (atomic). Two writers never share a temporary file; the last replace wins.
+    The file gets the usual permissions (0666 less the umask)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def progress(iterable: Iterable, show: bool, desc: str, total: Optional[int] = None) -> Iterable:

@@ -75,6 +75,7 @@ class _GzipHandler(_QuietHandler):
     """Serves text files gzip-compressed, as a static host (GitHub Pages, Netlify, nginx) does."""
 
     TEXT = {".html", ".js", ".css", ".json", ".svg", ".txt", ".map"}
+    protocol_version = "HTTP/1.1"      # keep-alive, as a static host
 
     def send_head(self):
         path = Path(self.translate_path(self.path))

@@ -222,36 +222,43 @@ def test_desktop_has_one_search_box_and_a_working_sidebar_toggle(site, server, b
         context.close()
 
 
+def _load_throttled(browser, url: str) -> tuple[int, float | None]:
+    """Load `url` at 10 Mbit/s (20 ms latency): (bytes transferred, ms until the first article figure is
+    complete, or None). The page records the latter itself (ms since the navigation started)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        page = context.new_page()
+        cdp = context.new_cdp_session(page)
+        cdp.send("Network.enable")
+        cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 20,
+                                                       "downloadThroughput": 1_250_000, "uploadThroughput": 1_250_000})
+        sizes: dict = {}
+        cdp.on("Network.loadingFinished", lambda e: sizes.__setitem__(e["requestId"], e["encodedDataLength"]))
+        page.add_init_script("""window.__firstFigure = null; (function poll() {
+            const i = document.querySelector('article img');
+            if (i && i.complete && i.naturalWidth > 0) { window.__firstFigure = performance.now(); return; }
+            setTimeout(poll, 20); })();""")
+        page.goto(url, wait_until="load", timeout=30_000)
+        page.wait_for_timeout(1500)            # fonts and math that load after the load event
+        return sum(sizes.values()), page.evaluate("() => window.__firstFigure")
+    finally:
+        context.close()
+
+
 @pytest.mark.parametrize("doc", PAGES)
 def test_page_is_light_and_its_first_figure_is_quick(doc, site, gzip_server, browser):
     """Every byte the page loads (gzip, as a static host serves it) within PAGE_BUDGET, and at 10 Mbit/s
-    (20 ms latency) its first figure complete within FIRST_FIGURE_S."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    cdp = context.new_cdp_session(page)
-    cdp.send("Network.enable")
-    cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
-    cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 20,
-                                                   "downloadThroughput": 1_250_000, "uploadThroughput": 1_250_000})
-    sizes: dict = {}
-    cdp.on("Network.loadingFinished", lambda e: sizes.__setitem__(e["requestId"], e["encodedDataLength"]))
-    # the page itself records when its first figure is complete (ms since the navigation started)
-    page.add_init_script("""window.__firstFigure = null; (function poll() {
-        const i = document.querySelector('article img');
-        if (i && i.complete && i.naturalWidth > 0) { window.__firstFigure = performance.now(); return; }
-        setTimeout(poll, 20); })();""")
+    (20 ms latency) its first figure complete within FIRST_FIGURE_S. (Chromium's network emulation
+    stalls a load now and then on this machine: one retry.)"""
     try:
-        page.goto(f"{gzip_server}/{doc}.html", wait_until="load", timeout=60_000)
-        page.wait_for_timeout(1500)            # fonts and math that load after the load event
-        source = (site / f"{doc}.html").read_text(encoding="utf-8")
-        has_figure = "<img" in source[source.find("<article"):source.find("</article>")]
-        first = page.evaluate("() => window.__firstFigure") if has_figure else None
-        total = sum(sizes.values())
-        print(f"{doc}: {total / 1e6:.2f} MB transferred, first figure at "
-              f"{'-' if first is None else f'{first / 1e3:.2f} s'}")
-        assert total <= PAGE_BUDGET, f"{doc}: {total / 1e6:.2f} MB transferred (budget {PAGE_BUDGET / 1e6:.1f} MB)"
-        if has_figure:
-            assert first is not None, f"{doc}: its first figure never appeared"
-            assert first / 1e3 <= FIRST_FIGURE_S, f"{doc}: first figure after {first / 1e3:.1f} s at 10 Mbit/s"
-    finally:
-        context.close()
+        total, first = _load_throttled(browser, f"{gzip_server}/{doc}.html")
+    except PlaywrightTimeout:
+        total, first = _load_throttled(browser, f"{gzip_server}/{doc}.html")
+    source = (site / f"{doc}.html").read_text(encoding="utf-8")
+    has_figure = "<img" in source[source.find("<article"):source.find("</article>")]
+    shown = "-" if first is None else f"{first / 1e3:.2f} s"
+    print(f"{doc}: {total / 1e6:.2f} MB transferred, first figure at {shown}")
+    assert total <= PAGE_BUDGET, f"{doc}: {total / 1e6:.2f} MB transferred (budget {PAGE_BUDGET / 1e6:.1f} MB)"
+    if has_figure:
+        assert first is not None, f"{doc}: its first figure never appeared"
+        assert first / 1e3 <= FIRST_FIGURE_S, f"{doc}: first figure after {first / 1e3:.1f} s at 10 Mbit/s"

@@ -1,0 +1,122 @@
+"""Faults injected into what attnlab writes to disk: nothing damaged is served, nothing is written half."""
+import threading
+import warnings
+
+import pytest
+
+from attnlab.core import cache, util
+from attnlab.core.result import CorruptResult, Result
+
+
+def _result(tag: float = 1.0, n: int = 24) -> Result:
+    return Result("demo", [{"L": 32 * (i + 1), "value": tag * i / 7, "ok": i % 2 == 0} for i in range(n)],
+                  {"model": "m", "tag": tag})
+
+
+@pytest.fixture
+def stored(tmp_path, monkeypatch):
+    """A Result stored in an empty results cache; returns (folder, key, calls to compute)."""
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    calls = []
+    key = {"figure": "demo"}
+
+    def compute():
+        calls.append(1)
+        return _result()
+
+    cache.cached("demo", key, compute)
+    folder = tmp_path / f"demo-{cache.key_hash(key)}"
+    assert calls == [1] and (folder / "demo.csv").is_file()
+    return folder, key, compute, calls
+
+
+def _damage(folder, how: str) -> None:
+    csv, meta = folder / "demo.csv", folder / "demo.json"
+    if how == "truncated":
+        csv.write_bytes(csv.read_bytes()[: len(csv.read_bytes()) // 2])
+    elif how == "emptied":
+        csv.write_bytes(b"")
+    elif how == "edited":
+        csv.write_bytes(csv.read_bytes().replace(b"0.14285714285714285", b"0.15285714285714285"))
+    elif how == "missing csv":
+        csv.unlink()
+    elif how == "corrupt json":
+        meta.write_text("{not json")
+    elif how == "missing json":
+        meta.unlink()
+
+
+@pytest.mark.parametrize("how", ["truncated", "emptied", "edited", "missing csv", "corrupt json", "missing json"])
+def test_a_damaged_cached_result_is_a_miss_with_one_warning(stored, how):
+    folder, key, compute, calls = stored
+    _damage(folder, how)
+    if how != "missing json":                   # a lone CSV is a miss as well, but not worth a warning
+        with pytest.raises(CorruptResult):
+            Result.load(folder, "demo")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = cache.cached("demo", key, compute)
+    assert calls == [1, 1], "recomputed"
+    assert not again.provenance.get("loaded_from_cache") and len(again.rows) == 24
+    assert len([w for w in caught if "attnlab cache" in str(w.message)]) == 1
+    assert Result.load(folder, "demo").rows == again.rows            # stored again, and verified
+
+
+def test_an_intact_result_round_trips(tmp_path):
+    r = _result()
+    r.save(tmp_path)
+    back = Result.load(tmp_path, "demo")
+    assert back.rows == r.rows and back.provenance == r.provenance
+
+
+def test_a_kill_during_a_save_keeps_the_previous_files_and_leaves_no_temporary(tmp_path, monkeypatch):
+    _result(1.0).save(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    real = util.os.replace
+    calls = []
+
+    def killed(src, dst):                     # the process dies after the CSV, before the JSON
+        calls.append(dst)
+        if str(dst).endswith(".json"):
+            raise KeyboardInterrupt
+        return real(src, dst)
+
+    monkeypatch.setattr(util.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _result(2.0).save(tmp_path)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(before)   # no .part file left behind
+    with pytest.raises(CorruptResult):        # a new CSV with the old JSON: refused, not mixed
+        Result.load(tmp_path, "demo")
+
+
+def test_two_concurrent_writers_never_yield_a_wrong_result(tmp_path):
+    """Two writers saving different tables into one folder, a reader loading all the while: every load
+    is one writer's whole table or a refusal, never a mix (57 collisions and 179 mismatched pairs before)."""
+    tables = {tag: _result(tag).rows for tag in (1.0, 2.0)}
+    errors, seen = [], []
+
+    def write(tag):
+        try:
+            for _ in range(60):
+                _result(tag).save(tmp_path)
+        except Exception as exc:              # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    def read():
+        for _ in range(200):
+            try:
+                r = Result.load(tmp_path, "demo")
+            except CorruptResult:
+                seen.append("refused")
+                continue
+            seen.append("ok" if r.rows in tables.values() else "WRONG")
+
+    _result(1.0).save(tmp_path)
+    threads = [threading.Thread(target=write, args=(t,)) for t in tables] + [threading.Thread(target=read)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and "WRONG" not in seen and "ok" in seen
+    assert not [p.name for p in tmp_path.iterdir() if p.suffix == ".part"]
