@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from attnlab.core.result import Result
+from attnlab.core.util import atomic_write
 from attnlab.normalization import claims as normalization_claims
 from attnlab.normalization import experiments as normalization
 from attnlab.normalization import plots as normalization_plots
@@ -147,12 +148,33 @@ def compute_figures(fig_ids, inputs: Inputs, *, quick: bool = False, progress: b
 
 
 def save_figure(result: Result, out: Path) -> list[Path]:
-    """<id>.csv, <id>.json (provenance) and <id>.png (titled with model and text by the plot function)."""
+    """<id>.csv, <id>.json (provenance) and <id>.png (titled with model and text by the plot function),
+    each written atomically (a kill leaves the previous file, never half of one)."""
+    import io
+
     paths = list(result.save(out).values())
-    fig = FIGURES[result.name].plot(result)
+    buf = io.BytesIO()
+    FIGURES[result.name].plot(result).savefig(buf, format="png", dpi=120, bbox_inches="tight")
     png = Path(out) / f"{result.name}.png"
-    fig.savefig(png, dpi=120, bbox_inches="tight")
+    atomic_write(png, buf.getvalue())
     return paths + [png]
+
+
+def write_manifest(out: Path, results: dict[str, Result], paths: dict[str, list[Path]]) -> Path:
+    """manifest.json, written last: the run (time, model, text) and every file it wrote with its sha256.
+    A file of the folder that the manifest does not list (or lists with another sha256) is from another
+    run, so an interrupted run over an older one never passes for a whole set."""
+    import hashlib
+    import json
+
+    first = next(iter(results.values()), None)
+    prov = first.provenance if first is not None else {}
+    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for ps in paths.values() for p in ps}
+    run = {"created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "model": prov.get("model"),
+           "text_sha256": prov.get("text_sha256"), "figures": list(results), "files": files}
+    path = Path(out) / "manifest.json"
+    atomic_write(path, json.dumps(run, indent=2).encode())
+    return path
 
 
 def claim_rows(inputs: Inputs, *, quick: bool, paper: str = "all", progress: bool = True) -> list[dict]:

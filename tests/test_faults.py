@@ -120,3 +120,76 @@ def test_two_concurrent_writers_never_yield_a_wrong_result(tmp_path):
         t.join()
     assert not errors and "WRONG" not in seen and "ok" in seen
     assert not [p.name for p in tmp_path.iterdir() if p.suffix == ".part"]
+
+
+def test_a_bad_out_fails_at_once_with_one_line(tmp_path, capsys):
+    """Before any computation (no model is loaded), exit 2 and one line."""
+    import time
+
+    from attnlab.cli import main
+
+    a_file = tmp_path / "taken"
+    a_file.write_text("x")
+    for argv in (["figures", "fig1", "--model", "tiny-gpt2", "--out", str(a_file)],
+                 ["figures", "fig1", "--model", "tiny-gpt2", "--out", str(a_file / "sub")],
+                 ["diagnose", "--model", "tiny-gpt2", "--out", str(a_file)]):
+        t0 = time.perf_counter()
+        assert main(argv) == 2
+        assert time.perf_counter() - t0 < 1.0
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "--out" in err, err
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    from attnlab import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", lambda: _parser_with(interrupted))
+    assert cli.main(["check"]) == 130
+    assert capsys.readouterr().err.strip() == "attnlab check: interrupted"
+
+
+def _parser_with(func):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="attnlab")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("check").set_defaults(func=func)
+    return parser
+
+
+def test_a_fractional_top_n_is_refused():
+    import torch
+
+    from attnlab.normalization import distance
+
+    probs = torch.softmax(torch.randn(1, 6, 6), -1)
+    with pytest.raises(ValueError, match="whole number"):
+        distance.dtilde(probs, torch.randn(1, 6, 3), 2.7)
+    assert distance.dtilde(probs, torch.randn(1, 6, 3), 2.0).shape == (1, 6)
+
+
+def test_figures_are_written_whole_with_a_manifest_of_the_run(tmp_path, monkeypatch):
+    import json
+
+    from attnlab import figures
+
+    r = _result()
+    r.name = "fig2a"
+    from dataclasses import replace
+
+    monkeypatch.setitem(figures.FIGURES, "fig2a", replace(figures.FIGURES["fig2a"], plot=_tiny_plot))
+    paths = figures.save_figure(r, tmp_path)
+    manifest = json.loads(figures.write_manifest(tmp_path, {"fig2a": r}, {"fig2a": paths}).read_text())
+    assert sorted(manifest["files"]) == sorted(p.name for p in paths) and manifest["model"] == "m"
+    assert not [p for p in tmp_path.iterdir() if p.suffix == ".part"]
+
+
+def _tiny_plot(result):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(1, 1))
+    fig.subplots().plot([0, 1])
+    return fig

@@ -52,3 +52,6 @@ def main(argv=None) -> int:
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         print(f"attnlab {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"attnlab {args.command}: interrupted", file=sys.stderr)
+        return 130

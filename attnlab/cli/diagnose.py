@@ -1,9 +1,12 @@
 """`attnlab diagnose`: parse, call `attnlab.tools.diagnose`, write the report, print the summary."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from attnlab.cli.options import model_args
 from attnlab.core.models import load_model
 from attnlab.core.text import read_text_file
+from attnlab.core.util import writable_dir
 from attnlab.tools import diagnose as diagnose_module
 from attnlab.tools.diagnose import ALPHA, DEFAULT_LENGTHS, MAX_ROWS, N_SEP, N_TOP, Thresholds, diagnose
 from attnlab.tools.report import summary, write_report
@@ -46,6 +49,11 @@ def _safe_name(name: str) -> str:
 
 
 def run_cli(args) -> int:
+    if args.out:                                  # a bad --out fails before any computation
+        out = Path(args.out).expanduser()
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out {args.out!r} exists and is not a directory: choose another path")
+        writable_dir(out if out.exists() else out.parent)
     text, info = read_text_file(args.text) if args.text else (None, None)
     thr = Thresholds(args.ns_threshold, args.entropy_threshold, args.critical_threshold).check()
     model = load_model(args.model, args.device)

@@ -5,10 +5,10 @@ import json
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 from attnlab.cli.options import model_args
-from attnlab.figures import FIGURES, PAPERS, Inputs, claim_rows, compute_figures, save_figure
+from attnlab.core.util import writable_dir
+from attnlab.figures import FIGURES, PAPERS, Inputs, claim_rows, compute_figures, save_figure, write_manifest
 
 
 def add_cli(sub) -> None:
@@ -34,14 +34,21 @@ def _progress_print(msg: str) -> None:
 
 def run_figures(args) -> int:
     ids = args.ids or list(FIGURES)
-    inputs, out = Inputs(args.model, args.device), Path(args.out)
+    unknown = [i for i in ids if i not in FIGURES]
+    if unknown:
+        raise ValueError(f"unknown figure ids {unknown}; known: {', '.join(FIGURES)}")
+    out = writable_dir(args.out)                 # before any computation: a bad --out fails at once
+    inputs = Inputs(args.model, args.device)
     t0 = time.perf_counter()
     results = compute_figures(ids, inputs, quick=args.quick)
+    written = {}
     for fig_id, result in results.items():
-        paths = save_figure(result, out)
+        written[fig_id] = save_figure(result, out)
         _progress_print(f"[{fig_id}] {FIGURES[fig_id].title}: model {result.provenance.get('model', 'synthetic')}"
-                        f" -> " + ", ".join(p.name for p in paths))
-    _progress_print(f"{len(results)} figures in {time.perf_counter() - t0:.1f} s, written to {out}/")
+                        f" -> " + ", ".join(p.name for p in written[fig_id]))
+    write_manifest(out, results, written)
+    _progress_print(f"{len(results)} figures in {time.perf_counter() - t0:.1f} s, written to {out}/ "
+                    "(manifest.json names the run)")
     return 0
 
 

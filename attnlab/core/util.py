@@ -39,6 +39,22 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def writable_dir(path, what: str = "--out") -> Path:
+    """`path` as a folder that exists and can be written (created if missing), checked before any work;
+    a ValueError says what is wrong and what to do."""
+    out = Path(path).expanduser()
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{what} {str(path)!r} exists and is not a directory: choose another path")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".attnlab-write-test-"):
+            pass
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise ValueError(f"{what} {str(path)!r} cannot be written ({why}): choose another path") from None
+    return out
+
+
 def progress(iterable: Iterable, show: bool, desc: str, total: Optional[int] = None) -> Iterable:
     """`iterable` wrapped in a tqdm bar (notebook or terminal) when `show`, else unchanged."""
     if not show:

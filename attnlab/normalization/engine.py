@@ -78,6 +78,11 @@ def has_nan(t: torch.Tensor) -> bool:
 
 
 def check_ns(ns: Iterable[int], K: int) -> list[int]:
+    """Sorted distinct top-N sizes, checked: whole numbers, 1 <= N < K (a ValueError says which)."""
+    ns = list(ns)
+    bad = [n for n in ns if isinstance(n, bool) or not float(n).is_integer()]
+    if bad:
+        raise ValueError(f"N must be a whole number of tokens, got {bad[0]!r}")
     ns = sorted({int(n) for n in ns})
     if not ns:
         raise ValueError("need at least one N")

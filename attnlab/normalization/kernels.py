@@ -23,9 +23,17 @@ key's farthest visible key (one lookup), scanning the key's distances only where
 """
 from __future__ import annotations
 
-import numba
-import numpy as np
-import torch
+import os
+
+from attnlab.core.text import cache_dir
+
+# numba caches compiled kernels beside the source unless told otherwise: into the installed package
+# (often read-only, shared by users). Keep them in attnlab's cache, unless the user chose a place.
+os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))
+
+import numba  # noqa: E402  (after NUMBA_CACHE_DIR)
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 # reassociation lets the key loops use SIMD; no flag that assumes the absence of NaN or inf
 _FASTMATH = {"reassoc", "contract", "nsz"}
