@@ -193,3 +193,44 @@ def _tiny_plot(result):
     fig = Figure(figsize=(1, 1))
     fig.subplots().plot([0, 1])
     return fig
+
+
+def test_non_finite_inputs_are_errors_that_name_the_tensor_and_position():
+    """+inf is not a mask, NaN is not a skipped row, a mask in one head is not a mask in every head."""
+    import math
+
+    import torch
+
+    from attnlab.normalization import distance, gradients, rows
+    from attnlab.tools import normalizers
+
+    with pytest.raises(ValueError, match=r"position \(1,\).*-inf"):
+        normalizers.softmax(torch.tensor([0.0, math.inf, 1.0]))
+    for name in normalizers.NORMALIZERS:
+        with pytest.raises(ValueError, match="NaN or \\+inf"):
+            normalizers.get_normalizer(name)(torch.tensor([[0.0, math.inf, 1.0]]))
+    masked = normalizers.softmax(torch.tensor([0.0, -math.inf, 1.0]))      # -inf is the mask
+    assert float(masked[1]) == 0.0 and torch.allclose(masked.sum(), torch.tensor(1.0))
+    for T in (math.nan, math.inf, 0.0):
+        with pytest.raises(ValueError, match="temperature"):
+            normalizers.softmax(torch.zeros(3), T=T)
+        with pytest.raises(ValueError, match="temperature"):
+            rows.log_weights(torch.zeros(1, 2, 2), T)
+
+    probs = torch.softmax(torch.randn(2, 5, 5), -1)
+    x = torch.randn(2, 5, 3)
+    bad = probs.clone()
+    bad[1, 2, 3] = math.inf
+    with pytest.raises(ValueError, match=r"probs has an infinity at position \(1, 2, 3\)"):
+        distance.distance_stats(bad, x, [1])
+    bad_x = x.clone()
+    bad_x[0, 4, 1] = math.nan
+    with pytest.raises(ValueError, match=r"x has NaN at position \(0, 4, 1\)"):
+        distance.distance_stats(probs, bad_x, [1])
+
+    scores = torch.randn(2, 4, 4)
+    scores[0, 3, 1] = -math.inf                                            # masked in head 0 only
+    with pytest.raises(ValueError, match="per-head masks"):
+        gradients.fd_grad_norms(scores, [1.0], [1e-3])
+    scores[1, 3, 1] = -math.inf                                            # now in every head: a mask
+    assert bool(torch.isnan(gradients.fd_grad_norms(scores, [1.0], [1e-3])).logical_not().any())

@@ -31,8 +31,8 @@ def _t(value) -> torch.Tensor:
 
 def check_T(T) -> None:
     t = _t(T)
-    if not bool(torch.all(t > 0)):
-        raise ValueError(f"temperature T must be > 0, got {T}")
+    if not bool(torch.all((t > 0) & torch.isfinite(t))):
+        raise ValueError(f"temperature T must be a finite number > 0, got {T}")
 
 
 def _check_N(N: int, L) -> None:

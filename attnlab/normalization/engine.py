@@ -52,8 +52,7 @@ def check_inputs(probs: torch.Tensor, x: Optional[torch.Tensor] = None,
     if not isinstance(probs, torch.Tensor) or probs.dim() < 2:
         raise ValueError(f"probs must be a tensor [..., Q, K], got {getattr(probs, 'shape', type(probs))}")
     Q, K = probs.shape[-2:]
-    if has_nan(probs):
-        raise ValueError("probs contain NaN: check the model's attention (fully masked rows?)")
+    check_finite(probs, "probs", "check the model's attention (fully masked rows?)")
     if x is not None:
         if x.dim() < 2 or x.shape[-2] != K:
             raise ValueError(f"x must be [..., K={K}, D] to match probs [..., Q, K]; got {tuple(x.shape)}")
@@ -62,13 +61,22 @@ def check_inputs(probs: torch.Tensor, x: Optional[torch.Tensor] = None,
             raise ValueError("x has more leading dims than probs")
         if any(d not in (1, p) for d, p in zip(reversed(xl), reversed(pl))):   # (torch.broadcast_shapes: ms)
             raise ValueError(f"leading dims of x {xl} do not broadcast to those of probs {pl}")
-        if has_nan(x):
-            raise ValueError("x contains NaN")
+        check_finite(x, "x")
     if visible is None:
         return torch.ones(Q, K, dtype=torch.bool, device=probs.device)
     if visible.shape != (Q, K):
         raise ValueError(f"visible must be bool [Q={Q}, K={K}], got {tuple(visible.shape)}")
     return visible.to(device=probs.device, dtype=torch.bool)
+
+
+def check_finite(t: torch.Tensor, name: str, hint: str = "") -> None:
+    """ValueError naming `name` and the first position of a NaN or an infinity in t (one reduction when
+    all is finite: the sum of a tensor with a NaN or an inf is not finite)."""
+    if bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all()):
+        return
+    bad = (~torch.isfinite(t)).nonzero()[0].tolist()
+    what = "NaN" if bool(torch.isnan(t[tuple(bad)])) else "an infinity"
+    raise ValueError(f"{name} has {what} at position {tuple(bad)}" + (f": {hint}" if hint else ""))
 
 
 def has_nan(t: torch.Tensor) -> bool:
@@ -313,7 +321,9 @@ def prefix_lengths(vis: torch.Tensor) -> Optional[torch.Tensor]:
 
 
 def visible_scores(scores: torch.Tensor, visible: Optional[torch.Tensor]) -> torch.Tensor:
-    """bool [Q, K]: keys whose score is finite in every head (and visible, if given)."""
+    """bool [Q, K]: keys whose score is finite (and visible, if given). -inf masks a key; it must mask it
+    in every head (one mask shared by the heads, as a model's causal or padding mask); NaN and +inf are
+    errors that name their position."""
     if not isinstance(scores, torch.Tensor) or scores.dim() < 2:
         raise ValueError(f"scores must be a tensor [..., Q, K], got {getattr(scores, 'shape', type(scores))}")
     Q, K = scores.shape[-2:]
@@ -321,9 +331,15 @@ def visible_scores(scores: torch.Tensor, visible: Optional[torch.Tensor]) -> tor
         raise ValueError(f"visible must be bool [Q={Q}, K={K}], got {tuple(visible.shape)}")
     flat = scores.reshape(-1, Q, K)
     lo, hi = flat.amin(0), flat.amax(0)  # NaN propagates
-    if torch.isnan(hi).any():
-        raise ValueError("scores contain NaN; masked keys must be -inf, not NaN")
-    vis = (lo.abs() < float("inf")) & (hi.abs() < float("inf"))  # finite in every head
+    if torch.isnan(hi).any() or bool((hi == float("inf")).any()):
+        bad = (torch.isnan(scores) | (scores == float("inf"))).nonzero()[0].tolist()
+        raise ValueError(f"scores have NaN or +inf at position {tuple(bad)}: a masked key must be -inf")
+    vis = lo > float("-inf")                                             # finite in every head
+    mixed = (hi > float("-inf")) & ~vis                                  # masked in some heads only
+    if bool(mixed.any()):
+        q, k = mixed.nonzero()[0].tolist()
+        raise ValueError(f"scores mask key {k} of row {q} (-inf) in some heads but not in others: per-head masks "
+                         "are not supported; pass the heads with one shared mask")
     return vis if visible is None else vis & visible.to(device=vis.device, dtype=torch.bool)
 
 

@@ -27,12 +27,13 @@ def _prepare(scores: torch.Tensor, visible: Optional[torch.Tensor], T: float):
     if not (isinstance(T, (int, float)) and math.isfinite(T) and T > 0):
         raise ValueError(f"temperature T must be a finite number > 0, got {T!r}")
     z = scores if scores.dtype == torch.float64 else scores.float()  # float32 unless given float64
+    if torch.isnan(z).any() or bool((z == float("inf")).any()):
+        bad = (torch.isnan(z) | (z == float("inf"))).nonzero()[0].tolist()
+        raise ValueError(f"scores have NaN or +inf at position {tuple(bad)}: a masked key must be -inf")
     if visible is None:
-        visible = torch.isfinite(z)
+        visible = z > float("-inf")
     else:
         visible = torch.broadcast_to(visible.to(torch.bool), z.shape)
-    if torch.isnan(z).any():
-        raise ValueError("scores contain NaN")
     if torch.isinf(z[visible]).any():
         raise ValueError("visible scores must be finite (use `visible` to mask keys, not -inf)")
     z = torch.where(visible, z, torch.zeros((), dtype=z.dtype)) / T
