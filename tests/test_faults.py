@@ -234,3 +234,21 @@ def test_non_finite_inputs_are_errors_that_name_the_tensor_and_position():
         gradients.fd_grad_norms(scores, [1.0], [1e-3])
     scores[1, 3, 1] = -math.inf                                            # now in every head: a mask
     assert bool(torch.isnan(gradients.fd_grad_norms(scores, [1.0], [1e-3])).logical_not().any())
+
+
+@pytest.mark.parametrize("name, keep", [("merges.txt", 20_000), ("vocab.json", 1000)])
+def test_a_shortened_tokenizer_file_is_refused_by_name(tmp_path, name, keep):
+    """A merges.txt cut to 20,000 lines keeps 'Hello world' right but changes every window; a cut
+    vocab.json would fail deep inside the BPE library: both are refused, naming the file."""
+    import shutil
+
+    from attnlab.core import models, text
+
+    src = text.data_dir() / "gpt2-tokenizer"
+    shutil.copytree(src, tmp_path / "tok")
+    path = tmp_path / "tok" / name
+    data = path.read_bytes()
+    path.write_bytes(b"\n".join(data.split(b"\n")[:keep]) if name == "merges.txt" else data[:keep])
+    with pytest.raises(models.ModelUnavailable, match=f"{name} is not OpenAI's GPT-2 {name}"):
+        models.gpt2_tokenizer_from_files(tmp_path / "tok")
+    assert len(models.gpt2_tokenizer_from_files(src)) == models.GPT2_VOCAB_SIZE     # the real files pass

@@ -23,6 +23,9 @@ from attnlab.core.capture import KEEPABLE, CaptureState, Trace
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 GPT2_VOCAB_SIZE = 50257
+# OpenAI's GPT-2 BPE files (identical to encoder.json / vocab.bpe), as in the shared data's SHA256SUMS
+GPT2_TOKENIZER_SHA256 = {"vocab.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+                         "merges.txt": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"}
 GPT2_HELLO_WORLD = [15496, 995]
 AUTO_FALLBACK_HINT = ("to use GPT-2 (the paper's model), run once with internet access (it is then cached), "
                       "or pass --model /path/to/a/local/gpt2 directory")
@@ -74,6 +77,10 @@ def gpt2_tokenizer_from_files(directory: Path):
     vocab, merges = directory / "vocab.json", directory / "merges.txt"
     if not (vocab.is_file() and merges.is_file()):
         raise ModelUnavailable(f"no vocab.json + merges.txt in {directory}")
+    for path in (vocab, merges):       # a shortened merges.txt passes the token checks but changes every window
+        if file_sha256(path) != GPT2_TOKENIZER_SHA256[path.name]:
+            raise ModelUnavailable(f"{path} is not OpenAI's GPT-2 {path.name} (sha256 {file_sha256(path)[:12]}..., "
+                                   f"expected {GPT2_TOKENIZER_SHA256[path.name][:12]}...): restore the file")
     tok = GPT2TokenizerFast(vocab=str(vocab), merges=str(merges))
     check_gpt2_tokenizer(tok)
     return tok
