@@ -3,7 +3,7 @@ project's pin, no attnlab. Chapter 1's setup cell must install attnlab (here fro
 via ATTNLAB_INSTALL) without touching that torch, and the chapter must then run to the end.
 
 Offline there is no second torch build to install, so the venv gets the torch on disk and its
-installed metadata says another version (2.5.0): pip decides from that metadata, so a package that
+installed metadata says another version (2.9.1): pip decides from that metadata, so a package that
 pinned torch exactly would make pip replace it, and the test would see it."""
 from __future__ import annotations
 
@@ -17,13 +17,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE = "2.5.0"
+FAKE = "2.9.1"      # a Colab-like torch: not the pin, new enough for transformers 5 (>= 2.6)
 
 
 def run(*cmd, **kw):
     """Run a command outside the checkout (so that its attnlab/ folder is not importable from the cwd)."""
     kw.setdefault("cwd", "/")
-    return subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True, **kw)
+    done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    if done.returncode:
+        pytest.fail(f"{' '.join(map(str, cmd))[:200]} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return done
 
 
 @pytest.fixture(scope="module")
