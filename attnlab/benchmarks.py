@@ -130,12 +130,13 @@ def bench_figures(model, ids, quick: bool = True, *, oracle_layers: Optional[int
 
 
 def bench_capture(model_names=("minilm", "tiny-gpt2"), lengths=None, repeats: int = 5) -> list[dict]:
-    """Time a capturing forward pass (all layers, probs+scores+q/k/v) against a plain eager pass, same ids."""
-    lengths = lengths or {"minilm": 512, "tiny-gpt2": 1024}
+    """Time a capturing forward pass (all layers, probs+scores+q/k/v) against a plain eager pass, same ids,
+    at L = `lengths[name]` or the model's positions (at most 1024)."""
+    lengths = lengths or {}
     rows = []
     for name in model_names:
         model = load_model(name)
-        L = lengths[name]
+        L = lengths.get(name, min(int(model.max_positions), 1024))
         ids = torch.randint(1000, 2000, (L,))
 
         def eager():

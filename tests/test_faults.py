@@ -252,3 +252,56 @@ def test_a_shortened_tokenizer_file_is_refused_by_name(tmp_path, name, keep):
     with pytest.raises(models.ModelUnavailable, match=f"{name} is not OpenAI's GPT-2 {name}"):
         models.gpt2_tokenizer_from_files(tmp_path / "tok")
     assert len(models.gpt2_tokenizer_from_files(src)) == models.GPT2_VOCAB_SIZE     # the real files pass
+
+
+def test_bad_model_and_text_inputs_say_what_is_wrong(tmp_path, tiny):
+    import os
+    import time
+
+    import torch
+
+    from attnlab.core.models import load_model
+    from attnlab.core.text import read_text_file
+    from attnlab.tools import report
+
+    with pytest.raises(ValueError, match="does not exist"):
+        load_model(str(tmp_path / "no-such-model"))
+    vocab = tiny.hf.config.vocab_size
+    ids = torch.tensor([1, 2, 3, vocab + 5, 4])
+    with pytest.raises(ValueError, match=f"token id {vocab + 5} at position 3 is outside"):
+        tiny.capture(ids)
+    nul = tmp_path / "nul.txt"
+    nul.write_bytes(b"\x00" * 64)
+    with pytest.raises(ValueError, match="NUL bytes"):
+        read_text_file(nul)
+    # a report folder left half-written by a killed run is cleaned up by the next one
+    stale = tmp_path / ".report.tmp-dead"
+    stale.mkdir()
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    r = _result()
+    r.name = "diagnose"
+    r.rows = []
+    monkey = report.report_html
+    try:
+        report.report_html = lambda result: "<html></html>"
+        report.write_report(r, tmp_path / "report")
+    finally:
+        report.report_html = monkey
+    assert not stale.exists() and (tmp_path / "report" / "diagnose.html").is_file()
+
+
+def test_bench_capture_honours_the_model(monkeypatch):
+    from attnlab import benchmarks
+    from attnlab.cli import bench
+
+    seen = []
+    monkeypatch.setattr(benchmarks, "bench_capture", lambda names, repeats: seen.append(names) or [])
+
+    class Args:
+        model, quick = "tiny-gpt2", True
+
+    bench.bench_capture(Args())
+    Args.model = None
+    bench.bench_capture(Args())
+    assert seen == [("tiny-gpt2",), ("minilm", "tiny-gpt2")]

@@ -11,7 +11,8 @@ def _row_line(r: dict) -> str:
 
 
 def bench_capture(args) -> list[dict]:
-    rows = benchmarks.bench_capture(repeats=2 if args.quick else 5)
+    names = (args.model,) if args.model else ("minilm", "tiny-gpt2")
+    rows = benchmarks.bench_capture(names, repeats=2 if args.quick else 5)
     for r in rows:
         print(f"{r['model']:10s} L={r['L']:5d}  eager {r['eager_s']*1e3:8.1f} ms  capture {r['capture_s']*1e3:8.1f} ms"
               f"  ratio {r['ratio']:.2f}x (target <= 1.3x)")
@@ -20,7 +21,7 @@ def bench_capture(args) -> list[dict]:
 
 def bench_figures(args) -> list[dict]:
     """Each paper-1 figure: vectorised vs the per-row oracle on the same traces; last line min speedup."""
-    inputs = Inputs(args.model, "cpu")
+    inputs = Inputs(args.model or "minilm", "cpu")
     rows = benchmarks.bench_figures(inputs.model, inputs.ids(), quick=args.quick, progress=False)
     for r in rows:
         print(_row_line(r))
@@ -64,7 +65,7 @@ BENCHES = {"capture": bench_capture, "figures": bench_figures, "normalizers": be
 def add_cli(sub) -> None:
     b = sub.add_parser("bench", help="benchmarks that print ratios measured in one run")
     b.add_argument("what", choices=sorted(BENCHES), help="which benchmark")
-    b.add_argument("--model", default="minilm")
+    b.add_argument("--model", default=None, help="the model (default: minilm, and tiny-gpt2 for capture)")
     b.add_argument("--quick", action="store_true", help="small grids (smoke test)")
     b.set_defaults(func=run_bench)
 

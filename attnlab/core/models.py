@@ -175,6 +175,11 @@ class AttnModel:
         if ids.ndim != 1 or ids.dtype not in (torch.int64, torch.int32) or ids.numel() == 0:
             raise ValueError("ids must be a non-empty 1-D tensor of token ids [token]")
         self.check_length(ids.numel())
+        vocab = getattr(getattr(self.hf, "config", None), "vocab_size", None)
+        if vocab is not None and (bool((ids < 0).any()) or bool((ids >= vocab).any())):
+            at = int(((ids < 0) | (ids >= vocab)).nonzero()[0])
+            raise ValueError(f"token id {int(ids[at])} at position {at} is outside {self.name}'s vocabulary "
+                             f"(0..{vocab - 1}): ids must come from this model's tokenizer")
         return ids.long()
 
     # ------------------------------------------------------------ capture
@@ -399,6 +404,9 @@ def load_model(name: str = "auto", device: str = "cpu") -> AttnModel:
         return load_tiny_gpt2(device)
     if name == "gpt2" or Path(name).expanduser().is_dir() or _looks_like_hub_id(name) or name.startswith("gpt2-"):
         return load_pretrained(name, device, name=name)
+    if name.startswith(("/", "./", "../", "~")):
+        raise ValueError(f"model directory {name!r} does not exist: pass an existing folder with config.json "
+                         "and model.safetensors, or a hub id")
     raise ValueError(
         f"unknown model {name!r}: use auto, gpt2, minilm, tiny-gpt2, a hub id (owner/name) or a local directory"
     )

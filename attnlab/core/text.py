@@ -234,6 +234,8 @@ def read_text_file(path) -> tuple[str, dict]:
     except UnicodeDecodeError as exc:
         raise ValueError(f"text file {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start}): "
                          "convert it to UTF-8") from exc
+    if "\x00" in text:
+        raise ValueError(f"text file {str(path)!r} is not text (it holds NUL bytes): pass a UTF-8 text file")
     if not text.strip():
         raise ValueError(f"text file {str(path)!r} is empty: pass a text with at least as many tokens as the longest L")
     return text, {"text": p.name, "text_sha256": hashlib.sha256(raw).hexdigest(), "text_source": f"file {p.name}",

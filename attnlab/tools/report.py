@@ -10,6 +10,8 @@ import math
 import os
 import shutil
 import tempfile
+import time
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -283,6 +285,9 @@ def write_report(result: Result, out_dir) -> dict[str, Path]:
         raise ValueError(f"--out {str(out_dir)!r} exists and is not a directory: choose another path")
     parent = out.parent if str(out.parent) else Path(".")
     parent.mkdir(parents=True, exist_ok=True)
+    for stale in parent.glob(f".{glob_escape(out.name)}.tmp-*"):   # left by a killed run (10 min or older)
+        if stale.is_dir() and time.time() - stale.stat().st_mtime > 600:
+            shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.tmp-"))
     try:
         result.save(tmp)
