@@ -305,3 +305,72 @@ def test_bench_capture_honours_the_model(monkeypatch):
     Args.model = None
     bench.bench_capture(Args())
     assert seen == [("tiny-gpt2",), ("minilm", "tiny-gpt2")]
+
+
+@pytest.fixture
+def saved_tiny(tmp_path, tiny):
+    """A tiny GPT-2 saved as config.json + model.safetensors in a folder (the tokenizer comes from the data)."""
+    folder = tmp_path / "tiny"
+    tiny.hf.save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def test_damaged_weights_give_one_line_by_cause(saved_tiny):
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from attnlab.core.models import ModelUnavailable, load_model
+
+    assert load_model(str(saved_tiny)).n_layers >= 1                      # intact: loads
+    weights = saved_tiny / "model.safetensors"
+    good = weights.read_bytes()
+    weights.write_bytes(good[: len(good) // 3])
+    with pytest.raises(ModelUnavailable, match="truncated or corrupt") as caught:
+        load_model(str(saved_tiny))
+    assert "\n" not in str(caught.value)
+    weights.write_bytes(good)
+    tensors = load_file(weights)
+    name = next(iter(tensors))
+    tensors[name] = tensors[name].clone()
+    tensors[name].view(-1)[0] = float("nan")
+    save_file(tensors, weights, metadata={"format": "pt"})
+    with pytest.raises(ModelUnavailable, match="NaN or inf"):
+        load_model(str(saved_tiny))
+    weights.write_bytes(good)
+    config = json.loads((saved_tiny / "config.json").read_text())
+    config["n_embd"] = config["n_embd"] * 2
+    (saved_tiny / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelUnavailable) as caught:
+        load_model(str(saved_tiny))
+    assert "\n" not in str(caught.value) and "config.json" in str(caught.value)
+
+
+def test_the_hub_probe_speaks_https(monkeypatch):
+    """A proxy that accepts TCP but fails TLS is 'unreachable'; any HTTP answer is 'reachable'."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    from attnlab.core import models
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+
+    def tls_fails(*a, **k):
+        raise urllib.error.URLError(ssl.SSLError("handshake failed"))
+
+    def answers_404(*a, **k):
+        raise urllib.error.HTTPError("https://huggingface.co", 404, "Not Found", {}, None)
+
+    monkeypatch.setattr(urllib.request, "urlopen", tls_fails)
+    assert models.hub_reachable() is False
+    monkeypatch.setattr(urllib.request, "urlopen", answers_404)
+    assert models.hub_reachable() is True
+
+
+def test_a_data_dir_that_does_not_exist_is_named(monkeypatch, tmp_path):
+    from attnlab.core.text import load_corpus
+
+    monkeypatch.setenv("ATTNLAB_DATA_DIR", str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="is not a folder"):
+        load_corpus("war_and_peace")

@@ -9,11 +9,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import socket
 import warnings
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
-from urllib.parse import urlparse
 
 import torch
 
@@ -38,14 +36,20 @@ class ModelUnavailable(RuntimeError):
 # --------------------------------------------------------------------------- hub reachability
 
 def hub_reachable(timeout: float = 3.0) -> bool:
-    """True if the Hugging Face hub answers a TCP connect within `timeout` s (never minutes of retries)."""
+    """True if the Hugging Face hub answers an HTTPS request within `timeout` s (any HTTP status counts;
+    a proxy that accepts TCP but fails TLS does not). Never minutes of retries."""
+    import urllib.error
+    import urllib.request
+
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
         return False
-    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    url = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     try:
-        with socket.create_connection((host, 443), timeout=timeout):
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
             return True
-    except OSError:
+    except urllib.error.HTTPError:
+        return True                         # the hub answered (with an error status): it is reachable
+    except (urllib.error.URLError, OSError, ValueError):
         return False
 
 
@@ -304,12 +308,11 @@ def load_pretrained(source: str, device: str = "cpu", name: Optional[str] = None
     src = str(local_dir) if is_dir else source
     try:
         hf = _from_pretrained(src, local_only=not online)
-    except (OSError, ValueError) as exc:
-        if is_dir:
-            raise ModelUnavailable(f"{src} holds no loadable model (config.json + model.safetensors): {exc}") from exc
-        raise ModelUnavailable(
-            f"cannot load {source!r}: {'not on the hub or no safetensors' if online else 'offline and not cached'}. "
-            f"{AUTO_FALLBACK_HINT if 'gpt2' in source else 'Pass a local directory, or use --model minilm.'}") from exc
+    except Exception as exc:  # noqa: BLE001 - every cause becomes one line that says what to do
+        raise ModelUnavailable(_load_error(source, src, exc, is_dir=is_dir, online=online)) from None
+    bad = next((n for n, p in hf.named_parameters() if not bool(torch.isfinite(p).all())), None)
+    if bad is not None:
+        raise ModelUnavailable(f"{src}: the weights hold NaN or inf (tensor {bad}): the file is corrupt, restore it")
     weights = _safetensors_path(src, local_only=not online)
     sha = file_sha256(weights) if weights is not None else None
     if getattr(hf.config, "model_type", "") == "gpt2":
@@ -320,6 +323,25 @@ def load_pretrained(source: str, device: str = "cpu", name: Optional[str] = None
         tok = AutoTokenizer.from_pretrained(src, local_files_only=not online)
     where = f"local directory {src}" if is_dir else f"hub {source} ({'downloaded/cached' if online else 'cache'})"
     return AttnModel(name or source, hf, tok, source=where, weights_sha256=sha, device=device)
+
+
+def _load_error(source: str, src: str, exc: Exception, *, is_dir: bool, online: bool) -> str:
+    """One line for a model that did not load, worded by cause."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    kind = type(exc).__name__
+    if "SafetensorError" in kind or "safetensors" in first.lower() and "header" in first.lower() \
+            or "incomplete metadata" in first.lower() or "truncated" in first.lower():
+        return f"{src}: model.safetensors is truncated or corrupt ({first}): download it again"
+    if "size mismatch" in str(exc) or "Error(s) in loading state_dict" in str(exc):
+        return f"{src}: the weights do not match config.json (a size mismatch): use the config.json of these weights"
+    if is_dir:
+        return f"{src} holds no loadable model (config.json + model.safetensors): {kind}: {first}"
+    if not online:
+        return (f"cannot load {source!r}: offline and not cached. "
+                + (AUTO_FALLBACK_HINT if "gpt2" in source else "Pass a local directory, or use --model minilm."))
+    if "not found" in first.lower() or "404" in first or "RepositoryNotFound" in kind:
+        return f"cannot load {source!r}: not found on the hub (check the id)"
+    return f"cannot load {source!r}: the hub has no safetensors weights for it ({kind}: {first})"
 
 
 def _looks_like_hub_id(text: str) -> bool:

@@ -137,6 +137,9 @@ def load_corpus(name: str = "war_and_peace", *, allow_download: bool = True) -> 
     spec = CORPORA[name]
     candidates = []
     if data_dir() is not None:
+        if not data_dir().is_dir():
+            raise FileNotFoundError(f"{DATA_ENV}={data_dir()} is not a folder: point it at the data folder "
+                                    f"(holding {spec.local}), or unset it to download")
         candidates.append(data_dir() / spec.local)
     cached = cache_dir() / spec.local
     candidates.append(cached)
