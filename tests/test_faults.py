@@ -374,3 +374,13 @@ def test_a_data_dir_that_does_not_exist_is_named(monkeypatch, tmp_path):
     monkeypatch.setenv("ATTNLAB_DATA_DIR", str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match="is not a folder"):
         load_corpus("war_and_peace")
+
+
+def test_forward_checks_every_row_of_a_batch(tiny):
+    import torch
+
+    vocab = tiny.hf.config.vocab_size
+    batch = torch.tensor([[1, 2, 3], [4, vocab, 6]])
+    with pytest.raises(ValueError, match=f"token id {vocab} at position 1 is outside"):
+        tiny.forward(batch)
+    assert tiny.forward(batch.clamp(max=vocab - 1)) is not None

@@ -242,7 +242,8 @@ class AttnModel:
     def forward(self, ids, **kwargs):
         """Plain forward pass of ids [token] or [batch, token], no recording; returns the HF output."""
         ids = torch.as_tensor(ids)
-        self._check_ids(ids.reshape(-1)[: ids.shape[-1]])
+        for row in (ids if ids.ndim == 2 else ids.reshape(1, -1)):        # every row, not only the first
+            self._check_ids(row)
         with torch.no_grad():
             return self.hf(input_ids=(ids if ids.ndim == 2 else ids[None]).to(self.device), **kwargs)
 

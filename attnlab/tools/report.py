@@ -298,8 +298,8 @@ def write_report(result: Result, out_dir) -> dict[str, Path]:
         if not out.exists():
             os.chmod(tmp, 0o777 & ~umask)
             os.rename(tmp, out)
-        else:
-            for name in names:
+        else:                       # csv, html, then json (it carries the csv's sha256): a kill between
+            for name in names:      # two of them leaves a pair that Result.load refuses, never a mix taken as whole
                 os.replace(tmp / name, out / name)
             tmp.rmdir()
     except BaseException:
