@@ -214,6 +214,8 @@ def test_non_finite_inputs_are_errors_that_name_the_tensor_and_position():
     for T in (math.nan, math.inf, 0.0):
         with pytest.raises(ValueError, match="temperature"):
             normalizers.softmax(torch.zeros(3), T=T)
+        with pytest.raises(ValueError, match="temperatures"):
+            gradients.fd_grad_norms(torch.zeros(1, 2, 2), [T], [1e-3])
         with pytest.raises(ValueError, match="temperature"):
             rows.log_weights(torch.zeros(1, 2, 2), T)
 

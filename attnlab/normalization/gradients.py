@@ -2,6 +2,7 @@
 of Alg. 5 and the exact spectral norm of the softmax Jacobian, for every row."""
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 import numpy as np
@@ -48,10 +49,10 @@ def fd_grad_norms(
     vis = visible_scores(scores, visible)
     Ts = [float(t) for t in temperatures]
     Es = [float(e) for e in epsilons]
-    if not Ts or min(Ts) <= 0:
-        raise ValueError(f"temperatures must be > 0, got {Ts}")
-    if not Es or min(Es) <= 0:
-        raise ValueError(f"epsilons must be > 0, got {Es}")
+    if not Ts or not all(math.isfinite(t) and t > 0 for t in Ts):
+        raise ValueError(f"temperatures must be finite numbers > 0, got {Ts}")
+    if not Es or not all(math.isfinite(e) and e > 0 for e in Es):
+        raise ValueError(f"epsilons must be finite numbers > 0, got {Es}")
     lead = scores.shape[:-2]
     S = scores.reshape(-1, *scores.shape[-2:])
     B, Q, K = S.shape
