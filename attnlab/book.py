@@ -17,7 +17,10 @@ from typing import Optional, Sequence
 
 from attnlab.core.cache import cached, model_key
 from attnlab.core.result import Result
+from attnlab.core.style import use_figure_style
 from attnlab.figures import FIGURES, Inputs, compute_figures
+
+use_figure_style()          # every chapter's figures: text >= 9 pt at the size the page shows them
 
 
 @lru_cache(maxsize=4)
@@ -91,19 +94,48 @@ def cached_result(name: str, key: dict, compute, *, model=None, text_sha256: Opt
 
 # ------------------------------------------------------------------------- helpers every chapter uses
 
+#: plain-text notation of the claim checker and the Results (terminal-friendly) -> rendered math on the page
+NOTATION = (
+    (r"\bd~", r"\(\tilde d\)"), (r"\bd_max_([A-Za-z])\b", r"\(d_{\max}^{\1}\)"), (r"\bd_max\b", r"\(d_{\max}\)"),
+    (r"\bR\^2", r"\(R^2\)"), (r"\bN_s/N\b", r"\(N_s/N\)"), (r"\babar\b", r"\(\bar a\)"),
+    (r"\bsqrt\(2\)", "√2"), (r"\beps\b", "ε"), (r"\bDelta\b", "Δ"), (r"\balpha\b", "α"),
+    (r"\bbeta\b", "β"), (r"->", "→"), (r"\+-", "±"), (r"!=", "≠"),
+)
+
+
+#: the HTML tags a table cell may carry; any other "<" is text
+TABLE_TAGS = ("a", "b", "i", "em", "strong", "code", "sup", "sub", "span", "br", "small", "p", "ul", "li")
+
+
+def rendered(text) -> str:
+    """Plain notation (`d~`, `R^2`, `<=`, `eps`, ...) as rendered math, outside HTML tags only; other
+    values unchanged (as str)."""
+    import re
+
+    text = str(text).replace("<=", "≤").replace(">=", "≥")
+    tag = r"</?(?:%s)\b[^>]*>" % "|".join(TABLE_TAGS)
+    text = re.sub(r"<(?!/?(?:%s)\b)" % "|".join(TABLE_TAGS), "&lt;", text)   # "T < 0.1", "x<y": text
+    parts = re.split(f"({tag})", text)
+    for i in range(0, len(parts), 2):                # even parts are text, odd parts are tags
+        for pattern, repl in NOTATION:
+            parts[i] = re.sub(pattern, lambda m, r=repl: r.replace("\\1", m.group(1) if m.groups() else ""), parts[i])
+    return "".join(parts)
+
+
 def table(header: Sequence[str], rows: Sequence[Sequence], caption: str = ""):
-    """A small HTML table (a view: the numbers come from Results and attnlab functions)."""
+    """A small HTML table (a view: the numbers come from Results and attnlab functions); plain notation
+    in the cells is rendered as math (`rendered`; MathJax typesets the `mathjax_process` box)."""
     from IPython.display import HTML
 
     cell = 'style="padding:3px 10px; vertical-align:top; text-align:left; border-bottom:1px solid #ddd"'
-    head = "".join(f"<th {cell}>{h}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td {cell}>{c}</td>" for c in r) + "</tr>" for r in rows)
-    cap = f"<caption>{caption}</caption>" if caption else ""
-    return HTML(f'<table style="border-collapse:collapse">{cap}<thead><tr>{head}</tr></thead>'
-                f"<tbody>{body}</tbody></table>")
+    head = "".join(f"<th {cell}>{rendered(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td {cell}>{rendered(c)}</td>" for c in r) + "</tr>" for r in rows)
+    cap = f"<caption>{rendered(caption)}</caption>" if caption else ""
+    return HTML(f'<div class="mathjax_process attnlab-table"><table style="border-collapse:collapse">{cap}'
+                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
 
 
-def png(fig, dpi: int = 72, colors: int = 64) -> bytes:
+def png(fig, dpi: int = 100, colors: int = 64) -> bytes:
     """The figure as a light PNG (a `colors`-colour palette): frames are embedded in the page and the
     notebook, and this makes them about four times lighter with no visible change."""
     import io
@@ -178,8 +210,10 @@ def model_admonition(model, result: Optional[Result] = None):
 
 
 def is_paper_model(model) -> bool:
-    """True for a GPT-2 124M-shaped causal model (12 layers x 12 heads of dimension 64)."""
-    return bool(model.causal) and (model.n_layers, model.n_heads, model.d_head) == (12, 12, 64)
+    """True for a GPT-2 124M-shaped causal model (12 layers x 12 heads of dimension 64) with trained weights
+    (`gpt2-random` has the shape, not the attention)."""
+    return (bool(model.causal) and (model.n_layers, model.n_heads, model.d_head) == (12, 12, 64)
+            and not getattr(model, "random_weights", False))
 
 
 # chapter -> (title, page, the claim ids it checks, with a short label each)

@@ -109,6 +109,23 @@ def test_plots_return_titled_figures(figures, tmp_path):
         fig.savefig(tmp_path / f"{name}.png", dpi=40)
 
 
+def test_plots_use_no_font_below_the_minimum(figures):
+    """Every text of every library figure is at least MIN_FONT_PT (the book shows figures at their own
+    size at 100 dpi, so this is the size on the page), with the style the book and the CLI set."""
+    from matplotlib.text import Text
+
+    from attnlab.core.style import MIN_FONT_PT, use_figure_style
+
+    use_figure_style()
+    _, _, res = figures
+    for name, r in res.items():
+        fig = FIGURES[name].plot(r)
+        fig.canvas.draw()
+        small = [(t.get_text(), t.get_fontsize()) for t in fig.findobj(Text)
+                 if t.get_text().strip() and t.get_visible() and t.get_fontsize() < MIN_FONT_PT]
+        assert not small, (name, small[:5])
+
+
 def test_claims_table(figures):
     _, _, res = figures
     rows = claims.paper1_claims(res)

@@ -160,6 +160,14 @@ def test_cached_result_recomputes_only_for_a_new_key(tmp_path, monkeypatch):
 def test_book_helpers():
     html = book.table(["a", "b"], [[1, "x<y"]], caption="cap").data
     assert "<caption>cap</caption>" in html and html.count("<tr>") == 2
+    assert "x&lt;y" in html and "mathjax_process" in html
+    want = r"\(\tilde d\) ≤ \(d_{\max}\), \(R^2\) → 1, T &lt; 0.1, ε"
+    assert book.rendered("d~ <= d_max, R^2 -> 1, T < 0.1, eps") == want
+    assert book.rendered('<a href="a->b">d~</a>') == r'<a href="a->b">\(\tilde d\)</a>'      # tags untouched
+    from attnlab.core.verdicts import percent
+
+    assert [percent(v) for v in (1.0, 0.0, 0.99996, 0.8997, 5e-5, math.nan)] == [
+        "100%", "0%", "> 99.99%", "89.97%", "< 0.01%", "n/a"]
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(2, 1))

@@ -10,6 +10,7 @@ import sys
 import warnings
 
 from attnlab.cli import bench, diagnose, figures, info
+from attnlab.core.style import use_figure_style
 
 SUBCOMMANDS = (info, figures, diagnose, bench)
 
@@ -47,6 +48,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     warnings.simplefilter("default")
     keep_freed_memory()
+    use_figure_style()
     try:
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:

@@ -13,3 +13,19 @@ def claim_row(cid: str, claim: str, paper: str, measured: str, verdict: str) -> 
 
 def verdict(ok: bool) -> str:
     return "holds" if ok else "does not hold"
+
+
+def percent(frac: float) -> str:
+    """A share as a percentage with no false precision: "100%" only when exact, "> 99.99%" when it
+    would round to 100, else two decimals ("99.87%")."""
+    if frac != frac:
+        return "n/a"
+    if frac == 1.0:
+        return "100%"
+    if frac == 0.0:
+        return "0%"
+    if frac > 0.9999:
+        return "> 99.99%"
+    if frac < 1e-4:
+        return "< 0.01%"
+    return f"{frac:.2%}"

@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 
 from attnlab.core.result import Result
-from attnlab.core.verdicts import claim_row, verdict
+from attnlab.core.verdicts import claim_row, percent, verdict
 from attnlab.normalization.paper import CRITICAL_FRAC, ONE_OVER_T_BELOW, PLATEAU_N, SATURATION_N, SEPARABILITY_BAND
 
 LINEAR_R2 = 0.95          # "grows roughly linearly": R^2 of a straight-line fit
@@ -84,7 +84,7 @@ def _claims_cor1(results) -> list[dict]:
     err = max(r["logit_err"] for r in res.rows)
     mw = _head_mean(res, "max_weight", "L")
     measured = (
-        f"{frac:.4%} of rows inside (worst head {worst:.4%}); max |scores - scaling q.k| = {err:.2g}; "
+        f"{percent(frac)} of rows inside (worst head {percent(worst)}); max |scores - scaling q.k| = {err:.2g}; "
         f"mean max weight {mw[1][0]:.3f} at L={int(mw[0][0])} -> {mw[1][-1]:.3f} at L={int(mw[0][-1])} ({_model(res)})"
     )
     return [row(cid, claim, paper, measured, _v(frac == 1.0))]
@@ -137,7 +137,8 @@ def _claims_thm1(results) -> list[dict]:
         )
         extra = f"; median head-mean d~/d_max = {np.median(ratio):.3f}" if len(ratio) else ""
         out.append(
-            row(cid, claim, paper, f"{frac:.4%} of rows (worst head {worst:.4%}){extra}; {note}", _v(frac == 1.0))
+            row(cid, claim, paper, f"{percent(frac)} of rows (worst head {percent(worst)}){extra}; {note}",
+                _v(frac == 1.0))
         )
     return out
 
@@ -261,7 +262,8 @@ def _claims_fig3(results) -> list[dict]:
                 f"; with xi = mean pairwise spread of the selected it holds in "
                 f"{float(np.nanmean(res.column('lower_pair_holds'))):.1%} of rows (not a theorem)"
             )
-        out.append(row(cid, claim, paper2, f"{frac:.4%} of rows (worst head/N {worst:.4%}); {note}", _v(worst == 1.0)))
+        measured = f"{percent(frac)} of rows (worst head/N {percent(worst)}); {note}"
+        out.append(row(cid, claim, paper2, measured, _v(worst == 1.0)))
     return out
 
 
@@ -384,7 +386,7 @@ def _claims_fig4(results) -> list[dict]:
                 cid,
                 claim,
                 "Corollary 3: ||grad alpha|| <= min{1/(4T), sqrt 2}",
-                f"{frac:.4%} of rows over the (T, eps) grid (worst point {worst:.4%}); {note}",
+                f"{percent(frac)} of rows over the (T, eps) grid (worst point {percent(worst)}); {note}",
                 _v(worst == 1.0),
             )
         )

@@ -72,13 +72,13 @@ def plot_fig1(result: Result):
     a1.set_yscale("log")
     a1.set_xlabel("L")
     a1.set_ylabel("weight")
-    a1.legend(fontsize=7)
+    a1.legend()
     _band(a2, result, "entropy", "L", "tab:orange", "entropy (nats)")
     a2.plot(x, np.log(x), "k--", lw=1, label="log L (uniform)")
     a2.set_xscale("log", base=2)
     a2.set_xlabel("L")
     a2.set_ylabel("entropy")
-    a2.legend(fontsize=7)
+    a2.legend()
     _band(a3, result, "log10_max_w", "L", "tab:purple", "log10 max weight")
     _band(a3, result, "log10_min_w", "L", "tab:olive", "log10 min weight")
     _band(a3, result, "log10_cor1_hi", "L", "black", "Corollary 1 band", ls="--", marker="")
@@ -88,7 +88,7 @@ def plot_fig1(result: Result):
     a3.set_xlabel("L")
     a3.set_ylabel("log10 weight")
     holds = np.mean(result.column("cor1_holds"))
-    a3.legend(fontsize=7, title=f"rows inside band: {holds:.2%}", title_fontsize=7)
+    a3.legend(title=f"rows inside band: {holds:.2%}")
     fig.suptitle(title(result, "Fig. 1: vanishing attention (Lemma 1 / Corollary 1)"), fontsize=9)
     return fig
 
@@ -101,7 +101,7 @@ def _distance_panel(ax, result, by, log=True):
     if log:
         ax.set_yscale("log")
     ax.set_ylabel("distance (mean over heads, IQR)")
-    ax.legend(fontsize=7)
+    ax.legend()
 
 
 def plot_fig2a(result: Result):
@@ -146,13 +146,13 @@ def plot_fig2c(result: Result, frac: float = CRITICAL_FRAC):
     a1.set_yscale("log")
     a1.set_xlabel("sequence length L")
     a1.set_ylabel("critical N")
-    a1.legend(fontsize=7)
+    a1.legend()
     a2.errorbar(L, mean / L, yerr=sd / L, fmt="o-", color="tab:green", capsize=3)
     a2.axhline(frac, color="k", ls="--", lw=1, label=f"{frac}")
     a2.set_xscale("log", base=2)
     a2.set_xlabel("sequence length L")
     a2.set_ylabel("critical N / L")
-    a2.legend(fontsize=7)
+    a2.legend()
     fig.suptitle(title(result, "Fig. 2c: critical top-N"), fontsize=9)
     return fig
 
@@ -182,7 +182,7 @@ def plot_fig3(result: Result, band: tuple = SEPARABILITY_BAND):
     ax.set_ylabel("N_s / N (token mean per head)")
     ax.set_xticks(ns[:: max(1, len(ns) // 16)])
     ax.set_xticklabels([str(n) for n in ns[:: max(1, len(ns) // 16)]])
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(loc="lower left")
     L = result.rows[0]["L"] if result.rows else "?"
     fig.suptitle(title(result, f"Fig. 3: geometric separability (L = {L})"), fontsize=9)
     return fig
@@ -210,7 +210,7 @@ def plot_fig4(result: Result):
     ax.set_ylim(lo, 1 / (2 * T.min()) * 2)
     ax.set_xlabel("temperature T")
     ax.set_ylabel("g(T, eps)")
-    ax.legend(fontsize=7)
+    ax.legend()
     L = result.rows[0]["L"] if result.rows else "?"
     fig.suptitle(title(result, f"Fig. 4: gradient sensitivity (L = {L})"), fontsize=9)
     return fig

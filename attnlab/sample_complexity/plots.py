@@ -66,7 +66,7 @@ def _beta_panel(ax, fits: list[dict], hkey: str = "horizon") -> None:
         + (" (authors: no temperature)" if hkey == "horizon_authors" else " (A incl. temperature)")
     )
     ax.set_ylabel(r"fitted $|\beta|$ (error $\propto n^{-|\beta|}$)")
-    ax.legend(fontsize=7)
+    ax.legend()
 
 
 def plot_uniform_map(result: Result):
@@ -87,12 +87,12 @@ def plot_uniform_map(result: Result):
         ax.plot(n, y0 * (n / n[-1]) ** -0.5 * 0.6, color="grey", ls=":", label=r"$n^{-1/2}$")
     _loglog(ax)
     ax.set(xlabel="n (tokens)", ylabel=r"$\sup_{\|x\|\leq R}\|\Gamma_{\mu_n}(x)-\Gamma_\mu(x)\|$")
-    ax.legend(fontsize=7)
+    ax.legend()
     fits = result.select(kind="fit")
     ax2.plot([f["R"] for f in fits], [f["C"] for f in fits], "o-", label=r"fitted $C(R)=e^{\rm intercept}$")
     ax2.plot([f["R"] for f in fits], [f["C_pred"] for f in fits], "s--", label="delta-method RMS constant [DERIVED]")
     ax2.set(yscale="log", xlabel="R (ball radius)", ylabel="C(R)")
-    ax2.legend(fontsize=7)
+    ax2.legend()
     fig.suptitle(
         _title(
             result,
@@ -125,7 +125,7 @@ def plot_moment_convergence(result: Result, reference: Optional[str] = None, hor
             ylabel=r"$\|m_n-m_\infty\|_2$" if mom == "mean" else r"$\|C_n-C_\infty\|$",
             title=f"{mom} error vs {ref} reference",
         )
-        ax.legend(fontsize=6, ncol=2)
+        ax.legend(ncol=2)
     _beta_panel(axes[2], [f for f in fits_all if f["reference"] == ref], horizon_key)
     fig.suptitle(_title(result, f"Moment convergence, {result.provenance.get('tokens', '')}"), fontsize=9)
     return fig
@@ -152,7 +152,7 @@ def plot_hardmax(result: Result, reference: Optional[str] = None):
             ylabel=r"$\|m_n-m_\infty\|_2$" if mom == "mean" else r"$\|C_n-C_\infty\|_2$",
             title=f"{mom} error vs {ref} reference",
         )
-        ax.legend(fontsize=7)
+        ax.legend()
     fig.suptitle(_title(result, f"Hardmax regime, {result.provenance.get('tokens', '')}"), fontsize=9)
     return fig
 
@@ -175,7 +175,7 @@ def plot_real_encoder(result: Result, horizon_key: str = "horizon"):
             ylabel=r"$\|m_n-m_L\|_2$" if mom == "mean" else r"$\|C_n-C_L\|$",
             title=f"{mom} error",
         )
-        ax.legend(fontsize=6)
+        ax.legend()
     _beta_panel(axes[2], result.select(kind="fit"), horizon_key)
     p = result.provenance
     fig.suptitle(

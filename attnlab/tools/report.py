@@ -111,9 +111,8 @@ def heatmap_figure(result: Result, L: Optional[int] = None):
         ys, xs = np.nonzero(uni == 1)
         ax.scatter(xs, ys, marker="o", facecolors="none", edgecolors="white", s=30, linewidths=1)
         ax.set_title(title, fontsize=9)
-        ax.set_xlabel("head", fontsize=8)
-        ax.set_ylabel("layer", fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
     fig.suptitle(f"{result.provenance.get('model')}, L = {L}\n(red x: N_s/N below threshold; white o: entropy near "
                  "log L)", fontsize=10)
     return fig
@@ -148,7 +147,7 @@ def curves_figure(result: Result):
     if thr is not None:
         axes[0].axhline(thr, color="red", ls="--", lw=1, label="flag threshold")
     axes[1].set_yscale("log")
-    axes[0].legend(fontsize=7, ncol=2)
+    axes[0].legend(ncol=2)
     return fig
 
 
@@ -353,9 +352,8 @@ def comparison_figure(result: Result, L: int, keys: Optional[Sequence[str]] = No
         ax.barh(range(len(names)), [v[0] if len(v) else np.nan for v in vals], color=colors)
         ax.set_xlim(lo, hi * 1.05 if hi > 0 else 1)
         ax.set_title(LABELS.get(key, key), fontsize=9)
-        ax.tick_params(labelsize=7)
     for i, ax in enumerate(axes):
-        ax.set_yticks(range(len(names)), names if i % 2 == 0 else [""] * len(names), fontsize=7)
+        ax.set_yticks(range(len(names)), names if i % 2 == 0 else [""] * len(names))
         ax.invert_yaxis()
     fig.suptitle(f"{result.provenance.get('model')}, L = {L}", fontsize=9)
     return fig
@@ -384,10 +382,9 @@ def length_figure(
 
             ax.set_yscale("log")
             ax.yaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("L", fontsize=8)
+        ax.set_xlabel("L")
         ax.set_title(LABELS.get(key, key), fontsize=9)
-        ax.tick_params(labelsize=7)
-    axes[-1].legend(fontsize=7, loc="best")
+    axes[-1].legend(loc="best")
     return fig
 
 
@@ -402,8 +399,8 @@ def layer_figure(result: Result, key: Optional[str] = None):
     fig, (ax,) = figure_grid(1, min(1.0 * len(names) + 2.4, 6.8), 0.35 * len(layers) + 1.6)
     im = ax.imshow(grid, aspect="auto", cmap="magma")
     fig.colorbar(im, ax=ax, label=LABELS.get(key, key))
-    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=7)
-    ax.set_yticks(range(len(layers)), layers, fontsize=7)
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+    ax.set_yticks(range(len(layers)), layers)
     ax.set_ylabel("swapped layer")
     ax.set_title(f"{result.provenance.get('model')}, L = {L}: one layer swapped at a time", fontsize=9)
     return fig

@@ -1,0 +1,25 @@
+"""The one figure style: every text of a figure at least 9 pt, so that at 100 dpi (the book shows
+figures at their own size) no label is smaller than 9 pt on the page, on a phone included."""
+from __future__ import annotations
+
+#: font sizes (pt) of every figure attnlab draws; nothing smaller than MIN_FONT_PT
+MIN_FONT_PT = 9
+FIGURE_STYLE = {
+    "font.size": MIN_FONT_PT,
+    "axes.titlesize": MIN_FONT_PT,
+    "axes.labelsize": MIN_FONT_PT,
+    "xtick.labelsize": MIN_FONT_PT,
+    "ytick.labelsize": MIN_FONT_PT,
+    "legend.fontsize": MIN_FONT_PT,
+    "legend.title_fontsize": MIN_FONT_PT,
+    "figure.titlesize": MIN_FONT_PT + 1,
+    "legend.handlelength": 1.5,
+    "legend.borderaxespad": 0.3,
+}
+
+
+def use_figure_style() -> None:
+    """Set FIGURE_STYLE in matplotlib's rcParams (the book and the CLI call it once)."""
+    import matplotlib
+
+    matplotlib.rcParams.update(FIGURE_STYLE)
