@@ -343,8 +343,9 @@ def fig2b(model, ids, *, quick: bool = False, progress: bool = True, captures=No
 # ------------------------------------------------------------------------------------------ figure 2c
 
 def critical_rows(trace, p: dict, L: int, window: int = 0, progress: bool = False) -> list[dict]:
-    """The KS scan of Alg. 3 at one L: one row per scanned N (p-value, KS statistic, mean d~ and E over
-    heads), each carrying the critical N (first N not rejected; -1 if none up to n_max)."""
+    """The KS scan of Alg. 3 at one L: one row per scanned N (p-value, NaN where the brackets certified
+    the rejection; p_upper: the p-value or, where certified, its upper bound; KS statistic; mean d~ and
+    E over heads), each carrying the critical N (first N not rejected; -1 if none up to n_max)."""
     impl = _impl(p)
     bar = None
     if progress and impl is VECTORISED:
@@ -358,10 +359,11 @@ def critical_rows(trace, p: dict, L: int, window: int = 0, progress: bool = Fals
         if bar is not None:
             bar.close()
     crit = int(res["n"])
-    return [{"window": window, "L": L, "N": int(N), "pvalue": pv, "ks": ks, "d_mean": d, "e_mean": e,
+    p_upper = res.get("p_upper", res["pvalues"])          # the oracle certifies nothing: its p-values
+    return [{"window": window, "L": L, "N": int(N), "pvalue": pv, "p_upper": pu, "ks": ks, "d_mean": d, "e_mean": e,
              "critical_n": crit, "critical_frac": (crit / L if crit > 0 else float("nan")),
              "is_critical": int(N) == crit, "n_heads": int(np.prod(trace.probs.shape[:-2]))}
-            for N, pv, ks, d, e in zip(res["ns"], res["pvalues"], res["ks"], res["d_mean"], res["e_mean"])]
+            for N, pv, pu, ks, d, e in zip(res["ns"], res["pvalues"], p_upper, res["ks"], res["d_mean"], res["e_mean"])]
 
 
 @with_threads
