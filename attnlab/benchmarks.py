@@ -53,10 +53,27 @@ class _Fixed(ex.Captures):
         return self.last
 
 
+def check_bench_figures(figures: Optional[Sequence[str]] = None, max_length: Optional[int] = None) -> list[str]:
+    """The figure ids `bench_figures` will time (default: every paper-1 figure of the registry), checked
+    with `max_length` (an integer >= 2 or None) before any model is loaded; ValueError in one line."""
+    known = [i for i, spec in FIGURES.items() if spec.needs == "model+text"]
+    names = list(dict.fromkeys(figures)) if figures else known
+    unknown = [n for n in names if n not in FIGURES]
+    if unknown:
+        raise ValueError(f"unknown figure id(s) {', '.join(map(str, unknown))}; bench figures times {', '.join(known)}")
+    other = [n for n in names if n not in known]
+    if other:
+        raise ValueError(f"{', '.join(other)}: bench figures times the model+text figures only ({', '.join(known)})")
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer))
+                                   or max_length < 2):
+        raise ValueError(f"max_length must be an integer >= 2, got {max_length!r}")
+    return names
+
+
 @with_threads
 def bench_figures(model, ids, quick: bool = True, *, oracle_layers: Optional[int] = None,
                   figures: Optional[Sequence[str]] = None, progress: bool = False, repeats: int = 3,
-                  **protocol) -> list[dict]:
+                  max_length: Optional[int] = None, with_oracle: bool = True, **protocol) -> list[dict]:
     """Time each figure, vectorised vs the per-row oracle, on the same captured traces.
 
     The forward passes are made once, before timing. The oracle runs on the first `oracle_layers`
@@ -64,26 +81,30 @@ def bench_figures(model, ids, quick: bool = True, *, oracle_layers: Optional[int
     the vectorised code is timed on the same subset (`speedup`, like for like; the median of
     `repeats` runs, after a first run on all layers that also warms up) and on all layers.
     `oracle_full_s_est` extrapolates the oracle linearly to all layers. One dict per figure.
+
+    figures: ids of paper-1 figures (default all); max_length: cut the window to its first
+    `max_length` tokens, so the length grid (32, 64, ... up to the window) stops there; with_oracle=False:
+    only the one run on all layers (`vectorised_full_s`; the per-row oracle takes hours at GPT-2's shape).
     """
-    names = list(figures or ex.FIGURES)
+    names = check_bench_figures(figures, max_length)
     p = ex.resolve_protocol(quick, protocol)
     keep = set().union(*(ex.trace_needs(n, p) for n in names))
-    cap = ex.Captures(model, ex.as_windows(ids)[0], keep)
+    window = ex.as_windows(ids)[0]
+    cap = ex.Captures(model, window if max_length is None else window[:max_length], keep)
     grid = ex.length_grid(model, len(cap.ids), quick, p["lengths"])
     for L in (grid if not model.causal else grid[-1:]):
         cap.get(L)
     n_layers = len(cap.get(grid[-1]).layers)
     sub = n_layers if (oracle_layers is None and quick) else min(n_layers, oracle_layers or 1)
+    plan = [("vectorised_full", None, "vectorised", 1)]
+    if with_oracle:
+        plan += [("vectorised", sub, "vectorised", max(1, repeats)), ("oracle", sub, "oracle", 1)]
     rows, res = [], None
     for name in names:
         func = FIGURES[name].compute
         proto = {k: v for k, v in protocol.items() if k != "impl"}
         timings = {}
-        for label, layers, impl, n in (
-            ("vectorised_full", None, "vectorised", 1),
-            ("vectorised", sub, "vectorised", max(1, repeats)),
-            ("oracle", sub, "oracle", 1),
-        ):
+        for label, layers, impl, n in plan:
             run = dict(proto)
             if impl == "oracle" and name == "fig2c":
                 # the oracle scans exactly as far as the vectorised run on the same inputs did
@@ -102,15 +123,11 @@ def bench_figures(model, ids, quick: bool = True, *, oracle_layers: Optional[int
                 )
                 times.append(time.perf_counter() - t0)
             timings[label] = float(np.median(times))
-        rows.append(
-            {
-                "figure": name,
-                "model": model.name,
-                "quick": quick,
-                "L_max": grid[-1],
-                "layers_total": n_layers,
+        row = {"figure": name, "model": model.name, "quick": quick, "L_max": grid[-1], "n_lengths": len(grid),
+               "layers_total": n_layers, "vectorised_full_s": round(timings["vectorised_full"], 4)}
+        if with_oracle:
+            row.update({
                 "oracle_layers": sub,
-                "vectorised_full_s": round(timings["vectorised_full"], 4),
                 "vectorised_s": round(timings["vectorised"], 4),
                 "oracle_s": round(timings["oracle"], 4),
                 "speedup": round(timings["oracle"] / max(timings["vectorised"], 1e-9), 2),
@@ -119,10 +136,9 @@ def bench_figures(model, ids, quick: bool = True, *, oracle_layers: Optional[int
                     timings["oracle"] * n_layers / sub / max(timings["vectorised_full"], 1e-9), 2
                 ),
                 "repeats": max(1, repeats),
-                "capture_s": round(cap.seconds, 3),
-                "torch_threads": torch.get_num_threads(),
-            }
-        )
+            })
+        row.update({"capture_s": round(cap.seconds, 3), "torch_threads": torch.get_num_threads()})
+        rows.append(row)
     return rows
 
 

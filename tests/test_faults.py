@@ -386,3 +386,105 @@ def test_forward_checks_every_row_of_a_batch(tiny):
     with pytest.raises(ValueError, match=f"token id {vocab} at position 1 is outside"):
         tiny.forward(batch)
     assert tiny.forward(batch.clamp(max=vocab - 1)) is not None
+
+
+def test_bad_bench_options_fail_at_once_with_one_line(capsys):
+    """Unknown figure ids, a bad --max-length or --threads, figures-only options elsewhere: exit 2, one line,
+    before any model is loaded."""
+    import time
+
+    from attnlab.cli import main
+
+    for argv, says in ((["--figures", "fig9"], "unknown figure id(s) fig9"),
+                       (["--figures", "fig1", "tsc_real"], "model+text figures only"),
+                       (["--max-length", "1"], "--max-length must be an integer >= 2"),
+                       (["--max-length", "1.5"], "--max-length must be an integer >= 2"),
+                       (["--threads", "0"], "--threads must be an integer >= 1")):
+        t0 = time.perf_counter()
+        assert main(["bench", "figures", "--model", "gpt2-random", *argv]) == 2
+        assert time.perf_counter() - t0 < 1.0
+        out, err = capsys.readouterr()
+        assert not out and err.count("\n") == 1 and says in err, err
+    assert main(["bench", "capture", "--no-oracle"]) == 2
+    assert "bench figures` only" in capsys.readouterr().err
+
+
+def test_bench_figures_passes_its_options_down_and_ends_with_its_summary(monkeypatch, capsys):
+    from attnlab import benchmarks
+    from attnlab.cli import bench, main
+
+    seen = []
+
+    def fake(model, ids, **kw):
+        seen.append(kw)
+        rows = [{"figure": f, "vectorised_full_s": 1.5} for f in kw["figures"]]
+        return rows if not kw["with_oracle"] else [dict(r, speedup=60.0) for r in rows]
+
+    class Inputs:
+        def __init__(self, name, device):
+            self.model = type("M", (), {"name": name})()
+
+        def ids(self):
+            return None
+
+    monkeypatch.setattr(benchmarks, "bench_figures", fake)
+    monkeypatch.setattr(bench, "Inputs", Inputs)
+    assert main(["bench", "figures", "--model", "m", "--figures", "fig2a", "fig1", "--max-length", "64",
+                 "--no-oracle", "--threads", "1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert seen[-1]["figures"] == ["fig2a", "fig1"] and seen[-1]["max_length"] == 64
+    assert seen[-1]["with_oracle"] is False
+    assert lines[0].startswith("torch threads: 1 (chosen)")
+    assert lines[-2].startswith("peak memory: ") and lines[-2].endswith(" GB") and lines[-1].startswith("total: 3.0 s")
+    assert main(["bench", "figures", "--model", "m", "--quick"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert seen[-1]["max_length"] is None and seen[-1]["with_oracle"] is True and len(seen[-1]["figures"]) == 6
+    assert lines[-2].startswith("peak memory: ") and lines[-1] == "min speedup: 60.0"
+
+
+def test_bench_figures_max_length_and_no_oracle(tiny):
+    import torch
+
+    from attnlab import benchmarks
+
+    ids = torch.randint(0, 1000, (64,), generator=torch.Generator().manual_seed(0))
+    rows = benchmarks.bench_figures(tiny, ids, quick=True, figures=["fig1"], max_length=40, with_oracle=False,
+                                    threads=1)
+    assert [r["figure"] for r in rows] == ["fig1"] and rows[0]["L_max"] == 40 and rows[0]["n_lengths"] == 2
+    assert rows[0]["vectorised_full_s"] > 0 and "speedup" not in rows[0] and "oracle_s" not in rows[0]
+    for bad in (1, 2.5, True):
+        with pytest.raises(ValueError, match="max_length"):
+            benchmarks.bench_figures(tiny, ids, figures=["fig1"], max_length=bad)
+
+
+def test_a_busy_machine_lowers_auto_threads_but_never_a_chosen_count(monkeypatch):
+    import torch
+
+    assert 1 <= util.free_cpus(0.02) <= util.allowed_cpus()
+    assert util.peak_memory_bytes() > 10 << 20
+    n = torch.get_num_threads()
+    if n < 2 or util.threads_chosen():
+        pytest.skip("needs torch's default count of >= 2 threads, not chosen by the user")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(util, "free_cpus", lambda interval=0.1: 1)      # another process holds the others
+
+    @util.with_threads
+    def work(threads=None):
+        return torch.get_num_threads()
+
+    with util.auto_threads():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == n and work() == 1 and work(threads=2) == 2
+    with util.threads(1):                      # numba's pool starts (at the latest here): torch keeps the count
+        numba = pytest.importorskip("numba")
+        numba.get_num_threads()
+        assert torch.get_num_threads() == 1
+    with util.threads(2):                      # chosen by the caller: kept, nested calls included
+        assert work() == 2
+        with util.auto_threads():
+            assert torch.get_num_threads() == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", str(n))
+    assert work() == n
+    monkeypatch.setattr(util, "free_cpus", lambda interval=0.1: 64)     # never raised above torch's count
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert work() == n and torch.get_num_threads() == n

@@ -46,8 +46,9 @@ def test_auto_falls_back_quickly_with_one_warning(monkeypatch):
 
 def test_unknown_and_missing_models(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ValueError, match="unknown model"):
+    with pytest.raises(ValueError, match="unknown model") as info:
         models.load_model("no such model")
+    assert all(name in str(info.value) for name in models.MODEL_NAMES) and "gpt2-random" in str(info.value)
     with pytest.raises(models.ModelUnavailable, match="holds no loadable model"):
         models.load_model(str(tmp_path))
     with pytest.raises(models.ModelUnavailable, match="offline"):
@@ -69,3 +70,30 @@ def test_cuda_request_without_gpu():
         pytest.skip("has a GPU")
     with pytest.raises(ValueError, match="CUDA"):
         models.load_model("tiny-gpt2", device="cuda")
+
+
+def test_gpt2_random_is_gpt2_shaped_offline_deterministic_and_says_random(monkeypatch):
+    """GPT-2 124M's shape with seeded random weights, offline: for benchmarks and scale tests only."""
+    import torch
+
+    from attnlab.book import is_paper_model
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    a = models.load_model("gpt2-random")
+    assert torch.equal(torch.rand(3), expected), "loading must not move the caller's random stream"
+    b = models.load_model("gpt2-random")
+    assert (a.n_layers, a.n_heads, a.d_head, a.max_positions, a.causal) == (12, 12, 64, 1024, True)
+    assert a.hf.config.n_embd == 768 and len(a.tokenizer) == models.GPT2_VOCAB_SIZE
+    assert a.weights_sha256 == b.weights_sha256 and len(a.weights_sha256) == 64
+    prov = a.provenance()
+    assert prov["model_random_weights"] is True and "random" in prov["model_source"]
+    assert "benchmarks" in a.source and "not GPT-2's" in a.source
+    assert not is_paper_model(a)                      # the book never passes it off as the paper's model
+    ids = a.window("It was the best of times, it was the worst of times, it was the age of wisdom.", 16)
+    ta, tb = a.capture(ids, layers=[0, 11]), b.capture(ids, layers=[0, 11])
+    assert ta.probs.shape == (2, 12, 16, 16) and torch.equal(ta.probs, tb.probs)
+    assert torch.allclose(ta.probs.sum(-1), torch.ones(2, 12, 16), atol=1e-5)
+    assert ta.meta["model_source"] == a.source

@@ -1,8 +1,11 @@
 """`attnlab bench capture|figures|normalizers|montecarlo`: run a benchmark of `attnlab.benchmarks`, print
-its table (ratios measured in one run)."""
+its table (ratios measured in one run), the threads it ran with and the process's peak memory."""
 from __future__ import annotations
 
+import torch
+
 from attnlab import benchmarks
+from attnlab.core.util import allowed_cpus, auto_threads, peak_memory_line, threads, threads_chosen
 from attnlab.figures import Inputs
 
 
@@ -16,17 +19,28 @@ def bench_capture(args) -> list[dict]:
     for r in rows:
         print(f"{r['model']:10s} L={r['L']:5d}  eager {r['eager_s']*1e3:8.1f} ms  capture {r['capture_s']*1e3:8.1f} ms"
               f"  ratio {r['ratio']:.2f}x (target <= 1.3x)")
+    print(peak_memory_line())
     return rows
 
 
 def bench_figures(args) -> list[dict]:
-    """Each paper-1 figure: vectorised vs the per-row oracle on the same traces; last line min speedup."""
+    """Each paper-1 figure: vectorised vs the per-row oracle on the same traces; last line min speedup.
+    --no-oracle: the vectorised time on all layers only; last line the total."""
+    max_length = getattr(args, "max_length", None)
+    names = benchmarks.check_bench_figures(getattr(args, "figures", None), max_length)   # before loading a model
+    no_oracle = bool(getattr(args, "no_oracle", False))
     inputs = Inputs(args.model or "minilm", "cpu")
-    rows = benchmarks.bench_figures(inputs.model, inputs.ids(), quick=args.quick, progress=False)
+    rows = benchmarks.bench_figures(inputs.model, inputs.ids(), quick=args.quick, progress=False, figures=names,
+                                    max_length=max_length, with_oracle=not no_oracle)
     for r in rows:
         print(_row_line(r))
     total = sum(r.get("vectorised_full_s", 0.0) for r in rows)
+    if no_oracle:
+        print(peak_memory_line())
+        print(f"total: {total:.1f} s (vectorised, {len(rows)} figure(s), all layers, {inputs.model.name})")
+        return rows
     print(f"total vectorised time, all figures, all layers: {total:.1f} s ({inputs.model.name})")
+    print(peak_memory_line())
     print(f"min speedup: {min(r['speedup'] for r in rows):.1f}")
     return rows
 
@@ -35,6 +49,7 @@ def bench_montecarlo(args) -> list[dict]:
     result = benchmarks.bench_monte_carlo(repeats=2 if args.quick else 3)
     for r in result.rows:
         print(_row_line(r))
+    print(peak_memory_line())
     return result.rows
 
 
@@ -55,6 +70,7 @@ def bench_normalizers(args) -> list[dict]:
               f"({r['speedup_vs_sort']:.1f}x faster than sort; median support {r['support_median']:.0f})")
     print(f"({res.provenance['torch_threads']} torch threads, {res.provenance['runtime_seconds']:.0f} s; "
           f"{res.provenance['model']})")
+    print(peak_memory_line())
     return res.rows
 
 
@@ -62,14 +78,51 @@ BENCHES = {"capture": bench_capture, "figures": bench_figures, "normalizers": be
            "montecarlo": bench_montecarlo}
 
 
+def _int_at_least(value, low: int, option: str):
+    """None, or `value` as an int >= low; else ValueError in one line."""
+    if value is None:
+        return None
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        n = None
+    if n is None or n < low:
+        raise ValueError(f"{option} must be an integer >= {low}, got {value!r}")
+    return n
+
+
 def add_cli(sub) -> None:
     b = sub.add_parser("bench", help="benchmarks that print ratios measured in one run")
     b.add_argument("what", choices=sorted(BENCHES), help="which benchmark")
-    b.add_argument("--model", default=None, help="the model (default: minilm, and tiny-gpt2 for capture)")
+    b.add_argument("--model", default=None, help="the model (default: minilm, and tiny-gpt2 for capture); "
+                   "gpt2-random: GPT-2 124M's shape with random weights, offline")
     b.add_argument("--quick", action="store_true", help="small grids (smoke test)")
+    b.add_argument("--threads", default=None, metavar="N",
+                   help="torch threads (default: the CPUs free now, at most torch's count; or set OMP_NUM_THREADS)")
+    f = b.add_argument_group("bench figures")
+    f.add_argument("--figures", nargs="+", default=None, metavar="ID",
+                   help="figure ids to time (default: fig1 fig2a fig2b fig2c fig3 fig4)")
+    f.add_argument("--max-length", default=None, metavar="L",
+                   help="cap the lengths grid at L tokens (the window's first L tokens; L >= 2)")
+    f.add_argument("--no-oracle", action="store_true",
+                   help="skip the per-row oracle (far too slow at GPT-2's shape): vectorised times and a total only")
     b.set_defaults(func=run_bench)
 
 
 def run_bench(args) -> int:
-    BENCHES[args.what](args)
+    only_figures = [o for o, v in (("--figures", getattr(args, "figures", None)),
+                                   ("--max-length", getattr(args, "max_length", None)),
+                                   ("--no-oracle", getattr(args, "no_oracle", False))) if v]
+    if only_figures and args.what != "figures":
+        raise ValueError(f"{', '.join(only_figures)}: for `attnlab bench figures` only")
+    if getattr(args, "max_length", None) is not None:
+        args.max_length = _int_at_least(args.max_length, 2, "--max-length")
+    if args.what == "figures":                     # before any model is loaded or anything printed
+        benchmarks.check_bench_figures(getattr(args, "figures", None), getattr(args, "max_length", None))
+    n = _int_at_least(getattr(args, "threads", None), 1, "--threads")
+    chosen = n is not None or threads_chosen()
+    with threads(n) if n is not None else auto_threads():
+        how = "chosen" if chosen else f"auto: CPUs free now, of {allowed_cpus()}"
+        print(f"torch threads: {torch.get_num_threads()} ({how})")
+        BENCHES[args.what](args)
     return 0

@@ -7,5 +7,6 @@ import argparse
 def model_args(parser: argparse.ArgumentParser, default: str = "auto") -> None:
     """--model and --device."""
     parser.add_argument("--model", default=default,
-                        help="auto (GPT-2 if available, else MiniLM), gpt2, minilm, tiny-gpt2, a hub id or a local dir")
+                        help="auto (GPT-2 if available, else MiniLM), gpt2, minilm, tiny-gpt2, gpt2-random (GPT-2 "
+                        "124M shape, random weights: benchmarks only), a hub id or a local dir")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")

