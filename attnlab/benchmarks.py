@@ -19,7 +19,7 @@ from attnlab.core.util import with_threads
 from attnlab.figures import FIGURES
 from attnlab.normalization import experiments as ex
 from attnlab.normalization import oracle
-from attnlab.sample_complexity import experiments as sce
+from attnlab.sample_complexity import protocol as sce
 from attnlab.sample_complexity.montecarlo import derive_seed, make_generator, replicate_batch
 from attnlab.sample_complexity.theory import MAX_SCORES, check_positive_int, self_attention_moments
 from attnlab.tools import normalizers

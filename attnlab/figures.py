@@ -21,6 +21,7 @@ from attnlab.normalization import plots as normalization_plots
 from attnlab.sample_complexity import claims as sample_complexity_claims
 from attnlab.sample_complexity import experiments as sample_complexity
 from attnlab.sample_complexity import plots as sample_complexity_plots
+from attnlab.sample_complexity import real_tokens, sphere
 
 PAPERS = ("normalization", "sample-complexity")
 NEEDS = ("model+text", "none", "encoder")
@@ -55,9 +56,9 @@ FIGURES: dict[str, FigureSpec] = {
     "tsc_moments": FigureSpec("sample-complexity", sample_complexity.moment_convergence,
                               sample_complexity_plots.plot_moment_convergence, "none",
                               "Moment convergence: fitted |beta| against the horizon H", "moment_convergence"),
-    "tsc_hardmax": FigureSpec("sample-complexity", sample_complexity.hardmax, sample_complexity_plots.plot_hardmax,
+    "tsc_hardmax": FigureSpec("sample-complexity", sphere.hardmax, sample_complexity_plots.plot_hardmax,
                               "none", "The hardmax regime: slower than any power law", "hardmax"),
-    "tsc_real": FigureSpec("sample-complexity", sample_complexity.real_encoder,
+    "tsc_real": FigureSpec("sample-complexity", real_tokens.real_encoder,
                            sample_complexity_plots.plot_real_encoder, "encoder",
                            "Real tokens: a pretrained encoder on WikiText-2", "real_encoder"),
 }

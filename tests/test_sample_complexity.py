@@ -13,7 +13,7 @@ from attnlab.sample_complexity import claims as scc
 from attnlab.sample_complexity import experiments as te
 from attnlab.sample_complexity import montecarlo as mc
 from attnlab.sample_complexity import plots as scp
-from attnlab.sample_complexity import theory
+from attnlab.sample_complexity import real_tokens, sphere, theory
 
 f64 = torch.float64
 
@@ -205,7 +205,7 @@ PROVENANCE_KEYS = {"seed", "k", "device", "runtime_s", "temperature_convention",
 @pytest.fixture(scope="module")
 def quick_results():
     return {"uniform_map": te.uniform_map(quick=True), "moment_convergence": te.moment_convergence(quick=True),
-            "hardmax": te.hardmax(quick=True)}
+            "hardmax": sphere.hardmax(quick=True)}
 
 
 def test_quick_experiments_return_results(quick_results, tmp_path):
@@ -294,9 +294,9 @@ def test_real_encoder_on_tiny_bert():
     ids = torch.randint(0, 60, (48,), generator=_gen(11))
     trace = model.capture(ids)
     for i in range(2):
-        mine = te.multihead_self_attention(trace.q[i], trace.k[i], trace.v[i], trace.scaling)
+        mine = real_tokens.multihead_self_attention(trace.q[i], trace.k[i], trace.v[i], trace.scaling)
         assert torch.allclose(mine, model.context[i], atol=1e-5)           # the model's own attention
-    res = te.real_encoder(model, ids=ids, quick=True, seed=3)
+    res = real_tokens.real_encoder(model, ids=ids, quick=True, seed=3)
     fits = res.select(kind="fit")
     assert {f["layer"] for f in fits} == {0, 1} and {f["moment"] for f in fits} == {"mean", "cov"}
     assert all(f["horizon_authors"] == pytest.approx(math.sqrt(8) * f["horizon"]) for f in fits)  # d_head = 8
@@ -305,11 +305,19 @@ def test_real_encoder_on_tiny_bert():
     Sigma = torch.cov(hid.T, correction=0)
     A = sa.scaling * sa.key.weight.double().T @ sa.query.weight.double()
     assert fits[-1]["horizon"] == pytest.approx(theory.horizon(A, Sigma), rel=1e-6)
+    heads = res.select(kind="head", layer=1)                  # per-head horizons, A_h = scaling W_kh^T W_qh
+    assert [r["head"] for r in heads] == [0, 1, 2, 3] and all(r["d_head"] == 8 for r in heads)
+    Wq, Wk = sa.query.weight.double(), sa.key.weight.double()
+    for r in heads:
+        h = r["head"]
+        A_h = sa.scaling * Wk[8 * h:8 * h + 8].T @ Wq[8 * h:8 * h + 8]
+        assert r["horizon"] == pytest.approx(theory.horizon(A_h, Sigma), rel=1e-6)
+        assert r["horizon_authors"] == pytest.approx(math.sqrt(8) * r["horizon"])
     assert "with replacement" in res.provenance["subsampling"].lower()
     scp.plot_real_encoder(res)
     assert scc.tsc_claims({"real_encoder": res})[-1]["verdict"] in ("holds", "does not hold")
     with pytest.raises(ValueError, match="layers"):
-        te.real_encoder(model, ids=ids, quick=True, layers=[5])
+        real_tokens.real_encoder(model, ids=ids, quick=True, layers=[5])
 
 
 # ------------------------------------------------------------------------------------ bad input
@@ -335,7 +343,7 @@ def test_bad_input_raises_clear_errors():
     with pytest.raises(ValueError, match="at least 2 points"):
         mc.fit_loglog([10], [0.1])
     with pytest.raises(ValueError, match="unknown preset"):
-        te.hardmax(preset="huge")
+        sphere.hardmax(preset="huge")
     with pytest.raises(ValueError, match="reference must be"):
         te.moment_convergence(quick=True, reference="population")
     with pytest.raises(ValueError, match="cov_norm"):
@@ -352,7 +360,7 @@ def test_real_encoder_minilm_quick():
 
     try:
         model = load_model("minilm")
-        res = te.real_encoder(model, quick=True, layers=[0, 5])
+        res = real_tokens.real_encoder(model, quick=True, layers=[0, 5])
     except (ModelUnavailable, FileNotFoundError, RuntimeError) as exc:
         pytest.skip(f"MiniLM or WikiText-2 unavailable: {exc}")
     assert res.provenance["model"] == "minilm" and res.provenance["window_tokens"] == 64
@@ -361,3 +369,181 @@ def test_real_encoder_minilm_quick():
     assert {f["layer"] for f in fits} == {0, 5}
     assert all(f["d_head"] == 32 and f["n_heads"] == 12 for f in fits)
     assert all(f["horizon_authors"] == pytest.approx(math.sqrt(32) * f["horizon"]) for f in fits)
+
+
+# ------------------------------------------------- issue #14: the authors' finite reference, fits, A_d guard
+
+def test_sample_reference_floors_mean_but_not_covariance():
+    """Gaussian tokens at a large scale (H ~ 2): against one finite n_ref-token sample the mean error
+    flattens (its slope is shallower than against the exact limit) while the covariance slope gets
+    steeper, because the sample shares the covariance estimator's finite-n bias."""
+    res = te.sample_reference_effect(quick=True)                          # d=32, s=50, n=64..512, n_ref=4096
+    eff = {e["moment"]: e for e in res.select(kind="effect")}
+    assert eff["mean"]["slope_sample"] > eff["mean"]["slope_exact"]      # shallower: a floor
+    assert eff["mean"]["delta_beta"] < 0
+    assert eff["cov"]["slope_sample"] < eff["cov"]["slope_exact"]        # steeper: no floor
+    assert eff["cov"]["delta_beta"] > 0.05
+    dec = {(r["moment"], r["n"]): r for r in res.select(kind="decomposition")}
+    ns = sorted({n for _, n in dec})
+    for n in ns:
+        m, c = dec["mean", n], dec["cov", n]
+        for r in (m, c):                                                  # the identity behind the rows
+            assert r["mse_sample"] == pytest.approx(r["mse_exact"] + r["ref_dev2"] - 2 * r["cross"], rel=1e-9)
+        # the mean is unbiased (E[m_n] = m by symmetry): its replicate average is at its noise level
+        assert m["bias2"] < 3 * m["bias_noise2"]
+        # the covariance is biased, and the reference's error points the same way
+        assert c["bias2"] > 5 * c["bias_noise2"] and c["cos"] > 0.8
+        assert c["mse_sample"] < c["mse_exact"]                           # the sample reference removes error
+    assert np.mean([dec["mean", n]["mse_sample"] - dec["mean", n]["mse_exact"] for n in ns]) > 0   # and adds here
+    assert abs(np.mean([dec["mean", n]["cos"] for n in ns])) < 0.5
+    assert "floors the mean error" in res.provenance["finding"]
+    fig = scp.plot_sample_reference_effect(res)
+    assert len(fig.axes) == 3
+
+
+def test_sample_reference_rows_match_moment_convergence():
+    kw = dict(d=6, rho=0.1, scales=(5.0,), n_values=(32, 64), k=3, n_ref=256, seed=2, dtype="float64")
+    a = te.sample_reference_effect(**kw)
+    b = te.moment_convergence(reference="both", **kw)
+    key = lambda r: (r["n"], r["reference"], r["moment"])                 # noqa: E731
+    pa = sorted(a.select(kind="point"), key=key)
+    pb = sorted(b.select(kind="point"), key=key)
+    assert [key(r) for r in pa] == [key(r) for r in pb]
+    for x, y in zip(pa, pb):
+        assert x["err_mean"] == pytest.approx(y["err_mean"], rel=1e-9)
+        assert x["err_std"] == pytest.approx(y["err_std"], rel=1e-7)
+    with pytest.raises(ValueError, match="k >= 2"):
+        te.sample_reference_effect(**{**kw, "k": 1})
+
+
+def test_ols_and_wls_fits():
+    n = np.geomspace(1000, 30000, 8)
+    x = np.log(n)
+    exact = 1.7 * n ** -0.2
+    std = 0.05 * exact * np.linspace(1, 8, n.size)                        # heteroscedastic error bars
+    w = mc.fit_loglog(n, exact, std, k=10)
+    o = mc.fit_loglog(n, exact, std, k=10, method="ols")
+    assert w.weighted and not o.weighted
+    assert w.slope == pytest.approx(-0.2, abs=1e-12) and o.slope == pytest.approx(-0.2, abs=1e-12)
+    # OLS is np.polyfit(..., cov=True), slope and standard error (the authors' sphere fit)
+    rng = np.random.default_rng(3)
+    noisy = exact * np.exp(rng.normal(0, 0.05, n.size))
+    o = mc.fit_loglog(n, noisy, std, k=10, method="ols")
+    (p1, _), cov = np.polyfit(x, np.log(noisy), 1, cov=True)
+    assert o.slope == pytest.approx(p1, rel=1e-10) and o.se == pytest.approx(math.sqrt(cov[0, 0]), rel=1e-8)
+    # one point off the power law, with a large error bar: WLS ignores it, OLS moves by its leverage
+    delta = 0.3
+    bent = exact * np.exp(delta * (np.arange(n.size) == n.size - 1))
+    bars = 0.01 * exact
+    bars[-1] = 10 * bent[-1]
+    w = mc.fit_loglog(n, bent, bars, k=10)
+    o = mc.fit_loglog(n, bent, bars, k=10, method="ols")
+    lever = (x[-1] - x.mean()) / ((x - x.mean()) ** 2).sum()
+    assert w.slope == pytest.approx(-0.2, abs=1e-4)
+    assert o.slope == pytest.approx(-0.2 + delta * lever, rel=1e-10)
+    cw = mc.fit_loglog_curvature(n, bent, bars, k=10)
+    co = mc.fit_loglog_curvature(n, bent, bars, k=10, method="ols")
+    assert cw["weighted"] and not co["weighted"] and co["curvature"] > cw["curvature"]
+    with pytest.raises(ValueError, match="fit method"):
+        mc.fit_loglog(n, exact, method="lad")
+
+
+def test_hardmax_fit_option_and_label(quick_results):
+    wls = quick_results["hardmax"]
+    ols = sphere.hardmax(quick=True, fit="ols")
+    # same draws, only the fit differs
+    assert [p["err_mean"] for p in ols.select(kind="point")] == [p["err_mean"] for p in wls.select(kind="point")]
+    for f in ols.select(kind="fit"):
+        pts = sorted(ols.select(kind="point", scale=f["scale"], reference=f["reference"], moment=f["moment"]),
+                     key=lambda p: p["n"])
+        (p1, _) = np.polyfit(np.log([p["n"] for p in pts]), np.log([p["err_mean"] for p in pts]), 1)
+        assert f["slope"] == pytest.approx(p1, rel=1e-9)
+    assert ols.provenance["fit_method"] == "ols" and "np.polyfit" in ols.provenance["fit"]
+    assert wls.provenance["fit_method"] == "wls"
+    assert "NOT the authors' fit" in wls.provenance["fit"] and "fit='ols'" in wls.provenance["fit"]
+    mcv = quick_results["moment_convergence"].provenance["fit"]
+    assert "fit.py" in mcv and "NOT" not in mcv
+    with pytest.raises(ValueError, match="fit must be"):
+        sphere.hardmax(quick=True, fit="median")
+
+
+def test_scipy_ive_nan_beyond_2_pow_30_and_bessel_guards():
+    from scipy.special import ive
+
+    big = theory.IVE_MAX_ARG
+    assert big == 2.0 ** 30
+    for nu in (0.5, 24.0, 25.0):
+        assert np.isfinite(ive(nu, big * (1 - 1e-9))) and np.isnan(ive(nu, big)) and np.isnan(ive(nu, 1e11))
+    r = np.array([1e-3, 3.0, 1e4, big * (1 - 1e-9), big, 4 * big, 1e11])
+    for d in (3, 8, 50):
+        ours = theory.bessel_ratio(r, d)
+        theirs = theory.bessel_ratio(r, d, guard="authors")
+        assert np.all(np.isfinite(ours)) and np.all(np.diff(ours) >= 0) and np.all(ours <= 1)
+        assert ours[3:] == pytest.approx(1 - (d - 1) / (2 * r[3:]), rel=1e-15)     # continuous across 2**30
+        assert np.allclose(theirs[:4], ours[:4], rtol=1e-12)                     # same below 2**30 ...
+        assert np.all(theirs[4:] == 0)                                           # ... and 0 from 2**30 on
+    assert theory.bessel_ratio(0.0, 5, guard="authors") == 0
+    with pytest.raises(ValueError, match="guard"):
+        theory.bessel_ratio(1.0, 3, guard="scipy")
+
+
+def test_sphere_covariance_at_the_authors_largest_scales():
+    res = sphere.authors_sphere_reference(quick=True)                        # d=8, scales 10, 1e3, 1e5
+    ref = {r["scale"]: r for r in res.select(kind="reference")}
+    lo, top = ref[10.0], ref[1e5]
+    assert lo["frac_beyond_ive"] == 0 and lo["rel_diff"] == 0 and not lo["authors_zero"]
+    assert top["bessel_arg_max"] > theory.IVE_MAX_ARG > lo["bessel_arg_max"] and top["frac_beyond_ive"] == 1
+    assert top["authors_zero"] and top["cov_norm_authors"] == 0 and top["rel_diff"] == 1
+    # ours: finite, positive definite, continuous with the smaller scale, at the hardmax limit
+    assert top["finite"] and top["min_eig"] > 0
+    assert top["rel_change_prev"] < 1e-4 and top["rel_to_hardmax"] < 0.02
+    assert top["cov_norm"] == pytest.approx(res.select(kind="hardmax")[0]["cov_norm"], rel=0.02)
+    # directly: the authors' reference is the zero matrix, ours is the hardmax covariance
+    d = 6
+    A = 1e12 * torch.diag(torch.tensor([1.0, 2.0, 3.0, 0.5, 0.7, 4.0], dtype=f64))
+    _, c_auth, info = theory.sphere_covariance_authors_guard(A, n_mc=20_000, return_info=True)
+    assert info["frac_beyond_ive"] == pytest.approx(1) and torch.all(c_auth == 0)
+    _, c_ours = theory.sphere_output_moments(A)
+    _, c_hard = theory.sphere_hardmax_moments(A, n_samples=400_000, seed=3)
+    assert torch.isfinite(c_ours).all() and float(c_ours.trace()) == pytest.approx(1.0, rel=1e-6)
+    assert (c_ours - c_hard).norm() < 0.02 * c_ours.norm()
+    assert torch.linalg.eigvalsh(c_ours).min() > 0 and d == A.shape[0]
+
+
+def test_hardmax_authors_reference_error_is_norm_of_finite_covariance():
+    """Where the authors' reference is zero, their plotted covariance error is ||C_n||_2."""
+    d, seed, s = 8, 42, 1e5
+    res = sphere.hardmax(d=d, scales=(s,), n_values=(64, 128), k=3, n_dirichlet=20_000, seed=seed, weights="authors",
+                     authors_reference=True)
+    assert res.provenance["authors_reference_numerics"][0]["frac_beyond_ive"] == 1
+    Gq, Gk, Gv = sphere.sphere_weights(d, seed, "authors")
+    torch.manual_seed(seed)
+    assert torch.equal(Gq, torch.randn(d, d).double())                  # the authors' torch.manual_seed stream
+    A = s ** 2 * Gk.T @ Gq / math.sqrt(d)
+    draw = lambda n, b, g: mc.sample_sphere(n, d, batch=(b,), generator=g, dtype=torch.float32)   # noqa: E731
+    for n in (64, 128):
+        _, covs = mc.mc_moment_samples(draw, A, Gv, n, 3, seed=mc.derive_seed(seed, 0))
+        pt = res.select(kind="point", n=n, moment="cov", reference="authors_code")[0]
+        assert pt["err_mean"] == pytest.approx(float(torch.linalg.matrix_norm(covs, ord=2).mean()), rel=1e-6)
+        ex = res.select(kind="point", n=n, moment="cov", reference="exact")[0]
+        assert ex["err_mean"] != pytest.approx(pt["err_mean"], rel=1e-3)
+    fits = {f["reference"]: f for f in res.select(kind="fit", moment="cov")}
+    assert fits["authors_code"]["ref_norm"] == 0 and fits["exact"]["ref_norm"] > 0
+    assert "2**30" in res.provenance["authors_reference"]
+    with pytest.raises(ValueError, match="weights"):
+        sphere.sphere_weights(d, seed, "numpy")
+
+
+def test_head_horizons():
+    g = _gen(12)
+    nh, e, d = 3, 4, 6
+    Wq, Wk = torch.randn(nh * e, d, dtype=f64, generator=g), torch.randn(nh * e, d, dtype=f64, generator=g)
+    S = _spd(d, 13)
+    H = theory.head_horizons(Wq, Wk, S, nh, scaling=0.5, eps=1e-3)
+    S_eps = S + 1e-3 * torch.eye(d, dtype=f64)
+    for h in range(nh):
+        A_h = 0.5 * Wk[h * e:(h + 1) * e].T @ Wq[h * e:(h + 1) * e]
+        assert H[h] == pytest.approx(theory.horizon(A_h, S_eps), rel=1e-10)
+    assert theory.head_horizons(Wq, Wk, S, 1)[0] == pytest.approx(theory.horizon(Wk.T @ Wq, S), rel=1e-10)
+    with pytest.raises(ValueError, match="n_heads"):
+        theory.head_horizons(Wq, Wk, S, 5)

@@ -187,3 +187,39 @@ def plot_real_encoder(result: Result, horizon_key: str = "horizon"):
         fontsize=9,
     )
     return fig
+
+
+def plot_sample_reference_effect(result: Result):
+    """Mean and covariance errors against n with the exact limit and with the finite sample as the
+    reference (largest scale; fitted lines), and the squared-error decomposition of the covariance:
+    ``mse_sample = mse_exact + ref_dev2 - 2 cross`` (the reference's own error adds, the shared bias
+    removes)."""
+    fig, axes = _figure(3)
+    s = max(result.unique("scale"))
+    styles = {"exact": ("o", "tab:blue"), "sample": ("s", "tab:red")}
+    for ax, mom in zip(axes[:2], ("mean", "cov")):
+        for ref, (_, col) in styles.items():
+            fit = result.select(kind="fit", scale=s, moment=mom, reference=ref)
+            fit = fit[0] if fit else None
+            lab = f"{ref} reference" + (f": slope {fit['slope']:.3f}±{fit['slope_se']:.3f}" if fit else "")
+            _curve(ax, result.select(kind="point", scale=s, moment=mom, reference=ref), fit, col, lab)
+        _loglog(ax)
+        ax.set(xlabel="n (tokens)", ylabel=r"$\|m_n-m_{\rm ref}\|_2$" if mom == "mean" else r"$\|C_n-C_{\rm ref}\|_F$",
+               title=f"{mom} error, scale {s:g}")
+        ax.legend()
+    dec = sorted(result.select(kind="decomposition", scale=s, moment="cov"), key=lambda r: r["n"])
+    n = np.array([r["n"] for r in dec], dtype=float)
+    ax = axes[2]
+    terms = (("mse_exact", "E||C_n - C||^2 (exact)", "o-"),
+             ("mse_sample", "E||C_n - C_ref||^2 (sample)", "s-"),
+             ("ref_dev2", "||C_ref - C||^2 (adds)", "--"),
+             ("cross", "<E C_n - C, C_ref - C> (x2 removes)", ":"))
+    for key, lab, st in terms:
+        ax.plot(n, [r[key] for r in dec], st, label=lab)
+    _loglog(ax)
+    ax.set(xlabel="n (tokens)", ylabel="squared error (Frobenius)", title="covariance: the shared bias cancels")
+    ax.legend(fontsize=7)
+    p = result.provenance
+    fig.suptitle(_title(result, f"Finite reference ({p.get('n_ref')} tokens) vs exact limit, {p.get('tokens', '')}"),
+                 fontsize=9)
+    return fig

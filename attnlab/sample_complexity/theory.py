@@ -253,22 +253,47 @@ def gaussian_output_moments(m, Sigma, A, V=None) -> tuple[torch.Tensor, torch.Te
     return Vm @ (m + S @ A @ m), 0.5 * (cov + cov.T)
 
 
-def bessel_ratio(r, d: int) -> np.ndarray:
+#: scipy.special.ive (AMOS zbesi) returns NaN for arguments >= 2**30 (checked in
+#: tests/test_sample_complexity.py on the installed scipy); :func:`bessel_ratio` switches to the
+#: large-r expansion there.
+IVE_MAX_ARG = 2.0 ** 30
+
+BESSEL_GUARDS = ("attnlab", "authors")
+
+
+def bessel_ratio(r, d: int, *, guard: str = "attnlab") -> np.ndarray:
     """``A_d(r) = I_{d/2}(r) / I_{d/2-1}(r)`` (mean resultant length of the von Mises-Fisher law on
     S^{d-1} with concentration r), via exponentially scaled Bessel functions ``scipy.special.ive``.
-    Uses the series ``r/d`` where the Bessel values underflow (r -> 0).  Returns float64 ndarray."""
+    Returns float64 ndarray.
+
+    ``guard="attnlab"`` (default): the series ``r/d`` where the Bessel values underflow (r -> 0), and
+    the large-r expansion ``1 - (d-1)/(2r) + (d-1)(d-3)/(8 r^2)`` where ``ive`` is NaN
+    (``r >= IVE_MAX_ARG = 2**30``; the expansion agrees with ``ive`` to 1e-16 from r = 1e7 for d <= 50).
+
+    ``guard="authors"``: the authors' ``A_d`` as their code computes it (src/tsc/_sphere_covariance.py
+    [CODE]): 0 at r = 0 and **0 wherever |ive(d/2-1, r)| > 1e-300 fails**, which includes the NaN that
+    ``ive`` returns for ``r >= 2**30``.  So their A_d drops from ~1 to 0 at r = 2**30: a bug, kept here
+    only to reproduce their reference covariance (:func:`sphere_covariance_authors_guard`).
+    """
     from scipy.special import ive
 
     d = check_positive_int(d, "d")
+    if guard not in BESSEL_GUARDS:
+        raise ValueError(f"guard must be one of {BESSEL_GUARDS}, got {guard!r}")
     r = np.asarray(r, dtype=np.float64)
     if np.any(r < 0):
         raise ValueError("bessel_ratio needs r >= 0")
-    out = r / d
     with np.errstate(all="ignore"):
         num, den = ive(d / 2.0, r), ive(d / 2.0 - 1.0, r)
         ratio = num / den
+    if guard == "authors":
+        safe = (r > 0) & (np.abs(den) > 1e-300)          # False for NaN: the authors' A_d is then 0
+        return np.where(safe, ratio, 0.0)
     ok = (den > 1e-300) & (num > 0) & np.isfinite(ratio)
-    out = np.where(ok, ratio, out)
+    with np.errstate(all="ignore"):
+        big = 1.0 - (d - 1) / (2.0 * r) + (d - 1) * (d - 3) / (8.0 * r ** 2)
+    fallback = np.where(r >= 1e3 * d, big, r / d)       # non-finite ive at large r, underflow at small r
+    out = np.where(ok, ratio, fallback)
     return np.minimum(out, 1.0)
 
 
@@ -295,12 +320,13 @@ def sphere_map(x, A, V=None, *, radius: float = 1.0) -> torch.Tensor:
     return out
 
 
-def _sphere_integrand(s2: np.ndarray, radius: float, d: int) -> np.ndarray:
-    """``A_d(R^2 sqrt(s2))^2 / s2`` with its s2 -> 0 limit ``R^4 / d^2``."""
+def _sphere_integrand(s2: np.ndarray, radius: float, d: int, guard: str = "attnlab") -> np.ndarray:
+    """``A_d(R^2 sqrt(s2))^2 / s2`` with its s2 -> 0 limit ``R^4 / d^2`` (below 1e-300; the authors'
+    code switches below 1e-30, reproduced with ``guard="authors"``)."""
     s2 = np.asarray(s2, dtype=np.float64)
-    small = s2 <= 1e-300
+    small = s2 <= (1e-30 if guard == "authors" else 1e-300)
     safe = np.where(small, 1.0, s2)
-    val = bessel_ratio(radius ** 2 * np.sqrt(safe), d) ** 2 / safe
+    val = bessel_ratio(radius ** 2 * np.sqrt(safe), d, guard=guard) ** 2 / safe
     return np.where(small, radius ** 4 / d ** 2, val)
 
 
@@ -328,7 +354,7 @@ def _dirichlet_quadrature(d: int, n_quad: int) -> tuple[np.ndarray, np.ndarray]:
 
 def sphere_output_moments(A, V=None, *, radius: float = 1.0, method: str = "auto",
                           n_quad: Optional[int] = None, n_mc: int = 200_000, seed: int = 0,
-                          quad_max_d: int = 6, return_info: bool = False):
+                          quad_max_d: int = 6, return_info: bool = False, bessel_guard: str = "attnlab"):
     """Exact moments of nu = (Gamma)_# mu for mu uniform on S^{d-1}(radius) [CODE formula].
 
     With ``A = U diag(sigma) W^T``: mean 0 and ``Cov(Gamma(X)) = U diag(lambda) U^T``,
@@ -338,9 +364,17 @@ def sphere_output_moments(A, V=None, *, radius: float = 1.0, method: str = "auto
     ``d <= quad_max_d`` (``method="auto"``) or ``method="quadrature"``, else by Monte Carlo with
     ``n_mc`` samples from ``seed`` (``method="mc"``).  Output covariance ``V Cov V^T``.
 
+    ``bessel_guard``: how A_d is evaluated (:func:`bessel_ratio`): ``"attnlab"`` (correct at every r)
+    or ``"authors"`` (the authors' guard, A_d = 0 for arguments >= 2**30: their reference as their code
+    computes it, see :func:`sphere_covariance_authors_guard`).
+
     Returns ``(mean [d_out], cov [d_out, d_out])`` float64; with ``return_info`` also a dict with the
-    method, node/sample count and (Monte Carlo) the standard error of each lambda_i.
+    method, node/sample count, the bessel guard, ``frac_beyond_ive`` (weighted fraction of the
+    Dirichlet nodes/samples whose Bessel argument ``R^2 sqrt(s)`` is >= 2**30, where ``ive`` is NaN)
+    and (Monte Carlo) the standard error of each lambda_i.
     """
+    if bessel_guard not in BESSEL_GUARDS:
+        raise ValueError(f"bessel_guard must be one of {BESSEL_GUARDS}, got {bessel_guard!r}")
     radius = check_scale(radius, "radius")
     A = as_float64(A, device="cpu")
     d = A.shape[-1]
@@ -349,10 +383,11 @@ def sphere_output_moments(A, V=None, *, radius: float = 1.0, method: str = "auto
         method = "quadrature" if d <= quad_max_d else "mc"
     U, sig, _ = torch.linalg.svd(A)
     sig2 = (sig ** 2).numpy()
-    info: dict = {"method": method}
+    info: dict = {"method": method, "bessel_guard": bessel_guard}
     if d == 1:
-        lam = np.array([radius ** 2 * bessel_ratio(radius ** 2 * math.sqrt(sig2[0]), 1) ** 2])
-        info["n_nodes"] = 0
+        r1 = radius ** 2 * math.sqrt(sig2[0])
+        lam = np.array([radius ** 2 * bessel_ratio(r1, 1, guard=bessel_guard) ** 2])
+        info.update(n_nodes=0, frac_beyond_ive=float(r1 >= IVE_MAX_ARG))
     elif method == "quadrature":
         if n_quad is None:
             n_quad = int(min(256, max(3, round(200_000 ** (1.0 / (d - 1))))))
@@ -360,25 +395,30 @@ def sphere_output_moments(A, V=None, *, radius: float = 1.0, method: str = "auto
             raise ValueError(f"quadrature with n_quad={n_quad} in d={d} needs {n_quad ** (d - 1):.1e} "
                              "nodes; use method='mc'")
         T, w = _dirichlet_quadrature(d, n_quad)
-        lam = radius ** 2 * sig2 * ((T * (_sphere_integrand(T @ sig2, radius, d) * w)[:, None]).sum(0))
-        info.update(n_quad=n_quad, n_nodes=len(w))
+        s2 = T @ sig2
+        lam = radius ** 2 * sig2 * ((T * (_sphere_integrand(s2, radius, d, bessel_guard) * w)[:, None]).sum(0))
+        info.update(n_quad=n_quad, n_nodes=len(w),
+                    frac_beyond_ive=float(w[radius ** 2 * np.sqrt(s2) >= IVE_MAX_ARG].sum()))
     elif method == "mc":
         n_mc = check_positive_int(n_mc, "n_mc")
         rng = np.random.default_rng(seed)
         s1, s2_ = np.zeros(d), np.zeros(d)
-        done, block = 0, max(1, 2_000_000 // d)
+        done, block, beyond = 0, max(1, 2_000_000 // d), 0
         while done < n_mc:
             b = min(block, n_mc - done)
             G = rng.gamma(0.5, size=(b, d))
             T = G / G.sum(axis=1, keepdims=True)
-            f = T * _sphere_integrand(T @ sig2, radius, d)[:, None]
+            s2 = T @ sig2
+            f = T * _sphere_integrand(s2, radius, d, bessel_guard)[:, None]
             s1 += f.sum(0)
             s2_ += (f ** 2).sum(0)
+            beyond += int((radius ** 2 * np.sqrt(s2) >= IVE_MAX_ARG).sum())
             done += b
         e = s1 / n_mc
         se = np.sqrt(np.maximum(s2_ / n_mc - e ** 2, 0) / max(n_mc - 1, 1))
         lam = radius ** 2 * sig2 * e
-        info.update(n_mc=n_mc, seed=seed, lambda_se=(radius ** 2 * sig2 * se).tolist())
+        info.update(n_mc=n_mc, seed=seed, lambda_se=(radius ** 2 * sig2 * se).tolist(),
+                    frac_beyond_ive=beyond / n_mc)
     else:
         raise ValueError(f"method must be 'auto', 'quadrature' or 'mc', got {method!r}")
     lam = np.where(sig2 == 0, 0.0, lam)
@@ -390,6 +430,52 @@ def sphere_output_moments(A, V=None, *, radius: float = 1.0, method: str = "auto
     cov = 0.5 * (cov + cov.T)
     mean = torch.zeros(cov.shape[0], dtype=torch.float64)
     return (mean, cov, info) if return_info else (mean, cov)
+
+
+def sphere_covariance_authors_guard(A, V=None, *, radius: float = 1.0, n_mc: int = 1_000_000, seed: int = 0,
+                                    return_info: bool = False):
+    """The authors' reference covariance **as their code computes it** (labelled comparison, not a
+    correct limit): the Bessel/Dirichlet formula of :func:`sphere_output_moments` with their guard on
+    A_d (src/tsc/_sphere_covariance.py [CODE]; :func:`bessel_ratio` with ``guard="authors"``), Dirichlet
+    Monte Carlo with their defaults (``n_mc = 10^6`` samples, numpy seed 0; quadrature when d <= 6).
+
+    ``scipy.special.ive`` is NaN for arguments >= 2**30 and their guard turns that into A_d = 0, so
+    every Dirichlet sample with ``R^2 sqrt(sum_k sigma_k^2 T_k) >= 2**30`` contributes 0 instead of
+    ~``R^2 T_i / s``: once all of them are beyond (the three largest scales of their d = 50 sphere run)
+    the reference is the zero matrix and their plotted covariance error is ``||C_n||_2``.
+    Same arguments and return values as :func:`sphere_output_moments`.
+    """
+    return sphere_output_moments(A, V, radius=radius, method="auto", n_mc=n_mc, seed=seed,
+                                 return_info=return_info, bessel_guard="authors")
+
+
+def sphere_hardmax_moments(A, V=None, *, radius: float = 1.0, n_samples: int = 400_000,
+                           seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Moments of the hardmax limit on the sphere, ``Gamma_inf(x) = R V A x / ||A x||`` for x uniform
+    on S^{d-1}(R), by direct Monte Carlo over x (``n_samples`` from numpy ``seed``): an independent
+    check of :func:`sphere_output_moments` at large scale (A_d -> 1), which it must approach.
+    Returns ``(mean [d_out], cov [d_out, d_out])`` float64 (population covariance)."""
+    radius = check_scale(radius, "radius")
+    n_samples = check_positive_int(n_samples, "n_samples")
+    A = as_float64(A, device="cpu")
+    d = A.shape[-1]
+    _check_square(A, d)
+    Vm = torch.eye(d, dtype=torch.float64) if V is None else as_float64(V, device="cpu")
+    _check_value_map(Vm, d)
+    rng = np.random.default_rng(seed)
+    s1 = torch.zeros(Vm.shape[0], dtype=torch.float64)
+    s2 = torch.zeros(Vm.shape[0], Vm.shape[0], dtype=torch.float64)
+    done, block = 0, max(1, 2_000_000 // d)
+    while done < n_samples:
+        b = min(block, n_samples - done)
+        a = torch.as_tensor(rng.standard_normal((b, d))) @ A.T      # direction of A x (x uniform)
+        y = radius * (a / a.norm(dim=-1, keepdim=True)) @ Vm.T
+        s1 += y.sum(0)
+        s2 += y.T @ y
+        done += b
+    mean = s1 / n_samples
+    cov = s2 / n_samples - torch.outer(mean, mean)
+    return mean, 0.5 * (cov + cov.T)
 
 
 def map_error_constant(x, m, Sigma, A, V=None) -> torch.Tensor:
@@ -435,6 +521,32 @@ def horizon(A, Sigma, *, sided: str = "two", eps: float = 0.0) -> float:
     else:
         raise ValueError(f"sided must be 'two' or 'one', got {sided!r}")
     return float(torch.linalg.matrix_norm(M, ord=2))
+
+
+def head_horizons(W_q, W_k, Sigma, n_heads: int, *, scaling: float = 1.0, eps: float = 0.0) -> np.ndarray:
+    """Per-head horizons ``H_h = ||Sigma^{1/2} A_h Sigma^{1/2}||_2`` with ``A_h = scaling * W_{k,h}^T W_{q,h}``,
+    ``W_{q,h}`` = rows ``h*e:(h+1)*e`` of ``W_q`` ``[n_heads * e, d]`` (nn.Linear layout, heads stacked
+    as in BERT), ``e = d_head``.  As the authors' per-head horizons (downstream compute_horizons.py
+    [CODE], which omit the temperature: ``scaling=1``); ``sum_h A_h`` is the layer's A of
+    :func:`horizon`.  ``eps`` adds ``eps * I`` to Sigma.  Exact via thin QR factors (the d x d
+    matrix ``(W_{k,h} R)^T (W_{q,h} R)`` has rank <= e).  Returns float64 ``[n_heads]``."""
+    n_heads = check_positive_int(n_heads, "n_heads")
+    Wq, Wk = as_float64(W_q, device="cpu"), as_float64(W_k, device="cpu")
+    if Wq.shape != Wk.shape or Wq.ndim != 2 or Wq.shape[0] % n_heads:
+        raise ValueError(f"W_q, W_k must be the same [n_heads * d_head, d] shape with n_heads={n_heads} dividing "
+                         f"the rows, got {tuple(Wq.shape)} and {tuple(Wk.shape)}")
+    S = check_psd(Sigma)
+    d = S.shape[0]
+    if Wq.shape[1] != d:
+        raise ValueError(f"dimension mismatch: W_q is {tuple(Wq.shape)} but Sigma is {tuple(S.shape)}")
+    R = sqrtm_psd(S + check_scale(eps, "eps") * torch.eye(d, dtype=torch.float64))
+    e = Wq.shape[0] // n_heads
+    P = (Wk @ R).reshape(n_heads, e, d)                   # W_{k,h} R
+    Q = (Wq @ R).reshape(n_heads, e, d)                   # W_{q,h} R
+    Tp = torch.linalg.qr(P.transpose(-1, -2)).R           # (W_{k,h} R)^T = U_p Tp
+    Tq = torch.linalg.qr(Q.transpose(-1, -2)).R
+    H = torch.linalg.matrix_norm(Tp @ Tq.transpose(-1, -2), ord=2)
+    return (check_scale(scaling, "scaling") * H).numpy()
 
 
 def beta_reference(H):
