@@ -2,6 +2,7 @@
 d~ and E a two-sample KS test cannot tell apart, with certified early rejections from cheap brackets."""
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Optional, Sequence
@@ -12,15 +13,20 @@ import torch
 from attnlab.normalization.distance import distance_stats
 from attnlab.normalization.engine import (
     DEFAULT_CHUNK,
+    SMALL_N,
     blocks,
     check_inputs,
     check_ns,
+    cpu_kernels,
     flatten_heads,
     nan_rows,
     row_mean,
     top_order,
     unique_x,
 )
+
+BRACKET_SLACK = 2e-6             # covers rounding of the exact values (float32 roots, `root_sum`)
+GRAM_ELEMENTS = 1 << 24          # float64 elements of the Gram matrices X X^T held at once (128 MiB)
 
 
 def ks_first_indistinguishable(d_heads: np.ndarray, e_heads: np.ndarray, ns: Sequence[int],
@@ -61,7 +67,7 @@ def _bounds_blocks(probs, x, ns, vis, reading, chunk, window: int = 32):
     lead, P, X, xmap = flatten_heads(probs, x)
     B, Q, _ = P.shape
     wanted = {N: c for c, N in enumerate(ns)}
-    slack = 2e-6                         # covers rounding of the exact values (float32 roots, `root_sum`)
+    slack = BRACKET_SLACK
     for bs, qs in blocks(B, Q, K, chunk):
         v = vis[qs]
         Xu, inv, _ = unique_x(X, xmap, bs)
@@ -125,7 +131,8 @@ def distance_bounds(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], vis
     with m = L_t - N; `sum_i ||w_i|| >= ||sum_i w_i||` and `>= |sum_i (1+c)||y_i|| - c ||o|||` for E)
     and Cauchy-Schwarz (`sum_i ||w_i|| <= sqrt(L sum_i ||w_i||^2)`, with `sum_i ||w_i||^2` in closed
     form). Reading "a" of d~ is exact here (||o - 2 s||). Used by `critical_n` to certify KS
-    rejections without the O(K) computation.
+    rejections without the O(K) computation (off the CPU kernels; on them `kernels.top_brackets`
+    computes the same brackets).
     """
     vis = check_inputs(probs, x, visible)
     ns = check_ns(ns, probs.shape[-1])
@@ -152,6 +159,7 @@ def _bounds_head_means(probs, x, ns, vis, reading, chunk=4 * DEFAULT_CHUNK) -> d
     return {k: (v / count).numpy() for k, v in sums.items()}
 
 
+@functools.lru_cache(maxsize=1 << 14)                # a scan asks for the same few statistics (multiples of 1/n)
 def ks_sf(d: float, n: int, m: int) -> float:
     """P(D_{n,m} >= d) for the two-sample KS statistic under H0 (exact, lattice paths; conservative
     by 1e-12 in d). Counts paths that stay strictly inside |i/n - j/m| < d."""
@@ -188,10 +196,82 @@ def ks_lower_statistic(d_lo, d_hi, e_lo, e_hi) -> float:
     return float(max(t1, t2, 0.0))
 
 
+class _RunningTopN:
+    """The incremental scan of `critical_n` (CPU kernels `top_brackets`, `top_exact`): per-head means over the valid
+    rows (L_t > N) of the brackets and of the exact d~ and E, for windows of consecutive N, from running top-N sums.
+
+    Held for the whole scan: P [B, Q, K] the weights; Xu [u, K, D] the distinct x in float64 (inv [B] head -> x), xn2
+    [u, K]; o = sum_i y_i [B, Q, D], SA = sum_i ||y_i||^2 and Syn = sum_i ||y_i|| [B, Q] over the visible keys
+    (float64); order [B, Q, k] the top keys (`kernels.sorted_keys`, sorted once past SMALL_N; int16 for K < 2^15); and
+    the running sums of the bracket windows, s [B, Q, D] and pre [B, Q] (sum of y_j and of ||y_j|| over the top n_done
+    keys). Memory beyond the inputs: about B Q (2 n_max + 16 D) bytes, plus GRAM_ELEMENTS float64 for X X^T.
+    """
+
+    def __init__(self, probs, x, vis, reading: str, n_max: int):
+        from attnlab.normalization import kernels
+
+        self.kernels = kernels
+        _, P, X, xmap = flatten_heads(probs.detach(), x.detach())
+        self.P = (P if P.dtype in (torch.float32, torch.float64) else P.float()).contiguous()
+        self.vis, self.vis_k, self.reading, self.n_max = vis, (None if bool(vis.all()) else vis), reading, n_max
+        uniq, self.inv = torch.unique(xmap, return_inverse=True)
+        self.Xu = X[uniq.to(X.device)].double().cpu().contiguous()
+        self.xn2 = (self.Xu * self.Xu).sum(-1)
+        B, Q, K = P.shape
+        self.Lt = vis.sum(-1).double()
+        self.hi = (vis * torch.arange(1, K + 1)).amax(-1)                # last visible key + 1
+        self.o, self.SA, self.Syn = self.kernels.row_sums(self.P, self.Xu, self.xn2, self.inv, self.hi, self.vis_k)
+        self.s, self.pre, self.n_done = torch.zeros_like(self.o), torch.zeros(B, Q, dtype=torch.float64), 0
+        self.order = torch.empty(B, Q, 0, dtype=torch.int16 if K < 1 << 15 else torch.int32)
+
+    def _order(self, k: int) -> torch.Tensor:
+        if self.order.shape[-1] < k:
+            if k <= SMALL_N:
+                self.order = top_order(self.P, self.vis, k).to(self.order.dtype)
+            else:
+                self.order = self.kernels.sorted_keys(self.P, self.vis_k, self.n_max)
+        return self.order
+
+    def _means(self, sums: torch.Tensor, ns) -> np.ndarray:
+        """sums [..., B, len(ns)] over the valid rows -> means (NaN where no row is valid)."""
+        count = (self.Lt.unsqueeze(-1) > torch.tensor(ns, dtype=torch.float64)).sum(0).double()
+        return (sums / count).numpy()
+
+    def brackets(self, ns: Sequence[int]) -> dict[str, np.ndarray]:
+        """Per-head means of d_lo, d_hi, e_lo, e_hi [B, len(ns)] for the next window ns (N = n_done + 1, ...)."""
+        if list(ns) != list(range(self.n_done + 1, self.n_done + 1 + len(ns))):
+            raise ValueError(f"bracket windows must follow each other: N = {self.n_done + 1}, ... expected")
+        sums = self.kernels.top_brackets(self.P, self.Xu, self.xn2, self.inv, self._order(ns[-1]), self.o, self.s,
+                                         self.pre, self.SA, self.Syn, self.Lt, ns[0], len(ns), self.reading,
+                                         BRACKET_SLACK)
+        self.n_done = ns[-1]
+        return dict(zip(("d_lo", "d_hi", "e_lo", "e_hi"), self._means(sums, ns)))
+
+    def exact(self, ns: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Per-head means of the exact d~ and E [B, len(ns)] for ascending ns: one pass from ns[0] to ns[-1], with the
+        Gram matrices X X^T of at most GRAM_ELEMENTS at a time (reading b)."""
+        n0, n1 = ns[0], ns[-1]
+        want = np.zeros(n1 - n0 + 1, bool)
+        want[np.asarray(ns) - n0] = True
+        order = self._order(n1)
+        B, _, K = self.P.shape
+        out = torch.empty(2, B, len(want), dtype=torch.float64)
+        step = B if self.reading == "a" else max(1, GRAM_ELEMENTS // (K * K))
+        for b0 in range(0, B, step):
+            bs = slice(b0, min(B, b0 + step))
+            uniq, inv = torch.unique(self.inv[bs], return_inverse=True)
+            Xb = self.Xu[uniq]
+            G = torch.bmm(Xb, Xb.transpose(1, 2)) if self.reading == "b" else None
+            out[:, bs] = self.kernels.top_exact(self.P[bs], Xb, self.xn2[uniq], G, inv, order[bs], self.o[bs],
+                                                self.Lt, self.hi, self.vis_k, n0, want, self.reading)
+        d, e = self._means(out[..., torch.from_numpy(want)], list(ns))
+        return d, e
+
+
 def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Tensor] = None, *,
                alpha: float = 0.01, n_max: Optional[int] = None, block: int = 8, max_block: int = 64,
                reading: str = "b", certify: bool = True, chunk: int = DEFAULT_CHUNK,
-               dtype: torch.dtype = torch.float32, progress=None) -> dict:
+               dtype: torch.dtype = torch.float32, incremental: bool = True, progress=None) -> dict:
     """Critical top-N (Alg. 3): the first N = 1, 2, 3, ... whose per-head token-mean d~ (reading b) and
     per-head token-mean E are indistinguishable by `scipy.stats.ks_2samp` (p > alpha).
 
@@ -201,8 +281,15 @@ def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Ten
     each N is first tested on rigorous brackets of every head's mean d~ and E (`distance_bounds`,
     O(D) per row): if even the smallest KS statistic compatible with the brackets has an exact
     p-value <= alpha / 2, the rejection is certain and the O(K) computation is skipped. Only the
-    remaining N are computed exactly (float32 by default: the test only ranks per-head means), so the
-    answer is the same as the plain scan, much faster when the critical N is large.
+    remaining N are computed exactly, so the answer is the same as the plain scan, much faster when
+    the critical N is large.
+
+    On CPU with the kernels on (`incremental`, default) both come from running top-N sums, N after N
+    (`_RunningTopN`): the brackets in O(D) per row and N, the exact values in float64 and O(K) per row
+    and N (each N adds one key j: x_i.s grows by a_j x_i.x_j, from X X^T). Elsewhere (GPU,
+    ATTNLAB_KERNELS=0, incremental=False) the brackets come from `distance_bounds` and the exact values
+    from `distance_stats` (O(K D) per row and N, in `dtype`: float32 by default, the test only ranks
+    per-head means). Both give the same answer.
     Heads = all leading dims of probs. `reading` picks d~ (b, default, or a). Scans up to `n_max`
     (default L - 1). Returns dict(n=N or -1, ns, pvalues, ks, exact, p_upper, d_mean, e_mean) per
     scanned N (pvalues/ks NaN and exact False where certified; d_mean/e_mean: mean over heads, of the
@@ -220,6 +307,18 @@ def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Ten
         raise ValueError(f"need at least 2 keys for a top-N scan, got K={K}")
     res = {"n": -1, "ns": [], "pvalues": [], "ks": [], "exact": [], "p_upper": [], "d_mean": [], "e_mean": []}
 
+    if incremental and cpu_kernels(probs) is not None:
+        scan = _RunningTopN(probs, x, vis, reading, n_max)
+        bracket_means, exact_means, nb, most = scan.brackets, scan.exact, 32, 64
+    else:
+        def bracket_means(ns):
+            return _bounds_head_means(probs, x, ns, vis, reading)
+
+        def exact_means(ns):
+            st = distance_stats(probs, x, ns, vis, stats=(key, "E"), chunk=chunk, dtype=dtype)
+            return tuple(row_mean(st[k_], dim=-2).reshape(-1, len(ns)).numpy() for k_ in (key, "E"))
+        nb = most = 8
+
     def record(N, p, ks, exact, p_up, dm, em):
         for k_, val in (("ns", N), ("pvalues", p), ("ks", ks), ("exact", exact), ("p_upper", p_up),
                         ("d_mean", dm), ("e_mean", em)):
@@ -232,7 +331,7 @@ def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Ten
         ns = list(range(start, min(n_max, start + size - 1) + 1))
         certified = {}
         if certify:
-            hm = _bounds_head_means(probs, x, ns, vis, reading)
+            hm = bracket_means(ns)
             for c, N in enumerate(ns):
                 cols = [hm[k_][:, c] for k_ in ("d_lo", "d_hi", "e_lo", "e_hi")]
                 okh = np.all([np.isfinite(col) for col in cols], axis=0)
@@ -245,20 +344,19 @@ def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Ten
                                     float(np.mean((cols[2] + cols[3])[okh] / 2)))
         todo = [N for N in ns if N not in certified]
         exact = {}
-        # exact values for the uncertified N, in small batches, until the first non-rejection
+        # exact values for the uncertified N, in batches (nb, doubling up to `most`), until the first non-rejection
         pos = 0
         found = None
         while pos < len(todo) and found is None:
-            batch = todo[pos:pos + 8]
-            st = distance_stats(probs, x, batch, vis, stats=(key, "E"), chunk=chunk, dtype=dtype)
-            d = row_mean(st[key], dim=-2).reshape(-1, len(batch)).numpy()
-            e = row_mean(st["E"], dim=-2).reshape(-1, len(batch)).numpy()
+            batch = todo[pos:pos + nb]
+            d, e = exact_means(batch)
             n, ps, ks = ks_first_indistinguishable(d, e, batch, alpha)
             for c in range(len(ps)):
                 exact[batch[c]] = (ps[c], ks[c], float(np.nanmean(d[:, c])), float(np.nanmean(e[:, c])))
             if n != -1 or len(ps) < len(batch):
                 found = n if n != -1 else "stop"
             pos += len(batch)
+            nb = min(2 * nb, most)
         for N in ns:
             if N in certified:
                 p_up, dm, em = certified[N]

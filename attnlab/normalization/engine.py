@@ -22,8 +22,9 @@ most one matrix product and one pass over the keys. The squares are float64 (the
 inputs: float32), where the cancellation happens; their square roots are float32 (~1e-7 relative;
 float64 roots are 4x slower on CPU), their sums float64.
 
-On CPU the per-key loops (the root sums, a small top-k, the d1 lookups) run as numba kernels
-(`attnlab.normalization.kernels`, `FUSED`): one pass per row where torch makes one per operation.
+On CPU the per-key loops (the root sums, a small top-k, the d1 lookups, the running top-N sums of the
+critical-N scan) run as numba kernels (`attnlab.normalization.kernels`, `FUSED`): one pass per row where
+torch makes one per operation.
 Elsewhere (GPU, or ATTNLAB_KERNELS=0) the same formulas run as torch operations.
 `attnlab.normalization.oracle` recomputes everything row by row, directly from the formulas; the
 tests check both engines against it, to 1e-5 relative. Functions accept tensors on any device;

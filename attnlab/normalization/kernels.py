@@ -20,6 +20,13 @@ cancellation happens), roots in float32 (~1e-7 relative), sums in float64, as in
 
 `d1_small` (`distance._d1`, small N): the largest selected-to-non-selected distance from each selected
 key's farthest visible key (one lookup), scanning the key's distances only where that key is selected.
+
+The incremental critical-N scan (`critical_n._RunningTopN`): `sorted_keys` (each row's visible keys by
+weight, once per scan; float32 weights and key indices packed in one integer), `row_sums` (o = sum_i y_i,
+sum_i ||y_i||^2, sum_i ||y_i||), `top_brackets` (the brackets of `critical_n.distance_bounds` for a window
+of N from the running top-N sum s, O(D) per row and N) and `top_exact` (d~ and E, O(K) per row and N:
+x_i.s updated by a_j (X X^T)_ji as each key j joins the top N). Parallel over heads (rows for the first
+two); float64 throughout.
 """
 from __future__ import annotations
 
@@ -218,4 +225,248 @@ def d1_small(H: torch.Tensor, xn2: torch.Tensor, far2: torch.Tensor, col: torch.
     out = torch.empty(b, q, dtype=torch.float64)
     _d1_small(H.contiguous().numpy(), xn2.contiguous().numpy(), far2.contiguous().numpy(), col.contiguous().numpy(),
               inv.contiguous().numpy(), order.contiguous().numpy(), int(N), _vis(vis, H.shape[1]), out.numpy())
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
+def _sort_keys(bits, lowest, vis, packed, out):
+    """bits [b, q, K] int32 or int64: the weights' IEEE bits; lowest: the smallest integer of bits' type; vis uint8
+    [q, K] (shape [0, K]: all visible); packed: value and key index share one int64 sort key (int32 bits, K < 2^21),
+    else a stable argsort; out [b, q, k]: the first k keys by weight, descending, ties to the lower index, then the
+    invisible keys by index. k >= 1."""
+    b, q, K = bits.shape
+    k = out.shape[2]
+    every = vis.shape[0] == 0
+    for r in numba.prange(b * q):
+        m, t = r // q, r % q
+        key = np.empty(K, np.int64)
+        idx = np.empty(K, np.int64)
+        n = 0
+        for i in range(K):
+            if every or vis[t, i] != 0:
+                v = np.int64(bits[m, t, i])
+                v = v if v >= 0 else lowest - v                 # order of the floats, -0.0 == +0.0
+                key[n] = -v * (1 << 21) + i if packed else -v   # ascending key: descending weight
+                idx[n] = i
+                n += 1
+        if packed:                                               # (keys are distinct: select the k first)
+            srt = np.sort(np.partition(key[:n], k - 1)[:k] if k < n else key[:n])
+            for c in range(min(n, k)):
+                out[m, t, c] = srt[c] & ((1 << 21) - 1)
+        else:
+            perm = np.argsort(key[:n], kind="mergesort")
+            for c in range(min(n, k)):
+                out[m, t, c] = idx[perm[c]]
+        c = n
+        for i in range(K):                                       # invisible keys last
+            if c >= k:
+                break
+            if not (every or vis[t, i] != 0):
+                out[m, t, c] = i
+                c += 1
+
+
+def sorted_keys(a: torch.Tensor, vis: torch.Tensor | None, k: int) -> torch.Tensor:
+    """[b, q, k] (int16 when K < 2^15, else int32): the first k keys of each row of the CPU tensor a [b, q, K] by
+    weight, descending, ties broken by the lower key index, invisible keys (vis bool [q, K]; None: all visible) last,
+    as `engine.sort_keys`. Sorts the visible keys only; float32 weights sort as one integer key per key."""
+    b, q, K = a.shape
+    _threads()
+    a = a if a.dtype in (torch.float32, torch.float64) else a.float()
+    bits = a.contiguous().view(torch.int32 if a.dtype == torch.float32 else torch.int64)
+    out = torch.empty(b, q, k, dtype=torch.int16 if K < 1 << 15 else torch.int32)
+    lowest = int(torch.iinfo(bits.dtype).min)
+    _sort_keys(bits.numpy(), lowest, _vis(vis, K), a.dtype == torch.float32 and K < 1 << 21, out.numpy())
+    return out
+
+
+@numba.njit(inline="always")
+def _dot(u, v):
+    acc = 0.0
+    for d in range(u.shape[0]):
+        acc += u[d] * v[d]
+    return acc
+
+
+@numba.njit(parallel=True, fastmath=_FASTMATH, cache=True)
+def _row_sums(a, X, xn2, inv, hi, vis, o, SA, Syn):
+    """Per row over its visible keys (y_i = a_i x_i): o [b, q, D] = sum_i y_i, SA, Syn [b, q] = sum_i ||y_i||^2,
+    sum_i ||y_i||. a [b, q, K]; X [u, K, D] float64, xn2 [u, K], inv [b]; hi [q] last visible key + 1; vis uint8
+    [q, K] (shape [0, K]: all visible)."""
+    b, q, K = a.shape
+    every = vis.shape[0] == 0
+    for r in numba.prange(b * q):
+        m, t = r // q, r % q
+        u, orow = inv[m], o[m, t]
+        orow[:] = 0.0
+        sa, syn = 0.0, 0.0
+        for i in range(hi[t]):
+            if every or vis[t, i] != 0:
+                ai = np.float64(a[m, t, i])
+                for d in range(orow.shape[0]):
+                    orow[d] += ai * X[u, i, d]
+                sa += ai * ai * xn2[u, i]
+                syn += ai * np.sqrt(xn2[u, i])
+        SA[m, t], Syn[m, t] = sa, syn
+
+
+def row_sums(a, X, xn2, inv, hi, vis) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(o [b, q, D], SA [b, q], Syn [b, q]) float64 of `_row_sums`, for CPU tensors as there (vis bool or None)."""
+    b, q, K = a.shape
+    _threads()
+    o = torch.empty(b, q, X.shape[-1], dtype=torch.float64)
+    SA, Syn = torch.empty(b, q, dtype=torch.float64), torch.empty(b, q, dtype=torch.float64)
+    _row_sums(_floats(a), X.numpy(), xn2.numpy(), inv.numpy(), hi.numpy(), _vis(vis, K), o.numpy(), SA.numpy(),
+              Syn.numpy())
+    return o, SA, Syn
+
+
+@numba.njit(parallel=True, fastmath=_FASTMATH, cache=True)
+def _top_brackets(a, X, xn2, inv, order, o, s, pre, SA, Syn, Lt, n0, reading_b, slack, out):
+    """The brackets of `critical_n.distance_bounds` for N = n0 .. n0 + W - 1, from running top-N sums (O(D) per row
+    and N). a [b, q, K]; X [u, K, D] float64, xn2 [u, K] = ||x_i||^2, inv [b] head -> x; order [b, q, >= n0 + W - 1]
+    (`sorted_keys`); o [b, q, D] = sum_i y_i over the visible keys; s [b, q, D], pre [b, q] (updated in place): sum of
+    y_j and of ||y_j|| over the top n0 - 1 keys, advanced to the top n0 + W - 1 (rows with Lt > N only); SA, Syn [b, q]
+    = sum_i ||y_i||^2 and sum_i ||y_i||; Lt [q] visible keys per row (float64); out float64 [4, b, W] += d_lo, d_hi,
+    e_lo, e_hi summed over the rows with Lt > N. Parallel over heads."""
+    b, q, K = a.shape
+    W = out.shape[2]
+    for m in numba.prange(b):
+        u = inv[m]
+        for t in range(q):
+            L = Lt[t]
+            if L <= n0:
+                continue
+            sr, orow = s[m, t], o[m, t]
+            s2, os_, o2 = _dot(sr, sr), _dot(orow, sr), _dot(orow, orow)
+            on, sa, syn, p = np.sqrt(o2), SA[m, t], Syn[m, t], pre[m, t]
+            for w in range(W):
+                N = n0 + w
+                if N >= L:
+                    break
+                j = order[m, t, N - 1]
+                aj, xj = np.float64(a[m, t, j]), X[u, j]
+                xs, xo = 0.0, 0.0
+                for d in range(sr.shape[0]):                     # x_j.s (before adding y_j), x_j.o; s += y_j
+                    xs += xj[d] * sr[d]
+                    xo += xj[d] * orow[d]
+                    sr[d] += aj * xj[d]
+                s2 += aj * (2.0 * xs + aj * xn2[u, j])
+                os_ += aj * xo
+                p += aj * np.sqrt(xn2[u, j])
+                mm = L - N
+                if reading_b:
+                    sn, out_yn = np.sqrt(max(s2, 0.0)), syn - p
+                    d_lo = max(np.sqrt(max(o2 - 2 * (mm + 1) * os_ + (mm + 1) ** 2 * s2, 0.0)), abs(mm * sn - out_yn))
+                    d_hi = out_yn + mm * sn
+                else:
+                    d_lo = d_hi = np.sqrt(max(o2 - 4 * os_ + 4 * s2, 0.0))
+                c = N / max(L - 1, 1.0)
+                scale = mm / L
+                quad = max((1 + c) ** 2 * sa - 2 * (1 + c) * c * o2 + L * c * c * o2, 0.0)
+                e_hi = scale * min((1 + c) * syn + L * c * on, np.sqrt(L * quad))
+                e_lo = scale * max(abs(1 + c - L * c) * on, abs((1 + c) * syn - L * c * on))
+                out[0, m, w] += d_lo * (1 - slack) - 1e-12
+                out[1, m, w] += d_hi * (1 + slack) + 1e-12
+                out[2, m, w] += e_lo * (1 - slack) - 1e-12
+                out[3, m, w] += e_hi * (1 + slack) + 1e-12
+            pre[m, t] = p
+
+
+def top_brackets(a, X, xn2, inv, order, o, s, pre, SA, Syn, Lt, n0: int, W: int, reading: str,
+                 slack: float) -> torch.Tensor:
+    """float64 [4, b, W]: per head, the sums over the rows with Lt > N of the brackets d_lo, d_hi, e_lo, e_hi of
+    N = n0 .. n0 + W - 1 (`_top_brackets`; advances s and pre in place). CPU tensors as there."""
+    _threads()
+    out = torch.zeros(4, a.shape[0], W, dtype=torch.float64)
+    _top_brackets(_floats(a), X.numpy(), xn2.numpy(), inv.numpy(), order.numpy(), o.numpy(), s.numpy(), pre.numpy(),
+                  SA.numpy(), Syn.numpy(), Lt.numpy(), int(n0), reading == "b", float(slack), out.numpy())
+    return out
+
+
+@numba.njit(parallel=True, fastmath=_FASTMATH, cache=True)
+def _top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0, want, reading_b, out):
+    """Exact d~ and E for the N = n0 + w with want[w] (w < W), stepping N = n0 .. through the row's top order. a, X,
+    xn2, inv, order, o, Lt as in `_top_brackets`; G [u, K, K] float64 = X X^T (reading b; else shape [0, 0, 0]);
+    hi [q] last visible key + 1; vis uint8 [q, K] (shape [0, K]: all visible); out float64 [2, b, W] += d~ and E
+    summed over the rows with Lt > N. Per row: x_i.s for every key (t) at N = n0 - 1 by one product with X, then per
+    N the new key j adds a_j G[j] to t and 2 a_j t_j + a_j^2 ||x_j||^2 to ||s||^2, so that each d~ is one pass over
+    the keys, ||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 t_i) + ||s||^2; E likewise from x_i.o (`distance_stats`)."""
+    b, q, K = a.shape
+    D = X.shape[2]
+    every = vis.shape[0] == 0
+    last = 0
+    for w in range(want.shape[0]):
+        if want[w]:
+            last = w
+    for m in numba.prange(b):
+        u = inv[m]
+        tv, xo, keep, visf, av = np.empty(K), np.empty(K), np.empty(K), np.empty(K), np.empty(K)
+        sv = np.empty(D)
+        for t in range(q):
+            L, h = Lt[t], hi[t]
+            if L <= n0:
+                continue
+            orow = o[m, t]
+            o2 = _dot(orow, orow)
+            for i in range(h):
+                visf[i] = 1.0 if every or vis[t, i] != 0 else 0.0
+                keep[i] = visf[i]
+                av[i] = visf[i] * np.float64(a[m, t, i])
+            sv[:] = 0.0
+            for c in range(n0 - 1):
+                j = order[m, t, c]
+                keep[j] = 0.0
+                for d in range(D):
+                    sv[d] += av[j] * X[u, j, d]
+            s2 = _dot(sv, sv)
+            for i in range(h):                                   # x_i.o and x_i.s, one read of x_i
+                xi, xo_i, xs_i = X[u, i], 0.0, 0.0
+                for d in range(D):
+                    xo_i += xi[d] * orow[d]
+                    xs_i += xi[d] * sv[d]
+                xo[i], tv[i] = xo_i, xs_i
+            for w in range(last + 1):
+                N = n0 + w
+                if N >= L:
+                    break
+                j = order[m, t, N - 1]
+                aj = av[j]
+                keep[j] = 0.0
+                if reading_b:
+                    s2 += aj * (2.0 * tv[j] + aj * xn2[u, j])
+                    g = G[u, j]
+                    for i in range(h):
+                        tv[i] += aj * g[i]
+                else:
+                    for d in range(D):
+                        sv[d] += aj * X[u, j, d]
+                if not want[w]:
+                    continue
+                acc = 0.0
+                if reading_b:
+                    for i in range(h):
+                        acc += keep[i] * np.sqrt(max(s2 + av[i] * (av[i] * xn2[u, i] - 2.0 * tv[i]), 0.0))
+                else:
+                    for d in range(D):
+                        acc += (orow[d] - 2.0 * sv[d]) ** 2
+                    acc = np.sqrt(acc)
+                c = N / max(L - 1, 1.0)
+                k = c / (1 + c)
+                c0, e = k * k * o2, 0.0
+                for i in range(h):
+                    e += visf[i] * np.sqrt(max(c0 + av[i] * (av[i] * xn2[u, i] - 2.0 * k * xo[i]), 0.0))
+                out[0, m, w] += acc
+                out[1, m, w] += (L - N) / L * (1 + c) * e
+
+
+def top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0: int, want, reading: str) -> torch.Tensor:
+    """float64 [2, b, len(want)]: per head, the sums of the exact d~ and E over the rows with Lt > N, for the N =
+    n0 + w with want[w] (`_top_exact`; zero elsewhere). CPU tensors as there; G None for reading a."""
+    _threads()
+    out = torch.zeros(2, a.shape[0], len(want), dtype=torch.float64)
+    G = torch.empty(0, 0, 0, dtype=torch.float64) if G is None else G
+    _top_exact(_floats(a), X.numpy(), xn2.numpy(), G.contiguous().numpy(), inv.numpy(), order.numpy(), o.numpy(),
+               Lt.numpy(), hi.numpy(), _vis(vis, a.shape[-1]), int(n0), np.asarray(want, np.uint8), reading == "b",
+               out.numpy())
     return out
