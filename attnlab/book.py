@@ -193,12 +193,20 @@ def model_admonition(model, result: Optional[Result] = None):
         body = (f"<p>The results come from <code>{model.name}</code> ({arch}){text}. This is the "
                 "architecture the paper used (GPT-2 124M), so its empirical statements can be compared directly; "
                 "what still differs is listed in the section <em>What differs</em>.</p>")
+    elif getattr(model, "random_weights", False):
+        title, kind = f"Computed with {model.name}: random weights, not a trained model", "warning"
+        body = (f"<p>The results come from <code>{model.name}</code> ({arch}){text}, a model with "
+                "<strong>seeded random weights</strong>, built to run this book at the paper's scale and cost "
+                "(benchmarks and scale tests only). Its attention is not GPT-2's, nor any trained model's: the "
+                "theorems must still hold, but its numbers say nothing about the paper's empirical statements."
+                "</p>")
     else:
         title, kind = f"Computed with {model.name}, not with GPT-2", "warning"
+        shorter = (f"the longest window is {model.max_positions} tokens instead of 1024; "
+                   if model.max_positions < 1024 else "")
         body = (f"<p>GPT-2 was not available when this page was built, so the results come from "
                 f"<code>{model.name}</code> ({arch}){text}. The paper used GPT-2 124M (causal, 12 × 12 = 144 "
-                "heads, head dimension 64, 1024 positions).</p><p>What this changes: the longest window is "
-                f"{min(model.max_positions, 1024)} tokens instead of 1024; "
+                "heads, head dimension 64, 1024 positions).</p><p>What this changes: " + shorter
                 + ("every query row sees all the keys (no causal mask), so there are no short rows at the start "
                    "of the window; " if not model.causal else "")
                 + "the heads are those of another model, trained for another task. The theorems must hold on any "

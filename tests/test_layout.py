@@ -187,3 +187,12 @@ def test_book_helpers():
     box = book.model_admonition(Model(), Result("x", [], {"text": "war_and_peace", "text_sha256": "ab" * 32,
                                                           "window_tokens": 512})).data
     assert "not with GPT-2" in box and "bidirectional" in box and "warning" in box
+    assert "512 tokens instead of 1024" in box
+
+    class RandomGPT2(Model):
+        name, causal, n_layers, n_heads, d_head, max_positions = "gpt2-random", True, 12, 12, 64, 1024
+        random_weights = True
+
+    box = book.model_admonition(RandomGPT2()).data
+    assert "random weights" in box and "not GPT-2's" in box and "instead of 1024" not in box
+    assert not book.is_paper_model(RandomGPT2())
