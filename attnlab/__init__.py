@@ -12,16 +12,10 @@ __version__ = "0.1.0"
 
 import os
 
-# Process settings for thread pools, before torch or numba is imported:
-# - OpenMP threads (torch's, and numba's kernels through its "omp" threading layer) sleep when idle instead of
-#   spinning: a spinning thread holds a CPU that another process, or the next parallel region, needs. Beside one
-#   busy process on 2 cores, 2 threads ran 5-10x slower than 1 with spinning and about as fast with PASSIVE.
-#   libgomp reads it when torch is first imported: it acts when attnlab is imported before torch (the CLI always
-#   is). A value already set (OMP_WAIT_POLICY=ACTIVE) wins.
-# - numba caches compiled kernels in attnlab's cache (normalization/kernels.py), also when `core.util` is the
-#   first to import numba (it starts numba's thread pool early: `util.start_numba_pool`).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
+# numba caches compiled kernels in attnlab's cache (normalization/kernels.py), also when `core.util` is the first
+# to import numba (it starts numba's thread pool early: `util.start_numba_pool`). OpenMP's wait policy is left to
+# the user: on a busy machine `core.util.auto_threads` runs one thread, where the policy does not matter, and on a
+# quiet one spinning waits are faster (measured: README, "Threads on a busy machine").
 from attnlab.core.result import Result, provenance  # noqa: E402,F401
 from attnlab.core.text import cache_dir  # noqa: E402
 

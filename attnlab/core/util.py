@@ -158,8 +158,8 @@ def threads_chosen() -> bool:
 def auto_threads():
     """Context manager: unless the user chose a thread count (`threads_chosen`), torch threads =
     min(current, free_cpus()) inside. Beside another busy process, two OpenMP threads on two cores
-    wait for each other: with spinning waits (OMP_WAIT_POLICY not PASSIVE) 5-30x slower than one,
-    with PASSIVE about as fast as one; on an idle machine nothing changes.
+    wait for each other (spinning waits): several times slower than one; on an idle machine nothing
+    changes.
     It only ever lowers the count, decides once when entered (nested calls keep the outer choice;
     a long run does not follow later changes of load), and torch's count (which numba's kernels
     follow) is restored on exit. To fix a count: `threads=n`, `--threads n` or OMP_NUM_THREADS."""
