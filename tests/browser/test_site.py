@@ -21,10 +21,10 @@ ALLOWED: list[tuple[str, str, str]] = []
 PHONE = {"width": 390, "height": 844}
 PAGE_BUDGET = 1_500_000      # bytes transferred per page (gzip, as a static host serves it)
 FIRST_FIGURE_S = 3.0         # the first figure of a page is on screen within this, at 10 Mbit/s
-# Text that must never reach a page: build leftovers (warnings, tracebacks, the build machine's paths,
-# nbval markers).
-LEFTOVERS = re.compile(r"UserWarning|RuntimeWarning|DeprecationWarning|Traceback \(most recent|NBVAL_|/work/main|"
-                       r"/root/|site-packages/")
+# Text that must never reach a page: build leftovers (warnings, tracebacks, this checkout's and this user's
+# paths as the build saw them, installed-package paths, nbval markers).
+LEFTOVERS = re.compile("|".join([r"UserWarning|RuntimeWarning|DeprecationWarning|Traceback \(most recent|NBVAL_",
+                                 re.escape(str(ROOT)), re.escape(str(Path.home()) + "/"), "site-packages/"]))
 
 
 def _toc_pages() -> list[str]:
