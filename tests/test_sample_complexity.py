@@ -232,7 +232,7 @@ def test_claims_rows(quick_results):
     assert [r["id"] for r in rows] == ["tsc-uniform-rate", "tsc-uniform-constant", "tsc-moments-beta",
                                        "tsc-hardmax", "tsc-real-beta"]
     for r in rows:
-        assert set(r) == {"id", "claim", "paper", "measured", "verdict"}
+        assert set(r) == {"id", "reading", "claim", "paper", "measured", "verdict"}
         assert r["verdict"] in ("holds", "does not hold", "not applicable")
     assert rows[-1]["verdict"] == "not applicable"
     assert all(r["verdict"] == "not applicable" for r in scc.tsc_claims({}))

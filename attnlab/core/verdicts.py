@@ -1,14 +1,16 @@
-"""The shape of a claim row, shared by both papers' claim checkers: id, claim, paper, measured, verdict."""
+"""The shape of a claim row, shared by both papers' claim checkers: id, reading, claim, paper, measured, verdict.
+`reading` names the reading of an open formula the row was measured under (e.g. "E2 / b / v_unit": the
+registries of `attnlab.normalization.readings`); "" for the book's default readings."""
 from __future__ import annotations
 
 VERDICTS = ("holds", "does not hold", "not applicable")
 
 
-def claim_row(cid: str, claim: str, paper: str, measured: str, verdict: str) -> dict:
-    """One row of the claim table; `verdict` must be one of VERDICTS."""
+def claim_row(cid: str, claim: str, paper: str, measured: str, verdict: str, reading: str = "") -> dict:
+    """One row of the claim table; `verdict` must be one of VERDICTS; `reading` "" = the default readings."""
     if verdict not in VERDICTS:
         raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
-    return {"id": cid, "claim": claim, "paper": paper, "measured": measured, "verdict": verdict}
+    return {"id": cid, "reading": reading, "claim": claim, "paper": paper, "measured": measured, "verdict": verdict}
 
 
 def verdict(ok: bool) -> str:

@@ -1,0 +1,164 @@
+"""Every defensible reading of the formulas that arXiv 2508.17821 leaves open, in one registry: the name each
+Result, claim row, plot and chapter uses, what it computes, and where it comes from (labels of the book's
+appendix "How we read the papers": [P] paper, [B] printed in a published summary, [R] reconstruction,
+[G] gap). The first entry of each registry is the book's default reading.
+
+- `E_READINGS`: the random-set expectation E of Theorem 1 (Fig. 2a's blue curve, Alg. 3's second sample);
+- `D_READINGS`: the representation distance d~ (gap G1);
+- `VECTORS`: the vectors x_i (gap G4; Algorithm 4 says "normalize token embeddings");
+- `RADII`, `ROW_SETS`, `SEP_AGGREGATES`: N_s/N of Theorem 2 / Fig. 3 (gaps G9, G10);
+- `G_AGGREGATES`, `DIRECTIONS`: g(T, eps) of Fig. 4 / Alg. 5 (eps is the paper's own grid).
+
+`vectors(trace, name)` builds the x_i of a reading from a Trace. Pure definitions and small tensor functions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Reading:
+    label: str      # short, for tables and selectors
+    source: str     # where it comes from, with its label ([P], [B], [R], [G])
+    formula: str    # plain-text formula (rendered as math in the book)
+
+
+E_READINGS: dict[str, Reading] = {
+    "E1": Reading("main sum", "[R]/[B] the main sum of the expectation over uniformly random N-subsets (Jensen: "
+                  "E1 <= E4); the printed [B] formula with x-bar = N/(L-1) sum_j a_j x_j and the factor read as "
+                  "a_i (1 + N/(L-1)); the book's default",
+                  "E = (L-N)/L sum_i ||a_i x_i - N/(L-1) sum_{j != i} a_j x_j||"),
+    "E2": Reading("printed, x-bar = mean", "[B] the published summary's formula read literally, (a_i + N/(L-1)) "
+                  "x_i, with x-bar the plain mean of the x_j (x-bar is undefined in the summary)",
+                  "E = (L-N)/L sum_i ||(a_i + N/(L-1)) x_i - (1/L) sum_j x_j||"),
+    "E3": Reading("printed, x-bar = N/(L-1) sum a x", "[B] the printed formula read literally with "
+                  "x-bar = N/(L-1) sum_j a_j x_j",
+                  "E = (L-N)/L sum_i ||(a_i + N/(L-1)) x_i - N/(L-1) sum_j a_j x_j||"),
+    "E4": Reading("exact expectation (Monte Carlo)", "[R] the exact expectation of d~ over uniformly random "
+                  "N-subsets (the paper's Eq. 8 before any approximation), seeded Monte Carlo: nested random "
+                  "subsets, two per row, with the standard error of each head mean",
+                  "E = E_{I_N ~ U} d~(I_N)"),
+    "E5": Reading("printed, x-bar = sum a x", "[B] the printed formula read literally with x-bar = sum_j a_j x_j, "
+                  "the attention-weighted mean (the head's output)",
+                  "E = (L-N)/L sum_i ||(a_i + N/(L-1)) x_i - sum_j a_j x_j||"),
+}
+FORMULA_E = ("E1", "E2", "E3", "E5")        # closed forms; E4 is an expectation estimated by Monte Carlo
+
+D_READINGS: dict[str, Reading] = {
+    "b": Reading("sum of distances", "[R] the paper's prose ('cumulative distance between s and all "
+                 "non-selected embeddings', Cor. 2(ii), linear growth in Fig. 2a); the book's default",
+                 "d~ = sum_{i out} ||a_i x_i - s||"),
+    "a": Reading("distance of the sum", "[S] as typeset in the Moonlight review", "d~ = ||sum_{i out} a_i x_i - s||"),
+}
+
+_BASE_VECTORS = {
+    "v": ("value vectors", "[G4] default: the head's value vectors (the authors' follow-up paper uses weighted "
+          "value vectors)"),
+    "k": ("key vectors", "[G4] the head's key vectors"),
+    "hidden_head": ("layer input, head slice", "[G4] the layer-input hidden state (GPT-2: after ln_1), the slice "
+                    "of coordinates h*d_head .. (h+1)*d_head of head h"),
+    "hidden": ("layer input, whole", "[G4] the whole layer-input hidden state, the same vectors for every head of "
+               "a layer (each head with its own weights)"),
+}
+VECTORS: dict[str, Reading] = {}
+for _name, (_label, _source) in _BASE_VECTORS.items():
+    VECTORS[_name] = Reading(_label, _source + "; raw", "x_i")
+    VECTORS[f"{_name}_unit"] = Reading(_label + ", unit", _source + "; L2-normalised (Algorithm 4: 'normalize "
+                                       "token embeddings')", "x_i / ||x_i||")
+
+RADII: dict[str, Reading] = {
+    "nearest": Reading("nearest non-selected, strict", "[P] r = min_{i out} ||a_i x_i - s|| (Sec. 3.2), [R] "
+                       "strict < so that the nearest non-selected token is outside; the book's default",
+                       "N_s = #{i in I_N : ||a_i x_i - s|| < r}"),
+    "closed": Reading("nearest non-selected, closed ball", "[P] the same r with the closed ball B_r(s) of the "
+                      "definition (<=): the nearest non-selected token then sits on the boundary",
+                      "N_s = #{i in I_N : ||a_i x_i - s|| <= r}"),
+}
+ROW_SETS: dict[str, Reading] = {
+    "positive_r": Reading("rows with r > 0", "[G10] rows where the ball has a positive radius (the default)",
+                          "rows with L_t > N and r > 0"),
+    "all": Reading("every row", "[G10] every row with L_t > N; a row with r = 0 counts N_s = 0",
+                   "rows with L_t > N"),
+}
+SEP_AGGREGATES: dict[str, Reading] = {
+    "median": Reading("median over heads", "[G9] the box plots' median of the per-head token means (default)",
+                      "median_h mean_t N_s/N"),
+    "mean": Reading("mean over heads", "[G9] the mean over heads of the token means", "mean_h mean_t N_s/N"),
+    "q75": Reading("upper quartile", "[G9] the upper edge of the box", "q75_h mean_t N_s/N"),
+    "max": Reading("max over heads", "[P] 'the exponential upper bound tracks the empirical maxima'",
+                   "max_h mean_t N_s/N"),
+}
+G_AGGREGATES: dict[str, Reading] = {
+    "max_head_mean": Reading("max over heads of the token mean", "[P] Algorithm 5: average over tokens, store the "
+                             "maximum over the (head, layer) pairs (the default)", "max_h mean_t g"),
+    "median_head_mean": Reading("median over heads of the token mean", "[G] a typical head",
+                                "median_h mean_t g"),
+    "max_row": Reading("max over rows", "[G] the worst row of any head (no average over tokens)", "max_{h,t} g"),
+}
+DIRECTIONS: dict[str, Reading] = {
+    "gaussian": Reading("Gaussian unit vector", "[G] v = z/||z||, z ~ N(0, I) over the visible keys, one per row "
+                        "(the default)", "v = z/||z||"),
+    "rademacher": Reading("random signs", "[G] v = z/||z|| with z_i = -+1 over the visible keys",
+                          "v = z/||z||, z_i in {-1, 1}"),
+    "worst": Reading("worst direction (eps -> 0)", "[R] the Jacobian's top singular vector: g -> ||grad alpha||_2, "
+                     "the exact spectral norm, on sampled rows", "g = ||(diag(a) - a a^T)/T||_2"),
+}
+
+
+def vectors(trace, name: str) -> torch.Tensor:
+    """x [layer, head | 1, K, D] of the vector reading `name` (see `VECTORS`) from a Trace that kept what it
+    needs ("v", "k" or "hidden"). Unit readings put each x_i on the unit sphere (zero vectors stay zero)."""
+    if name not in VECTORS:
+        raise ValueError(f"unknown vectors {name!r}; choose from {', '.join(VECTORS)}")
+    base = name.removesuffix("_unit")
+    if base in ("v", "k"):
+        x = getattr(trace, base)
+        if x is None:
+            raise ValueError(f"vectors {name!r} need a trace that kept {base!r}")
+    else:
+        if trace.hidden is None:
+            raise ValueError(f"vectors {name!r} need a trace that kept 'hidden'")
+        x = trace.hidden.unsqueeze(1)                                    # [layer, 1, K, d_model]
+        if base == "hidden_head":
+            x = head_slices(trace.hidden, trace.heads, _d_head(trace))
+    if name.endswith("_unit"):
+        n = x.norm(dim=-1, keepdim=True)
+        x = torch.where(n > 0, x / n.clamp_min(1e-30), torch.zeros_like(x))
+    return x
+
+
+def head_slices(hidden: torch.Tensor, heads, d_head: int) -> torch.Tensor:
+    """[layer, head, K, d_head]: the coordinates h*d_head .. (h+1)*d_head of hidden [layer, K, d_model] for each
+    head h of `heads`."""
+    if hidden.shape[-1] % d_head:
+        raise ValueError(f"hidden width {hidden.shape[-1]} is not a multiple of d_head = {d_head}")
+    parts = hidden.unflatten(-1, (hidden.shape[-1] // d_head, d_head))  # [layer, K, H, d_head]
+    return parts[:, :, list(heads)].permute(0, 2, 1, 3)
+
+
+def _d_head(trace) -> int:
+    for t in (trace.v, trace.k, trace.q):
+        if t is not None:
+            return int(t.shape[-1])
+    d = trace.meta.get("d_head")
+    if d is None:
+        raise ValueError("vectors 'hidden_head' need the head width: capture 'v' or 'k' beside 'hidden'")
+    return int(d)
+
+
+def needs(vector_names) -> set[str]:
+    """The Trace tensors the vector readings need (for `capture(keep=...)`)."""
+    out = set()
+    for name in vector_names:
+        base = name.removesuffix("_unit")
+        out |= {"v"} if base == "v" else {"k"} if base == "k" else {"hidden", "v"} if base == "hidden_head" \
+            else {"hidden"}
+    return out
+
+
+def describe(registry: dict[str, Reading], name: str) -> str:
+    """'name (label): source' for provenance and tables."""
+    r = registry[name]
+    return f"{name} ({r.label}): {r.source}"
