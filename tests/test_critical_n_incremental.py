@@ -82,17 +82,18 @@ def test_running_sums_equal_brackets_and_distance_stats(vis):
     probs, x, visible = _inputs(seed=4, heads=8, L=24, vis=vis, shared=vis == "irregular")
     v = engine.check_inputs(probs, x, visible)
     for reading in ("a", "b"):
-        scan = critical_n._RunningTopN(probs, x, v, reading, 23)
+        scan = critical_n.RunningTopN(probs, x, v, 23)
         for ns in ([1, 2, 3], list(range(4, 21)), [21, 22, 23]):
-            got = scan.brackets(ns)
+            got = critical_n.brackets_for(scan.brackets(ns), reading)
             want = critical_n._bounds_head_means(probs, x, ns, v, reading)
             for k in want:
                 np.testing.assert_allclose(got[k], want[k], rtol=1e-9, atol=1e-12, err_msg=k)
         for ns in ([1], [2, 5, 6, 20], list(range(3, 23))):
-            d, e = scan.exact(ns)
+            ex = scan.exact(ns, need=(f"d_{reading}", "E1"))
             st = distance.distance_stats(probs, x, ns, visible, stats=(f"dtilde_{reading}", "E"))
-            np.testing.assert_allclose(d, engine.row_mean(st[f"dtilde_{reading}"], -2).reshape(-1, len(ns)), rtol=1e-6)
-            np.testing.assert_allclose(e, engine.row_mean(st["E"], -2).reshape(-1, len(ns)), rtol=1e-6)
+            np.testing.assert_allclose(ex[f"d_{reading}"], engine.row_mean(st[f"dtilde_{reading}"], -2).reshape(
+                -1, len(ns)), rtol=1e-6)
+            np.testing.assert_allclose(ex["E1"], engine.row_mean(st["E"], -2).reshape(-1, len(ns)), rtol=1e-6)
         with pytest.raises(ValueError, match="follow"):
             scan.brackets([1, 2])
 
@@ -103,7 +104,7 @@ def test_fallback_without_kernels(monkeypatch):
     new = critical_n.critical_n(probs, x, visible, block=2)
     monkeypatch.setattr(engine, "FUSED", False)
     called = []
-    monkeypatch.setattr(critical_n, "_RunningTopN", lambda *a: called.append(1))
+    monkeypatch.setattr(critical_n, "RunningTopN", lambda *a: called.append(1))
     old = critical_n.critical_n(probs, x, visible, block=2)
     assert not called
     _agree(new, old)

@@ -169,6 +169,28 @@ def theorem1_random_main(alpha: torch.Tensor, x: torch.Tensor, N: int) -> torch.
     return (L - N) / L * (y - N / (L - 1) * others).norm(dim=-1).sum(-1)
 
 
+PRINTED_XBAR = {"E2": "mean", "E3": "scaled", "E5": "weighted"}
+
+
+def theorem1_random_printed(alpha: torch.Tensor, x: torch.Tensor, N: int, xbar: str) -> torch.Tensor:
+    """The published summary's random-set formula **read literally** ([B], its x-bar undefined there):
+
+    `E = ((L - N)/L) * sum_{i=1}^{L} || (a_i + N/(L-1)) x_i - xbar ||` with xbar = the plain mean `(1/L) sum_j x_j`
+    ("mean", reading E2), `(N/(L-1)) sum_j a_j x_j` ("scaled", E3) or `sum_j a_j x_j` ("weighted", E5).
+    Not an expectation of d~ in general (`theorem1_random_main` is); `attnlab.normalization.readings` says why
+    each is considered. alpha [..., L], x [..., L, D] -> [...].
+    """
+    alpha, x = _t(alpha), _t(x)
+    L = alpha.shape[-1]
+    _check_N(N, L)
+    c = N / (L - 1)
+    o = (alpha.unsqueeze(-1) * x).sum(-2, keepdim=True)
+    centre = {"mean": x.mean(-2, keepdim=True), "scaled": c * o, "weighted": o}.get(xbar)
+    if centre is None:
+        raise ValueError(f"xbar must be one of {sorted(PRINTED_XBAR.values())}, got {xbar!r}")
+    return (L - N) / L * ((alpha + c).unsqueeze(-1) * x - centre).norm(dim=-1).sum(-1)
+
+
 def theorem1_jensen_bound(alpha: torch.Tensor, x: torch.Tensor, N: int) -> torch.Tensor:
     """Bound on the Jensen gap eps of the random-set expectation. Reconstruction [R]:
 

@@ -196,24 +196,26 @@ def ks_lower_statistic(d_lo, d_hi, e_lo, e_hi) -> float:
     return float(max(t1, t2, 0.0))
 
 
-class _RunningTopN:
+class RunningTopN:
     """The incremental scan of `critical_n` (CPU kernels `top_brackets`, `top_exact`): per-head means over the valid
-    rows (L_t > N) of the brackets and of the exact d~ and E, for windows of consecutive N, from running top-N sums.
+    rows (L_t > N) of the brackets and of the exact values, for windows of consecutive N, from running sums over the
+    first N keys of each row's order: its top N by weight (default), or any order of the visible keys (`order`, e.g.
+    the random subsets of the readings scan).
 
     Held for the whole scan: P [B, Q, K] the weights; Xu [u, K, D] the distinct x in float64 (inv [B] head -> x), xn2
     [u, K]; o = sum_i y_i [B, Q, D], SA = sum_i ||y_i||^2 and Syn = sum_i ||y_i|| [B, Q] over the visible keys
-    (float64); order [B, Q, k] the top keys (`kernels.sorted_keys`, sorted once past SMALL_N; int16 for K < 2^15); and
-    the running sums of the bracket windows, s [B, Q, D] and pre [B, Q] (sum of y_j and of ||y_j|| over the top n_done
-    keys). Memory beyond the inputs: about B Q (2 n_max + 16 D) bytes, plus GRAM_ELEMENTS float64 for X X^T.
+    (float64); order [B, Q, k] (`kernels.sorted_keys`, sorted once past SMALL_N; int16 for K < 2^15); and the running
+    sums of the bracket windows, s [B, Q, D] and pre [B, Q] (sum of y_j and of ||y_j|| over the first n_done keys).
+    Memory beyond the inputs: about B Q (2 n_max + 16 D) bytes, plus GRAM_ELEMENTS float64 for X X^T.
     """
 
-    def __init__(self, probs, x, vis, reading: str, n_max: int):
+    def __init__(self, probs, x, vis, n_max: int, order: Optional[torch.Tensor] = None):
         from attnlab.normalization import kernels
 
         self.kernels = kernels
         _, P, X, xmap = flatten_heads(probs.detach(), x.detach())
         self.P = (P if P.dtype in (torch.float32, torch.float64) else P.float()).contiguous()
-        self.vis, self.vis_k, self.reading, self.n_max = vis, (None if bool(vis.all()) else vis), reading, n_max
+        self.vis, self.vis_k, self.n_max = vis, (None if bool(vis.all()) else vis), n_max
         uniq, self.inv = torch.unique(xmap, return_inverse=True)
         self.Xu = X[uniq.to(X.device)].double().cpu().contiguous()
         self.xn2 = (self.Xu * self.Xu).sum(-1)
@@ -222,10 +224,12 @@ class _RunningTopN:
         self.hi = (vis * torch.arange(1, K + 1)).amax(-1)                # last visible key + 1
         self.o, self.SA, self.Syn = self.kernels.row_sums(self.P, self.Xu, self.xn2, self.inv, self.hi, self.vis_k)
         self.s, self.pre, self.n_done = torch.zeros_like(self.o), torch.zeros(B, Q, dtype=torch.float64), 0
-        self.order = torch.empty(B, Q, 0, dtype=torch.int16 if K < 1 << 15 else torch.int32)
+        self.fixed = order is not None
+        self.order = (order.reshape(B, Q, -1).contiguous() if self.fixed
+                      else torch.empty(B, Q, 0, dtype=torch.int16 if K < 1 << 15 else torch.int32))
 
     def _order(self, k: int) -> torch.Tensor:
-        if self.order.shape[-1] < k:
+        if not self.fixed and self.order.shape[-1] < k:
             if k <= SMALL_N:
                 self.order = top_order(self.P, self.vis, k).to(self.order.dtype)
             else:
@@ -238,34 +242,47 @@ class _RunningTopN:
         return (sums / count).numpy()
 
     def brackets(self, ns: Sequence[int]) -> dict[str, np.ndarray]:
-        """Per-head means of d_lo, d_hi, e_lo, e_hi [B, len(ns)] for the next window ns (N = n_done + 1, ...)."""
+        """Per-head means [B, len(ns)] of d_a (exact), d_b_lo, d_b_hi, e_lo, e_hi (E1) for the next window ns
+        (N = n_done + 1, ...)."""
         if list(ns) != list(range(self.n_done + 1, self.n_done + 1 + len(ns))):
             raise ValueError(f"bracket windows must follow each other: N = {self.n_done + 1}, ... expected")
         sums = self.kernels.top_brackets(self.P, self.Xu, self.xn2, self.inv, self._order(ns[-1]), self.o, self.s,
-                                         self.pre, self.SA, self.Syn, self.Lt, ns[0], len(ns), self.reading,
-                                         BRACKET_SLACK)
+                                         self.pre, self.SA, self.Syn, self.Lt, ns[0], len(ns), BRACKET_SLACK)
         self.n_done = ns[-1]
-        return dict(zip(("d_lo", "d_hi", "e_lo", "e_hi"), self._means(sums, ns)))
+        return dict(zip(("d_a", "d_b_lo", "d_b_hi", "e_lo", "e_hi"), self._means(sums, ns)))
 
-    def exact(self, ns: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Per-head means of the exact d~ and E [B, len(ns)] for ascending ns: one pass from ns[0] to ns[-1], with the
-        Gram matrices X X^T of at most GRAM_ELEMENTS at a time (reading b)."""
+    def exact(self, ns: Sequence[int], need: Sequence[str] = ("d_b", "E1")) -> dict[str, np.ndarray]:
+        """Per-head means [B, len(ns)] of the exact `need` (of `kernels.EXACT_STATS`: d_a, d_b, E1, E2, E3, E5) for
+        ascending ns: one pass from ns[0] to ns[-1], with the Gram matrices X X^T (d_b only) of at most
+        GRAM_ELEMENTS at a time."""
         n0, n1 = ns[0], ns[-1]
         want = np.zeros(n1 - n0 + 1, bool)
         want[np.asarray(ns) - n0] = True
         order = self._order(n1)
         B, _, K = self.P.shape
-        out = torch.empty(2, B, len(want), dtype=torch.float64)
-        step = B if self.reading == "a" else max(1, GRAM_ELEMENTS // (K * K))
+        stats = self.kernels.EXACT_STATS
+        out = torch.empty(len(stats), B, len(want), dtype=torch.float64)
+        gram = "d_b" in need
+        step = max(1, GRAM_ELEMENTS // (K * K)) if gram else B
         for b0 in range(0, B, step):
             bs = slice(b0, min(B, b0 + step))
             uniq, inv = torch.unique(self.inv[bs], return_inverse=True)
             Xb = self.Xu[uniq]
-            G = torch.bmm(Xb, Xb.transpose(1, 2)) if self.reading == "b" else None
+            G = torch.bmm(Xb, Xb.transpose(1, 2)) if gram else None
             out[:, bs] = self.kernels.top_exact(self.P[bs], Xb, self.xn2[uniq], G, inv, order[bs], self.o[bs],
-                                                self.Lt, self.hi, self.vis_k, n0, want, self.reading)
-        d, e = self._means(out[..., torch.from_numpy(want)], list(ns))
-        return d, e
+                                                self.Lt, self.hi, self.vis_k, n0, want, need)
+        means = self._means(out[..., torch.from_numpy(want)], list(ns))
+        return {k: means[stats.index(k)] for k in need}
+
+
+def brackets_for(hm: dict[str, np.ndarray], reading: str) -> dict[str, np.ndarray]:
+    """The d~ brackets of one reading from `RunningTopN.brackets` (reading a is exact there: slack on both sides),
+    as the dict d_lo, d_hi, e_lo, e_hi of `distance_bounds`."""
+    if reading == "a":
+        d_lo, d_hi = hm["d_a"] * (1 - BRACKET_SLACK) - 1e-12, hm["d_a"] * (1 + BRACKET_SLACK) + 1e-12
+    else:
+        d_lo, d_hi = hm["d_b_lo"], hm["d_b_hi"]
+    return {"d_lo": d_lo, "d_hi": d_hi, "e_lo": hm["e_lo"], "e_hi": hm["e_hi"]}
 
 
 def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Tensor] = None, *,
@@ -285,7 +302,7 @@ def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Ten
     the critical N is large.
 
     On CPU with the kernels on (`incremental`, default) both come from running top-N sums, N after N
-    (`_RunningTopN`): the brackets in O(D) per row and N, the exact values in float64 and O(K) per row
+    (`RunningTopN`): the brackets in O(D) per row and N, the exact values in float64 and O(K) per row
     and N (each N adds one key j: x_i.s grows by a_j x_i.x_j, from X X^T). Elsewhere (GPU,
     ATTNLAB_KERNELS=0, incremental=False) the brackets come from `distance_bounds` and the exact values
     from `distance_stats` (O(K D) per row and N, in `dtype`: float32 by default, the test only ranks
@@ -308,8 +325,15 @@ def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Ten
     res = {"n": -1, "ns": [], "pvalues": [], "ks": [], "exact": [], "p_upper": [], "d_mean": [], "e_mean": []}
 
     if incremental and cpu_kernels(probs) is not None:
-        scan = _RunningTopN(probs, x, vis, reading, n_max)
-        bracket_means, exact_means, nb, most = scan.brackets, scan.exact, 32, 64
+        scan = RunningTopN(probs, x, vis, n_max)
+
+        def bracket_means(ns):
+            return brackets_for(scan.brackets(ns), reading)
+
+        def exact_means(ns):
+            ex = scan.exact(ns, need=(f"d_{reading}", "E1"))
+            return ex[f"d_{reading}"], ex["E1"]
+        nb, most = 32, 64
     else:
         def bracket_means(ns):
             return _bounds_head_means(probs, x, ns, vis, reading)

@@ -27,7 +27,9 @@ from attnlab.normalization.engine import (
     unique_x,
 )
 
-DISTANCE_STATS = ("dtilde_b", "dtilde_a", "E", "jensen", "abar", "d1", "R", "dmax_B", "dmax_R", "dmax_a")
+DISTANCE_STATS = ("dtilde_b", "dtilde_a", "E", "jensen", "abar", "d1", "R", "dmax_B", "dmax_R", "dmax_a", "E2", "E3",
+                  "E5")
+PRINTED_E = ("E2", "E3", "E5")   # the printed [B] form of E read literally (`attnlab.normalization.readings`)
 FAR_CANDIDATES = 8               # farthest keys kept per key for d1 (exact; rows where all are excluded recompute)
 
 
@@ -119,7 +121,8 @@ def _d1(rows: RowBlock, N: int, tables: dict, ok: torch.Tensor, chunk: int) -> t
 
 def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visible: Optional[torch.Tensor] = None,
                    *, stats: Sequence[str] = ("dtilde_b", "dtilde_a", "E", "jensen", "dmax_B", "dmax_R"),
-                   chunk: int = DEFAULT_CHUNK, dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
+                   chunk: int = DEFAULT_CHUNK, dtype: torch.dtype = torch.float64,
+                   order: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
     """Theorem-1 quantities of every row for each N in `ns`: dict stat -> float64 [..., Q, len(ns)].
 
     stats (any of `DISTANCE_STATS`):
@@ -129,6 +132,10 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
       jensen    its Jensen-gap bound (`bounds.theorem1_jensen_bound`)
       abar, d1, R   top-N mass, max out-to-selected distance, max selected norm
       dmax_B, dmax_R, dmax_a   Theorem 1 fixed-set bounds ([B], [R], reading-(a) [R])
+      E2, E3, E5   the printed [B] form of E read literally, `(L-N)/L sum_i ||(a_i + c) x_i - xbar||`,
+                c = N/(L-1), xbar = the plain mean of the row's x (E2), c sum_j a_j x_j (E3), sum_j a_j x_j (E5)
+    `order` [..., Q, >= max(ns)] (optional): the selected set of each row is its first N keys in this order
+    instead of its top N by weight (e.g. random subsets: `readings.random_orders`); the d1 bounds assume top-N.
     Rows with L_t <= N are NaN. `ns` are sorted ascending in the output. `dtype` of the weights, vectors
     and matrix products: float64 (default; matches the oracle to ~1e-7, `root_sum`) or float32 (faster;
     d~ and E within 6e-7 relative of float64 on MiniLM's traces, L = 32..512; used by the critical-N
@@ -148,6 +155,13 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
         raise ValueError(f"unknown stats {sorted(bad)}; choose from {DISTANCE_STATS}")
     lead, P, X, xmap = flatten_heads(probs, x)
     B, Q, _ = P.shape
+    if order is not None:
+        if order.shape[:-1] != probs.shape[:-1] or order.shape[-1] < ns[-1]:
+            raise ValueError(f"order must be [..., Q, >= {ns[-1]}] like probs {tuple(probs.shape)}, "
+                             f"got {tuple(order.shape)}")
+        order = order.reshape(B, Q, -1)
+        if {"d1", "dmax_B", "dmax_R", "dmax_a", "abar", "R"} & set(stats):
+            raise ValueError("abar, d1, R and the d_max bounds are defined for the top-N set: pass no order")
     out = torch.empty(len(stats), len(ns), B, Q, dtype=torch.float64)    # one write per (N, block)
     need = set(stats)
     need_d1 = bool({"d1", "dmax_B", "dmax_R", "dmax_a"} & need)
@@ -155,12 +169,16 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     lengths, prefix = vis.sum(-1), prefix_lengths(vis) is not None      # (once, not per block)
     for bs, qs in blocks(B, Q, K, chunk):
         Xu, inv, _ = unique_x(X, xmap, bs, dtype)
-        rows = RowBlock(P[bs, qs], vis[qs], Xu, inv, ns[-1], dtype, lengths[qs], prefix)
+        rows = RowBlock(P[bs, qs], vis[qs], Xu, inv, ns[-1], dtype, lengths[qs], prefix,
+                        order=None if order is None else order[bs, qs])
         a, Lt = rows.a, rows.Lt
         Lt1 = (Lt - 1).clamp_min(1).unsqueeze(-1)                        # [q, 1]
         o = torch.bmm(rows.XT, a.transpose(1, 2)).transpose(1, 2)        # sum_i y_i  [b, q, D]
         o2 = (o * o).sum(-1, keepdim=True)                               # [b, q, 1]
-        xo = torch.bmm(o, rows.XT) if {"E", "jensen"} & need else None   # x_i.o, shared by E and jensen
+        xo = torch.bmm(o, rows.XT) if {"E", "jensen", "E3", "E5"} & need else None   # x_i.o (E, jensen, E3, E5)
+        if "E2" in need:                                                 # the plain mean m of the row's visible x
+            mean = torch.matmul(vis[qs].to(a.dtype), rows.X) / Lt.view(-1, 1)   # [b, q, D]
+            xm, m2 = torch.bmm(mean, rows.XT), (mean * mean).sum(-1, keepdim=True)
         if "jensen" in need:
             # sum_{j != i} ||y_j - mu_i||^2 = S2 - ||y_i||^2 - ||o - y_i||^2 / (L - 1)
             #   = L / (L - 1) * [(S2 (L - 1) - ||o||^2) / L - a_i (a_i ||x_i||^2 - 2 x_i.o / L)],
@@ -195,6 +213,16 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
                 cN = N / Lt1                                             # [q, 1]
                 k = cN / (1 + cN)
                 res["E"] = (Lt - N) / Lt * (1 + cN.squeeze(-1)) * root_sum(rows, xo, k * k * o2, k)
+            if set(PRINTED_E) & need:
+                # ||(a_i + c) x_i - mu xbar||^2 = l_i (l_i ||x_i||^2 - 2 mu x_i.xbar) + mu^2 ||xbar||^2, l_i = a_i + c
+                cN = N / Lt1                                             # [q, 1]
+                lam, scale = a + cN, (Lt - N) / Lt
+                if "E2" in need:
+                    res["E2"] = scale * root_sum(rows, xm, m2, 1.0, lam=lam)
+                if "E3" in need:
+                    res["E3"] = scale * root_sum(rows, xo, cN * cN * o2, cN, lam=lam)
+                if "E5" in need:
+                    res["E5"] = scale * root_sum(rows, xo, o2, 1.0, lam=lam)
             if "jensen" in need:
                 coef = (N * (Lt - 1 - N) / ((Lt - 1) * (Lt - 2))).clamp_min(0)
                 coef = torch.where(Lt > 2, coef, torch.zeros_like(coef))

@@ -229,9 +229,11 @@ def root_sum(
     drop: Optional[torch.Tensor] = None,
     s2_coef=0.0,
     table: Optional[tuple] = None,
+    lam: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """sum over the visible keys (but the positions `drop` [b, q, n]) of the distances
     sqrt(c + sign * a_i (a_i ||x_i||^2 - 2 g w_i)), c = c0 + s2_coef * sum_j a_j^2 ||x_j||^2: [b, q]
+    (a_i: the row's weights, or `lam` [b, q, K] in their place, e.g. a_i + N/(L-1) for the printed forms of E)
     float64, for w [b, q, K] (x_i.s or x_i.o, one matrix product; None on CPU with table = (H, inv) of
     `_far_tables`: w_i = x_i.s for s the dropped keys' sum, from H), c0 [b, q, 1], g and s2_coef numbers or
     [q, 1]. The squares are formed in float64 by default (the cancellation happens there), their roots
@@ -240,12 +242,12 @@ def root_sum(
     kernels = cpu_kernels(rows.a)
     if kernels is not None:
         c0, g, s2_coef = (v.squeeze(-1) if torch.is_tensor(v) else v for v in (c0, g, s2_coef))
-        return kernels.root_sums(
-            rows.p, rows.xn2, w, c0, g, sign, rows.vis if rows.masked else None, drop, s2_coef=s2_coef, table=table
-        )
-    ax = rows.a * rows.xn2.unsqueeze(1)  # a_i ||x_i||^2
-    c = c0 + s2_coef * (rows.a * ax).sum(-1, keepdim=True)
-    sq = torch.addcmul(c, rows.a, ax.sub_(w * g, alpha=2), value=sign).float()
+        return kernels.root_sums(rows.p if lam is None else lam, rows.xn2, w, c0, g, sign,
+                                 rows.vis if rows.masked else None, drop, s2_coef=s2_coef, table=table)
+    a = rows.a if lam is None else lam
+    ax = a * rows.xn2.unsqueeze(1)  # a_i ||x_i||^2
+    c = c0 + s2_coef * (a * ax).sum(-1, keepdim=True)
+    sq = torch.addcmul(c, a, ax.sub_(w * g, alpha=2), value=sign).float()
     if drop is not None:
         sq.scatter_(-1, drop, 0.0)
     if rows.masked:
@@ -257,15 +259,16 @@ class RowBlock:
     """One block of attention rows (b heads x q queries x K keys), prepared once for every N.
 
     p [b, q, K] the weights as given, a the same in `dtype`, 0 on invisible keys; order [b, q, k] the
-    top k keys of each row (`top_order`); X [b, K, D] the vectors of each head, from the distinct Xu
+    top k keys of each row (`top_order`), or the given `order` (any order of the visible keys); X [b, K, D] the
+    vectors of each head, from the distinct Xu
     [u, K, D] (one per head for value vectors, one per layer for hidden states; inv [b] says which), so
     Gram matrices are made once per distinct x; xn2 [b, K] = ||x_i||^2; n [q] visible keys per row
     (`lengths`, if the caller has them) and Lt the same in `dtype`; masked: some key is invisible to
     some row; prefix: every row sees the keys 0..n_t - 1 (given, or found when first asked).
     """
 
-    def __init__(self, probs, vis, Xu, inv, k: int, dtype, lengths=None, prefix=None):
-        self.order = top_order(probs, vis, k)
+    def __init__(self, probs, vis, Xu, inv, k: int, dtype, lengths=None, prefix=None, order=None):
+        self.order = top_order(probs, vis, k) if order is None else order[..., :k].long()
         self.p = probs
         self.n = vis.sum(-1) if lengths is None else lengths
         self.masked = bool((self.n < vis.shape[-1]).any())

@@ -21,7 +21,7 @@ cancellation happens), roots in float32 (~1e-7 relative), sums in float64, as in
 `d1_small` (`distance._d1`, small N): the largest selected-to-non-selected distance from each selected
 key's farthest visible key (one lookup), scanning the key's distances only where that key is selected.
 
-The incremental critical-N scan (`critical_n._RunningTopN`): `sorted_keys` (each row's visible keys by
+The incremental critical-N scan (`critical_n.RunningTopN`): `sorted_keys` (each row's visible keys by
 weight, once per scan; float32 weights and key indices packed in one integer), `row_sums` (o = sum_i y_i,
 sum_i ||y_i||^2, sum_i ||y_i||), `top_brackets` (the brackets of `critical_n.distance_bounds` for a window
 of N from the running top-N sum s, O(D) per row and N) and `top_exact` (d~ and E, O(K) per row and N:
@@ -322,13 +322,14 @@ def row_sums(a, X, xn2, inv, hi, vis) -> tuple[torch.Tensor, torch.Tensor, torch
 
 
 @numba.njit(parallel=True, fastmath=_FASTMATH, cache=True)
-def _top_brackets(a, X, xn2, inv, order, o, s, pre, SA, Syn, Lt, n0, reading_b, slack, out):
-    """The brackets of `critical_n.distance_bounds` for N = n0 .. n0 + W - 1, from running top-N sums (O(D) per row
-    and N). a [b, q, K]; X [u, K, D] float64, xn2 [u, K] = ||x_i||^2, inv [b] head -> x; order [b, q, >= n0 + W - 1]
-    (`sorted_keys`); o [b, q, D] = sum_i y_i over the visible keys; s [b, q, D], pre [b, q] (updated in place): sum of
-    y_j and of ||y_j|| over the top n0 - 1 keys, advanced to the top n0 + W - 1 (rows with Lt > N only); SA, Syn [b, q]
-    = sum_i ||y_i||^2 and sum_i ||y_i||; Lt [q] visible keys per row (float64); out float64 [4, b, W] += d_lo, d_hi,
-    e_lo, e_hi summed over the rows with Lt > N. Parallel over heads."""
+def _top_brackets(a, X, xn2, inv, order, o, s, pre, SA, Syn, Lt, n0, slack, out):
+    """For N = n0 .. n0 + W - 1, from running sums over the first N keys of each row's `order` (O(D) per row and N):
+    d~ (a) exactly, the brackets of d~ (b) and of E (E1) of `critical_n.distance_bounds`. a [b, q, K]; X [u, K, D]
+    float64, xn2 [u, K] = ||x_i||^2, inv [b] head -> x; order [b, q, >= n0 + W - 1] (`sorted_keys`, or any order of
+    the visible keys); o [b, q, D] = sum_i y_i over the visible keys; s [b, q, D], pre [b, q] (updated in place): sum
+    of y_j and of ||y_j|| over the first n0 - 1 keys, advanced to the first n0 + W - 1 (rows with Lt > N only); SA,
+    Syn [b, q] = sum_i ||y_i||^2 and sum_i ||y_i||; Lt [q] visible keys per row (float64); out float64 [5, b, W] +=
+    d_a, d_b_lo, d_b_hi, e_lo, e_hi summed over the rows with Lt > N (slack applied). Parallel over heads."""
     b, q, K = a.shape
     W = out.shape[2]
     for m in numba.prange(b):
@@ -355,43 +356,49 @@ def _top_brackets(a, X, xn2, inv, order, o, s, pre, SA, Syn, Lt, n0, reading_b, 
                 os_ += aj * xo
                 p += aj * np.sqrt(xn2[u, j])
                 mm = L - N
-                if reading_b:
-                    sn, out_yn = np.sqrt(max(s2, 0.0)), syn - p
-                    d_lo = max(np.sqrt(max(o2 - 2 * (mm + 1) * os_ + (mm + 1) ** 2 * s2, 0.0)), abs(mm * sn - out_yn))
-                    d_hi = out_yn + mm * sn
-                else:
-                    d_lo = d_hi = np.sqrt(max(o2 - 4 * os_ + 4 * s2, 0.0))
+                d_a = np.sqrt(max(o2 - 4 * os_ + 4 * s2, 0.0))
+                sn, out_yn = np.sqrt(max(s2, 0.0)), syn - p
+                d_lo = max(np.sqrt(max(o2 - 2 * (mm + 1) * os_ + (mm + 1) ** 2 * s2, 0.0)), abs(mm * sn - out_yn))
+                d_hi = out_yn + mm * sn
                 c = N / max(L - 1, 1.0)
                 scale = mm / L
                 quad = max((1 + c) ** 2 * sa - 2 * (1 + c) * c * o2 + L * c * c * o2, 0.0)
                 e_hi = scale * min((1 + c) * syn + L * c * on, np.sqrt(L * quad))
                 e_lo = scale * max(abs(1 + c - L * c) * on, abs((1 + c) * syn - L * c * on))
-                out[0, m, w] += d_lo * (1 - slack) - 1e-12
-                out[1, m, w] += d_hi * (1 + slack) + 1e-12
-                out[2, m, w] += e_lo * (1 - slack) - 1e-12
-                out[3, m, w] += e_hi * (1 + slack) + 1e-12
+                out[0, m, w] += d_a
+                out[1, m, w] += d_lo * (1 - slack) - 1e-12
+                out[2, m, w] += d_hi * (1 + slack) + 1e-12
+                out[3, m, w] += e_lo * (1 - slack) - 1e-12
+                out[4, m, w] += e_hi * (1 + slack) + 1e-12
             pre[m, t] = p
 
 
-def top_brackets(a, X, xn2, inv, order, o, s, pre, SA, Syn, Lt, n0: int, W: int, reading: str,
-                 slack: float) -> torch.Tensor:
-    """float64 [4, b, W]: per head, the sums over the rows with Lt > N of the brackets d_lo, d_hi, e_lo, e_hi of
+def top_brackets(a, X, xn2, inv, order, o, s, pre, SA, Syn, Lt, n0: int, W: int, slack: float) -> torch.Tensor:
+    """float64 [5, b, W]: per head, the sums over the rows with Lt > N of d_a (exact), d_b_lo, d_b_hi, e_lo, e_hi for
     N = n0 .. n0 + W - 1 (`_top_brackets`; advances s and pre in place). CPU tensors as there."""
     _threads()
-    out = torch.zeros(4, a.shape[0], W, dtype=torch.float64)
+    out = torch.zeros(5, a.shape[0], W, dtype=torch.float64)
     _top_brackets(_floats(a), X.numpy(), xn2.numpy(), inv.numpy(), order.numpy(), o.numpy(), s.numpy(), pre.numpy(),
-                  SA.numpy(), Syn.numpy(), Lt.numpy(), int(n0), reading == "b", float(slack), out.numpy())
+                  SA.numpy(), Syn.numpy(), Lt.numpy(), int(n0), float(slack), out.numpy())
     return out
 
 
+#: the quantities of `top_exact`, in the order of its output
+EXACT_STATS = ("d_a", "d_b", "E1", "E2", "E3", "E5")
+
+
 @numba.njit(parallel=True, fastmath=_FASTMATH, cache=True)
-def _top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0, want, reading_b, out):
-    """Exact d~ and E for the N = n0 + w with want[w] (w < W), stepping N = n0 .. through the row's top order. a, X,
-    xn2, inv, order, o, Lt as in `_top_brackets`; G [u, K, K] float64 = X X^T (reading b; else shape [0, 0, 0]);
-    hi [q] last visible key + 1; vis uint8 [q, K] (shape [0, K]: all visible); out float64 [2, b, W] += d~ and E
-    summed over the rows with Lt > N. Per row: x_i.s for every key (t) at N = n0 - 1 by one product with X, then per
-    N the new key j adds a_j G[j] to t and 2 a_j t_j + a_j^2 ||x_j||^2 to ||s||^2, so that each d~ is one pass over
-    the keys, ||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 t_i) + ||s||^2; E likewise from x_i.o (`distance_stats`)."""
+def _top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0, want, need, out):
+    """Exact d~ (a, b) of the first N keys of each row's `order` and the closed-form expectations E1, E2, E3, E5, for
+    the N = n0 + w with want[w] (w < W), stepping N = n0 .. through the order. a, X, xn2, inv, order, o, Lt as in
+    `_top_brackets`; G [u, K, K] float64 = X X^T (d_b; else shape [0, 0, 0]); hi [q] last visible key + 1; vis uint8
+    [q, K] (shape [0, K]: all visible); need uint8 [6]: which of EXACT_STATS to compute; out float64 [6, b, W] +=
+    each summed over the rows with Lt > N. Per row: x_i.s for every key (t) at N = n0 - 1 by one product with X, then
+    per N the new key j adds a_j G[j] to t and 2 a_j t_j + a_j^2 ||x_j||^2 to ||s||^2, so that d~ (b) is one pass over
+    the keys, ||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 t_i) + ||s||^2; the E's are root sums over the keys of
+    ||l_i x_i - mu xbar||^2 = l_i (l_i ||x_i||^2 - 2 mu x_i.xbar) + mu^2 ||xbar||^2 from x_i.o and x_i.m (m: the plain
+    mean of the row's visible x), with (l_i, mu, xbar) = (a_i (1 + c), c, o) for E1, (a_i + c, 1, m) for E2,
+    (a_i + c, c, o) for E3, (a_i + c, 1, o) for E5, c = N / (L - 1), each times (L - N) / L."""
     b, q, K = a.shape
     D = X.shape[2]
     every = vis.shape[0] == 0
@@ -399,20 +406,28 @@ def _top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0, want, reading_b, ou
     for w in range(want.shape[0]):
         if want[w]:
             last = w
+    need_b, need_m = need[1] != 0, need[3] != 0
     for m in numba.prange(b):
         u = inv[m]
-        tv, xo, keep, visf, av = np.empty(K), np.empty(K), np.empty(K), np.empty(K), np.empty(K)
-        sv = np.empty(D)
+        tv, xo, xm, keep, visf, av = np.empty(K), np.empty(K), np.empty(K), np.empty(K), np.empty(K), np.empty(K)
+        sv, mv = np.empty(D), np.empty(D)
         for t in range(q):
             L, h = Lt[t], hi[t]
             if L <= n0:
                 continue
             orow = o[m, t]
             o2 = _dot(orow, orow)
+            mv[:] = 0.0
             for i in range(h):
                 visf[i] = 1.0 if every or vis[t, i] != 0 else 0.0
                 keep[i] = visf[i]
                 av[i] = visf[i] * np.float64(a[m, t, i])
+                if need_m and visf[i] != 0.0:
+                    for d in range(D):
+                        mv[d] += X[u, i, d]
+            for d in range(D):
+                mv[d] /= L
+            m2 = _dot(mv, mv)
             sv[:] = 0.0
             for c in range(n0 - 1):
                 j = order[m, t, c]
@@ -420,12 +435,13 @@ def _top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0, want, reading_b, ou
                 for d in range(D):
                     sv[d] += av[j] * X[u, j, d]
             s2 = _dot(sv, sv)
-            for i in range(h):                                   # x_i.o and x_i.s, one read of x_i
-                xi, xo_i, xs_i = X[u, i], 0.0, 0.0
+            for i in range(h):                                   # x_i.o, x_i.m and x_i.s, one read of x_i
+                xi, xo_i, xs_i, xm_i = X[u, i], 0.0, 0.0, 0.0
                 for d in range(D):
                     xo_i += xi[d] * orow[d]
                     xs_i += xi[d] * sv[d]
-                xo[i], tv[i] = xo_i, xs_i
+                    xm_i += xi[d] * mv[d]
+                xo[i], tv[i], xm[i] = xo_i, xs_i, xm_i
             for w in range(last + 1):
                 N = n0 + w
                 if N >= L:
@@ -433,40 +449,59 @@ def _top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0, want, reading_b, ou
                 j = order[m, t, N - 1]
                 aj = av[j]
                 keep[j] = 0.0
-                if reading_b:
+                if need_b:
                     s2 += aj * (2.0 * tv[j] + aj * xn2[u, j])
                     g = G[u, j]
                     for i in range(h):
                         tv[i] += aj * g[i]
-                else:
-                    for d in range(D):
-                        sv[d] += aj * X[u, j, d]
+                for d in range(D):
+                    sv[d] += aj * X[u, j, d]
                 if not want[w]:
                     continue
-                acc = 0.0
-                if reading_b:
-                    for i in range(h):
-                        acc += keep[i] * np.sqrt(max(s2 + av[i] * (av[i] * xn2[u, i] - 2.0 * tv[i]), 0.0))
-                else:
+                if need[0]:
+                    acc = 0.0
                     for d in range(D):
                         acc += (orow[d] - 2.0 * sv[d]) ** 2
-                    acc = np.sqrt(acc)
+                    out[0, m, w] += np.sqrt(acc)
+                if need_b:
+                    acc = 0.0
+                    for i in range(h):
+                        acc += keep[i] * np.sqrt(max(s2 + av[i] * (av[i] * xn2[u, i] - 2.0 * tv[i]), 0.0))
+                    out[1, m, w] += acc
                 c = N / max(L - 1, 1.0)
-                k = c / (1 + c)
-                c0, e = k * k * o2, 0.0
-                for i in range(h):
-                    e += visf[i] * np.sqrt(max(c0 + av[i] * (av[i] * xn2[u, i] - 2.0 * k * xo[i]), 0.0))
-                out[0, m, w] += acc
-                out[1, m, w] += (L - N) / L * (1 + c) * e
+                scale = (L - N) / L
+                if need[2]:
+                    k = c / (1 + c)
+                    c0, e = k * k * o2, 0.0
+                    for i in range(h):
+                        e += visf[i] * np.sqrt(max(c0 + av[i] * (av[i] * xn2[u, i] - 2.0 * k * xo[i]), 0.0))
+                    out[2, m, w] += scale * (1 + c) * e
+                if need[3] or need[4] or need[5]:
+                    e2, e3, e5 = 0.0, 0.0, 0.0
+                    for i in range(h):
+                        li = av[i] + c
+                        ln = li * li * xn2[u, i]
+                        if need[3]:
+                            e2 += visf[i] * np.sqrt(max(ln - 2.0 * li * xm[i] + m2, 0.0))
+                        if need[4]:
+                            e3 += visf[i] * np.sqrt(max(ln - 2.0 * li * c * xo[i] + c * c * o2, 0.0))
+                        if need[5]:
+                            e5 += visf[i] * np.sqrt(max(ln - 2.0 * li * xo[i] + o2, 0.0))
+                    out[3, m, w] += scale * e2
+                    out[4, m, w] += scale * e3
+                    out[5, m, w] += scale * e5
 
 
-def top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0: int, want, reading: str) -> torch.Tensor:
-    """float64 [2, b, len(want)]: per head, the sums of the exact d~ and E over the rows with Lt > N, for the N =
-    n0 + w with want[w] (`_top_exact`; zero elsewhere). CPU tensors as there; G None for reading a."""
+def top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0: int, want, need=EXACT_STATS) -> torch.Tensor:
+    """float64 [6, b, len(want)]: per head, the sums of EXACT_STATS (d_a, d_b, E1, E2, E3, E5) over the rows with
+    Lt > N, for the N = n0 + w with want[w] (`_top_exact`; zero elsewhere and for the stats not in `need`). CPU tensors
+    as there; G None when d_b is not needed."""
     _threads()
-    out = torch.zeros(2, a.shape[0], len(want), dtype=torch.float64)
+    out = torch.zeros(len(EXACT_STATS), a.shape[0], len(want), dtype=torch.float64)
+    if "d_b" in need and G is None:
+        raise ValueError("d_b needs the Gram matrices G = X X^T")
     G = torch.empty(0, 0, 0, dtype=torch.float64) if G is None else G
+    flags = np.array([k in need for k in EXACT_STATS], np.uint8)
     _top_exact(_floats(a), X.numpy(), xn2.numpy(), G.contiguous().numpy(), inv.numpy(), order.numpy(), o.numpy(),
-               Lt.numpy(), hi.numpy(), _vis(vis, a.shape[-1]), int(n0), np.asarray(want, np.uint8), reading == "b",
-               out.numpy())
+               Lt.numpy(), hi.numpy(), _vis(vis, a.shape[-1]), int(n0), np.asarray(want, np.uint8), flags, out.numpy())
     return out

@@ -46,10 +46,11 @@ def _top(a: np.ndarray, N: int):
 # ----------------------------------------------------------------------------- Algorithms 1, 2, 3
 
 
-def row_distance(a: np.ndarray, X: np.ndarray, N: int) -> dict[str, float]:
-    """All Theorem-1 quantities of one row (its visible keys only): a [L], X [L, D]."""
+def row_distance(a: np.ndarray, X: np.ndarray, N: int, keys: Optional[np.ndarray] = None) -> dict[str, float]:
+    """All Theorem-1 quantities of one row (its visible keys only): a [L], X [L, D]. `keys` (optional): the row's
+    keys in the order of selection (positions into a), instead of the top N by weight (random subsets: E4)."""
     L = len(a)
-    sel, out = _top(a, N)
+    sel, out = _top(a, N) if keys is None else (keys[:N], np.setdiff1d(np.arange(L), keys[:N]))
     y = a[:, None] * X
     s = y[sel].sum(0)
     res = {
@@ -60,6 +61,9 @@ def row_distance(a: np.ndarray, X: np.ndarray, N: int) -> dict[str, float]:
     others = o - y  # sum_{j != i} y_j, one row per i
     c = N / (L - 1)
     res["E"] = float((L - N) / L * np.linalg.norm(y - c * others, axis=1).sum())
+    lam = (a + c)[:, None] * X                        # the printed form read literally: (a_i + c) x_i - xbar
+    for name, xbar in (("E2", X.mean(0)), ("E3", c * o), ("E5", o)):
+        res[name] = float((L - N) / L * np.linalg.norm(lam - xbar, axis=1).sum())
     if L > 2:
         mu = others / (L - 1)
         y2 = (y * y).sum(1)
@@ -89,22 +93,29 @@ def distance_stats(
     visible=None,
     *,
     stats=("dtilde_b", "dtilde_a", "E", "jensen", "dmax_B", "dmax_R"),
+    order=None,
     **_ignored,
 ) -> dict[str, torch.Tensor]:
-    """Per-row loop version of `distance_stats` (same output)."""
+    """Per-row loop version of `distance_stats` (same output; `order` [..., Q, k]: select each row's first N keys
+    in that order instead of its top N)."""
     lead, P, X, xmap, vis = _rows(probs, x, visible)
     ns = check_ns(ns, P.shape[-1])
     B, Q, _ = P.shape
+    orders = None if order is None else order.reshape(B, Q, -1).long().numpy()
     out = {k: np.full((B, Q, len(ns)), np.nan) for k in stats}
     for b in range(B):
         Xh = X[xmap[b]]
         for t in range(Q):
             idx = np.flatnonzero(vis[t])
             a, Xr = P[b, t, idx], Xh[idx]
+            keys = None
+            if orders is not None:                       # key index -> position among the visible keys
+                where = {int(k): p for p, k in enumerate(idx)}
+                keys = np.array([where[int(k)] for k in orders[b, t] if int(k) in where])
             for c, N in enumerate(ns):
                 if len(idx) <= N:
                     continue
-                res = row_distance(a, Xr, N)
+                res = row_distance(a, Xr, N, keys)
                 for k in stats:
                     out[k][b, t, c] = res[k]
     return {k: torch.from_numpy(v).reshape(*lead, Q, len(ns)) for k, v in out.items()}
@@ -146,17 +157,78 @@ def critical_n(
     return res
 
 
+def critical_n_readings(probs, x, visible=None, *, pairs=None, alpha: float = 0.01, n_max: Optional[int] = None,
+                        seed: int = 0, samples: int = 2, **_ignored) -> dict:
+    """Alg. 3 under every reading pair (e, d) (`critical_readings.critical_n_readings`, same output but e_rel_se):
+    per N, per head, the token means of d~ (reading d) of the top N and of E (reading e; E4: d~ of the first N keys
+    of each of the `samples` seeded random orders of `readings.random_orders`, averaged); per pair the first N with
+    KS p > alpha."""
+    from attnlab.normalization.readings import random_orders
+
+    lead, P, X, xmap, vis = _rows(probs, x, visible)
+    B, Q, K = P.shape
+    n_max = K - 1 if n_max is None else min(n_max, K - 1)
+    pairs = list(pairs)
+    orders = [random_orders(probs.shape[:-2], torch.from_numpy(vis), seed, s).reshape(B, Q, K).long().numpy()
+              for s in range(samples)]
+    out = {p: {"n": -1, "ns": [], "pvalues": [], "ks": [], "d_mean": [], "e_mean": []} for p in pairs}
+    todo = list(pairs)
+    for N in range(1, n_max + 1):
+        if not todo:
+            break
+        heads = []                                                      # per head: {quantity: token mean}
+        for b in range(B):
+            acc: dict = {}
+            for t in range(Q):
+                idx = np.flatnonzero(vis[t])
+                if len(idx) <= N:
+                    continue
+                a, Xr = P[b, t, idx], X[xmap[b]][idx]
+                top = row_distance(a, Xr, N)
+                vals = {"d_a": top["dtilde_a"], "d_b": top["dtilde_b"], "E1": top["E"], "E2": top["E2"],
+                        "E3": top["E3"], "E5": top["E5"]}
+                where = {int(k): p for p, k in enumerate(idx)}
+                rand = [row_distance(a, Xr, N, np.array([where[int(k)] for k in o[b, t] if int(k) in where]))
+                        for o in orders]
+                vals["E4_a"] = float(np.mean([r["dtilde_a"] for r in rand]))
+                vals["E4_b"] = float(np.mean([r["dtilde_b"] for r in rand]))
+                for k, v in vals.items():
+                    acc.setdefault(k, []).append(v)
+            if acc:
+                heads.append({k: np.mean(v) for k, v in acc.items()})
+        if not heads:
+            break
+        for p in list(todo):
+            e, d = p
+            dk, ek = f"d_{d}", (f"E4_{d}" if e == "E4" else e)
+            dh, eh = [h[dk] for h in heads], [h[ek] for h in heads]
+            test = ks_2samp(dh, eh)
+            res = out[p]
+            res["ns"].append(N)
+            res["pvalues"].append(float(test.pvalue))
+            res["ks"].append(float(test.statistic))
+            res["d_mean"].append(float(np.mean(dh)))
+            res["e_mean"].append(float(np.mean(eh)))
+            if test.pvalue > alpha:
+                res["n"] = N
+                todo.remove(p)
+    return out
+
+
 # ------------------------------------------------------------------------------------- Algorithm 4
 
 
-def row_separability(a: np.ndarray, Xn: np.ndarray, N: int, delta: float, M: float = 1.0) -> dict[str, float]:
-    """Theorem-2 quantities of one row; Xn [L, D] already on the sphere of radius M."""
+def row_separability(a: np.ndarray, Xn: np.ndarray, N: int, delta: float, M: float = 1.0,
+                     radius: str = "nearest") -> dict[str, float]:
+    """Theorem-2 quantities of one row; Xn [L, D] already on the sphere of radius M (radius: see
+    `row_ns_fracs`)."""
     sel, out = _top(a, N)
     y = a[:, None] * Xn
     s = y[sel].sum(0)
     dist = np.linalg.norm(y - s, axis=1)
     r = float(dist[out].min())
-    res = {"ns_frac": float((dist[sel] < r).sum()) / N, "r": r, "delta": delta}
+    res = {"r": r, "delta": delta, **row_ns_fracs(dist[sel], r, N)}
+    res["ns_frac"] = res[f"ns_frac_{radius}"]
     xis = {"row": dist[sel]}
     xis["pair"] = np.zeros(N) if N == 1 else cdist(y[sel], y[sel]).sum(1) / (N - 1)
     asel = a[sel]

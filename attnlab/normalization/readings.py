@@ -7,6 +7,7 @@ appendix "How we read the papers": [P] paper, [B] printed in a published summary
 - `D_READINGS`: the representation distance d~ (gap G1);
 - `VECTORS`: the vectors x_i (gap G4; Algorithm 4 says "normalize token embeddings");
 - `RADII`, `ROW_SETS`, `SEP_AGGREGATES`: N_s/N of Theorem 2 / Fig. 3 (gaps G9, G10);
+- `XI_READINGS`, `UPPER_FORMS`: the spread xi_i and the upper bound's constant of Theorem 2;
 - `G_AGGREGATES`, `DIRECTIONS`: g(T, eps) of Fig. 4 / Alg. 5 (eps is the paper's own grid).
 
 `vectors(trace, name)` builds the x_i of a reading from a Trace. Pure definitions and small tensor functions.
@@ -105,6 +106,22 @@ DIRECTIONS: dict[str, Reading] = {
     "worst": Reading("worst direction (eps -> 0)", "[R] the Jacobian's top singular vector: g -> ||grad alpha||_2, "
                      "the exact spectral norm, on sampled rows", "g = ||(diag(a) - a a^T)/T||_2"),
 }
+XI_READINGS: dict[str, Reading] = {
+    "row": Reading("the row's own distance", "[B] 'xi_i = E||a_i x_i - s||, estimated as the row's ||a_i x_i - s||' "
+                   "(the default; with it the lower bound is a theorem row by row: 1{X < r} >= 1 - X/r)",
+                   "xi_i = ||a_i x_i - s||"),
+    "pair": Reading("mean pairwise spread", "[B] 'or the mean over the other selected ||a_j x_j - a_i x_i||' "
+                    "(0 at N = 1)", "xi_i = mean_{j in I_N, j != i} ||a_j x_j - a_i x_i||"),
+    "delta": Reading("from the minimum separation", "[R] the bound on E||s - a_i x_i||^2 from Assumptions 1-2 "
+                     "(sphere of radius M, pairwise distance >= delta, the row's empirical minimum)",
+                     "xi_i^2 = M^2 sum_{j != i} a_j^2 + (M^2 - delta^2/2) sum_{j != k; j, k != i} a_j a_k"),
+}
+UPPER_FORMS: dict[str, Reading] = {
+    "B": Reading("16 M^2 (as printed)", "[B] the published summary's upper bound (the default)",
+                 "(1/N) sum_i exp(-(r - xi_i)^2 / (16 M^2))"),
+    "R": Reading("2 M^2 (Hoeffding, range 2M)", "[R] reconstruction from the proof sketch ('Hoeffding-type')",
+                 "(1/N) sum_i exp(-(xi_i - r)_+^2 / (2 M^2))"),
+}
 
 
 def vectors(trace, name: str) -> torch.Tensor:
@@ -146,6 +163,24 @@ def _d_head(trace) -> int:
     if d is None:
         raise ValueError("vectors 'hidden_head' need the head width: capture 'v' or 'k' beside 'hidden'")
     return int(d)
+
+
+def random_orders(lead, visible: torch.Tensor, seed: int = 0, sample: int = 0) -> torch.Tensor:
+    """Seeded uniformly random orders of each row's visible keys (then its invisible keys, by index): int16 (int32
+    for K >= 2^15) [*lead, Q, K]. The first N keys of a row are a uniformly random N-subset of its visible keys,
+    nested in N (reading E4). One generator per (seed, sample, flattened head): results do not depend on chunking.
+    visible bool [Q, K]."""
+    Q, K = visible.shape
+    B = 1
+    for n in lead:
+        B *= int(n)
+    out = torch.empty(B, Q, K, dtype=torch.int16 if K < 1 << 15 else torch.int32)
+    hidden = ~visible.cpu().bool()
+    for b in range(B):
+        g = torch.Generator().manual_seed((int(seed) * 1_000_003 + int(sample)) * 1_000_003 + b)
+        key = torch.rand(Q, K, generator=g).masked_fill_(hidden, 2.0)     # invisible keys sort last
+        out[b] = torch.argsort(key, dim=-1, stable=True)
+    return out.reshape(*lead, Q, K)
 
 
 def needs(vector_names) -> set[str]:

@@ -1,0 +1,292 @@
+"""The critical top-N of Alg. 3 (Fig. 2c, the "6% rule") under every reading of E and d~ at once
+(`attnlab.normalization.readings`): one scan over N serves every pair (E reading, d~ reading), with the same KS
+protocol and the same certified early rejections as `critical_n.critical_n`.
+
+The samples of a pair (e, d) at N are the per-head token means of d~ (reading d, the row's top N keys) and of E
+(reading e): a closed form (E1, E2, E3, E5) or, for E4, the mean of d~ (reading d) over the nested random
+N-subsets of `readings.random_orders` (`samples` per row). On CPU with the kernels on, everything comes from running
+sums (`critical_n.RunningTopN`, one per order: the top order and each random order): brackets in O(D) per row and N
+(O(1) for the closed forms, from per-row sums, `formula_brackets`) certify most rejections, and the exact values,
+O(K) per row and N, are computed only where a pair needs them. Elsewhere (GPU, ATTNLAB_KERNELS=0) every N is
+computed exactly with `distance_stats` (the same values, slower). `oracle.critical_n_readings` is the per-row
+reference; the tests check all three against each other.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from attnlab.normalization.critical_n import (
+    BRACKET_SLACK,
+    RunningTopN,
+    ks_first_indistinguishable,
+    ks_lower_statistic,
+    ks_sf,
+)
+from attnlab.normalization.distance import distance_stats
+from attnlab.normalization.engine import check_inputs, cpu_kernels, row_mean
+from attnlab.normalization.readings import D_READINGS, E_READINGS, FORMULA_E, random_orders
+
+ALL_PAIRS = tuple((e, d) for e in E_READINGS for d in D_READINGS)
+DEFAULT_SAMPLES = 2            # random subsets per row for E4 (two give each head mean's standard error)
+
+
+def check_pairs(pairs) -> list[tuple[str, str]]:
+    """[(e, d)] checked against the registries (ValueError naming the bad one); default every pair."""
+    pairs = list(ALL_PAIRS if pairs is None else pairs)
+    for e, d in pairs:
+        if e not in E_READINGS or d not in D_READINGS:
+            raise ValueError(f"unknown reading pair ({e!r}, {d!r}): E in {list(E_READINGS)}, d~ in {list(D_READINGS)}")
+    if not pairs:
+        raise ValueError("need at least one (E, d~) reading pair")
+    return pairs
+
+
+def _quantity(pair: tuple[str, str]) -> tuple[str, str]:
+    """The two per-head samples of a pair: (top-N d~ key, E key); E4 is 'E4_a' / 'E4_b' (d~ of random subsets)."""
+    e, d = pair
+    return f"d_{d}", (f"E4_{d}" if e == "E4" else e)
+
+
+class FormulaRows:
+    """Per-row sums that bracket the closed forms E2, E3, E5 (`formula_brackets`) in O(1) per row and N, for
+    `sum_i ||l_i x_i - mu xbar||` with l_i = a_i + c, c = N / (L - 1): from SA = sum a_i^2 ||x_i||^2,
+    Syn = sum a_i ||x_i||, San = sum a_i ||x_i||^2, Sn = sum ||x_i||, Sn2 = sum ||x_i||^2, and the dot products of
+    o = sum a_i x_i and Xs = sum x_i over the row's visible keys. Shapes [B, Q] (float64)."""
+
+    def __init__(self, scan: RunningTopN):
+        vis = scan.vis.double()                                          # [Q, K]
+        xn2, xn = scan.xn2, scan.xn2.sqrt()                              # [u, K]
+        Xs = torch.matmul(vis, scan.Xu)[scan.inv]                        # [B, Q, D]
+        self.SA, self.Syn, self.Lt = scan.SA, scan.Syn, scan.Lt
+        B = scan.P.shape[0]
+        self.San = torch.empty(B, vis.shape[0], dtype=torch.float64)
+        for b0 in range(0, B, 16):                                       # (a [16, Q, K] float64 at a time)
+            bs = slice(b0, min(B, b0 + 16))
+            a = scan.P[bs].double() * vis
+            self.San[bs] = torch.bmm(a, xn2[scan.inv[bs]].unsqueeze(-1)).squeeze(-1)
+        self.Sn = (vis @ xn.T).T[scan.inv]                               # [B, Q]
+        self.Sn2 = (vis @ xn2.T).T[scan.inv]
+        o = scan.o
+        self.oo, self.oX, self.XX = (o * o).sum(-1), (o * Xs).sum(-1), (Xs * Xs).sum(-1)
+
+    def brackets(self, reading: str, ns: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(lo, hi) [B, Q, len(ns)] of E `reading` (E2, E3 or E5): the triangle inequality (`||sum w_i|| <=
+        sum ||w_i||`, `|sum l_i ||x_i|| - L mu ||xbar||| <= sum ||w_i|| <= sum l_i ||x_i|| + L mu ||xbar||`) and
+        Cauchy-Schwarz (`sum ||w_i|| <= sqrt(L sum ||w_i||^2)`, the sum of squares in closed form)."""
+        N = torch.tensor(ns, dtype=torch.float64)
+        L = self.Lt.view(1, -1, 1)                                       # [1, Q, 1]
+        c = N / (L - 1).clamp_min(1)                                     # [1, Q, W]
+        oo, oX, XX = (v.unsqueeze(-1) for v in (self.oo, self.oX, self.XX))
+        if reading == "E2":                      # xbar = Xs / L, mu = 1
+            mu, xx = 1.0, XX / (L * L)
+            cross = (oX + c * XX) / L            # (o + c Xs) . xbar
+            V = oo - 2 * (1 - c) * oX + (1 - c) ** 2 * XX
+        elif reading in ("E3", "E5"):            # xbar = o, mu = c or 1
+            mu, xx = (c if reading == "E3" else 1.0), oo
+            cross = oo + c * oX
+            k = 1 - L * mu
+            V = k * k * oo + 2 * k * c * oX + c * c * XX
+        else:
+            raise ValueError(f"closed-form brackets are for E2, E3, E5, not {reading!r}")
+        T1 = self.Syn.unsqueeze(-1) + c * self.Sn.unsqueeze(-1)          # sum l_i ||x_i||
+        Lmx = L * mu * xx.clamp_min(0).sqrt()                            # L mu ||xbar||
+        sq = (self.SA.unsqueeze(-1) + 2 * c * self.San.unsqueeze(-1) + c * c * self.Sn2.unsqueeze(-1)
+              - 2 * mu * cross + L * mu * mu * xx).clamp_min(0)
+        scale = ((L - N) / L).clamp_min(0)
+        lo = scale * torch.maximum(V.clamp_min(0).sqrt(), (T1 - Lmx).abs())
+        hi = scale * torch.minimum(T1 + Lmx, (L * sq).sqrt())
+        return lo * (1 - BRACKET_SLACK) - 1e-12, hi * (1 + BRACKET_SLACK) + 1e-12
+
+
+def _head_means(values: torch.Tensor, Lt: torch.Tensor, ns) -> np.ndarray:
+    """values [B, Q, W] -> means over the rows with L_t > N: [B, W] (NaN where none)."""
+    ok = Lt.view(1, -1, 1) > torch.tensor(ns, dtype=torch.float64)
+    return (torch.where(ok, values, 0.0).sum(1) / ok.sum(1)).numpy()
+
+
+def _new_result() -> dict:
+    return {"n": -1, "ns": [], "pvalues": [], "ks": [], "exact": [], "p_upper": [], "d_mean": [], "e_mean": [],
+            "e_rel_se": []}
+
+
+def _record(res, N, p, ks, exact, p_up, dm, em, se=float("nan")):
+    for k, v in (("ns", N), ("pvalues", p), ("ks", ks), ("exact", exact), ("p_upper", p_up), ("d_mean", dm),
+                 ("e_mean", em), ("e_rel_se", se)):
+        res[k].append(v)
+
+
+def _rel_se(samples: list[np.ndarray], c: int) -> float:
+    """Median over heads of the standard error of the E4 head mean relative to it, at column c: from the spread of
+    the per-sample head means (two samples: |m1 - m2| / 2)."""
+    if len(samples) < 2:
+        return float("nan")
+    m = np.stack([s[:, c] for s in samples])                            # [S, B]
+    se = m.std(0, ddof=1) / np.sqrt(len(samples))
+    mean = m.mean(0)
+    ok = np.isfinite(se) & (mean != 0)
+    return float(np.median(se[ok] / np.abs(mean[ok]))) if ok.any() else float("nan")
+
+
+def critical_n_readings(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Tensor] = None, *,
+                        pairs=None, alpha: float = 0.01, n_max: Optional[int] = None, seed: int = 0,
+                        samples: int = DEFAULT_SAMPLES, certify: bool = True, block: int = 8,
+                        progress=None) -> dict[tuple[str, str], dict]:
+    """Critical N (Alg. 3) of every reading pair (e, d): {pair: dict as `critical_n.critical_n` returns (n, ns,
+    pvalues, ks, exact, p_upper, d_mean, e_mean) plus e_rel_se (E4: median relative standard error of the head
+    means at the N computed exactly; NaN elsewhere)}. Every N from 1 up is tested for each pair until its first
+    non-rejection (p > alpha) or n_max (default L - 1). probs [..., Q, K] (heads = leading dims), x [..., K, D],
+    visible [Q, K]; `seed`, `samples`: the random subsets of E4."""
+    vis = check_inputs(probs, x, visible)
+    pairs = check_pairs(pairs)
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if int(samples) < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    K = probs.shape[-1]
+    n_max = K - 1 if n_max is None else min(int(n_max), K - 1)
+    if n_max < 1:
+        raise ValueError(f"need at least 2 keys for a top-N scan, got K={K}")
+    lead = probs.shape[:-2]
+    orders = ([random_orders(lead, vis, seed, s) for s in range(samples)]
+              if any(e == "E4" for e, _ in pairs) else [])
+    scan = _KernelScan(probs, x, vis, n_max, orders) if cpu_kernels(probs) is not None else \
+        _TorchScan(probs, x, vis, orders)
+    out = {p: _new_result() for p in pairs}
+    todo = list(pairs)
+    start, size = 1, block
+    while start <= n_max and todo:
+        ns = list(range(start, min(n_max, start + size - 1) + 1))
+        cert: dict = {p: {} for p in todo}
+        if certify and scan.brackets_ok:
+            br = scan.brackets(ns, todo)
+            for p in todo:
+                dq, eq = _quantity(p)
+                for c, N in enumerate(ns):
+                    cols = [br[dq][0][:, c], br[dq][1][:, c], br[eq][0][:, c], br[eq][1][:, c]]
+                    okh = np.all([np.isfinite(col) for col in cols], axis=0)
+                    if okh.sum() == 0:
+                        break
+                    D = ks_lower_statistic(*(col[okh] for col in cols))
+                    p_up = ks_sf(D, int(okh.sum()), int(okh.sum()))
+                    if p_up <= alpha / 2:
+                        cert[p][N] = (p_up, float(np.mean((cols[0] + cols[1])[okh] / 2)),
+                                      float(np.mean((cols[2] + cols[3])[okh] / 2)))
+        exact: dict = {}                     # quantity -> {N: head values [B]}; "E4_*#s": per sample
+        pos = {p: 0 for p in todo}
+        nb = 8
+        while True:
+            blocked = {}
+            for p in list(todo):
+                dq, eq = _quantity(p)
+                res = out[p]
+                while pos[p] < len(ns):
+                    N = ns[pos[p]]
+                    if N in cert[p]:
+                        p_up, dm, em = cert[p][N]
+                        _record(res, N, float("nan"), float("nan"), False, p_up, dm, em)
+                    elif N in exact.get(dq, {}) and N in exact.get(eq, {}):
+                        d, e = exact[dq][N], exact[eq][N]
+                        n, ps, ks = ks_first_indistinguishable(d[:, None], e[:, None], [N], alpha)
+                        if not ps:                       # no row left for this N
+                            todo.remove(p)
+                            break
+                        se = exact.get(eq + "#se", {}).get(N, float("nan"))
+                        _record(res, N, ps[0], ks[0], True, ps[0], float(np.nanmean(d)), float(np.nanmean(e)), se)
+                        if n == N:
+                            res["n"] = N
+                            todo.remove(p)
+                            break
+                    else:
+                        blocked[p] = N
+                        break
+                    pos[p] += 1
+            if not blocked:
+                break
+            first = min(blocked.values())
+            need_n = [N for N in ns if N >= first and any(
+                N >= blocked[p] and N not in cert[p] for p in blocked)][:nb]
+            need_q = {q for p in blocked for q in _quantity(p)}
+            exact_n = scan.exact(need_n, need_q)
+            for q, vals in exact_n.items():
+                for c, N in enumerate(need_n):
+                    exact.setdefault(q, {})[N] = vals[:, c] if not q.endswith("#se") else vals[c]
+            nb = min(2 * nb, 64)
+        if progress is not None:
+            progress.update(len(ns))
+        start = ns[-1] + 1
+        size = max(size * 8, 256) if certify else min(size * 2, 64)
+    return out
+
+
+class _KernelScan:
+    """CPU kernels: running sums over the top order and each random order (`RunningTopN`)."""
+
+    brackets_ok = True
+
+    def __init__(self, probs, x, vis, n_max, orders):
+        self.top = RunningTopN(probs, x, vis, n_max)
+        self.rand = [RunningTopN(probs, x, vis, n_max, order=o) for o in orders]
+        self.formula = None
+        self.Lt = self.top.Lt
+
+    def brackets(self, ns, pairs) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """{quantity: (lo, hi) per-head means [B, len(ns)]} for the quantities of `pairs` (the running sums of every
+        order advance; the random ones only while a pair still needs E4)."""
+        hm = self.top.brackets(ns)
+        da = hm["d_a"]
+        out = {"d_a": (da * (1 - BRACKET_SLACK) - 1e-12, da * (1 + BRACKET_SLACK) + 1e-12),
+               "d_b": (hm["d_b_lo"], hm["d_b_hi"]), "E1": (hm["e_lo"], hm["e_hi"])}
+        wanted = {e for e, _ in pairs}
+        for e in set(FORMULA_E[1:]) & wanted:
+            if self.formula is None:
+                self.formula = FormulaRows(self.top)
+            lo, hi = self.formula.brackets(e, ns)
+            out[e] = (_head_means(lo, self.Lt, ns), _head_means(hi, self.Lt, ns))
+        if "E4" in wanted:
+            rb = [r.brackets(ns) for r in self.rand]
+            da = np.mean([b["d_a"] for b in rb], 0)
+            out["E4_a"] = (da * (1 - BRACKET_SLACK) - 1e-12, da * (1 + BRACKET_SLACK) + 1e-12)
+            out["E4_b"] = (np.mean([b["d_b_lo"] for b in rb], 0), np.mean([b["d_b_hi"] for b in rb], 0))
+        return out
+
+    def exact(self, ns, quantities) -> dict[str, np.ndarray]:
+        """{quantity: per-head means [B, len(ns)]} (and "E4_*#se": the relative standard error per N)."""
+        top_need = [q for q in ("d_a", "d_b", "E1", "E2", "E3", "E5") if q in quantities]
+        out = self.top.exact(ns, need=top_need) if top_need else {}
+        for d in ("a", "b"):
+            if f"E4_{d}" in quantities:
+                per = [r.exact(ns, need=(f"d_{d}",))[f"d_{d}"] for r in self.rand]
+                out[f"E4_{d}"] = np.mean(per, 0)
+                out[f"E4_{d}#se"] = np.array([_rel_se(per, c) for c in range(len(ns))])
+        return out
+
+
+class _TorchScan:
+    """No kernels (GPU, ATTNLAB_KERNELS=0): every N exact with `distance_stats`, no brackets."""
+
+    brackets_ok = False
+
+    def __init__(self, probs, x, vis, orders):
+        self.probs, self.x, self.vis, self.orders = probs, x, vis, orders
+
+    def exact(self, ns, quantities) -> dict[str, np.ndarray]:
+        names = {"d_a": "dtilde_a", "d_b": "dtilde_b", "E1": "E", "E2": "E2", "E3": "E3", "E5": "E5"}
+        stats = [names[q] for q in names if q in quantities]
+        out = {}
+        if stats:
+            st = distance_stats(self.probs, self.x, ns, self.vis, stats=stats)
+            for q, k in names.items():
+                if k in st:
+                    out[q] = row_mean(st[k], dim=-2).reshape(-1, len(ns)).numpy()
+        for d in ("a", "b"):
+            if f"E4_{d}" in quantities:
+                per = [row_mean(distance_stats(self.probs, self.x, ns, self.vis, stats=(f"dtilde_{d}",),
+                                               order=o)[f"dtilde_{d}"], dim=-2).reshape(-1, len(ns)).numpy()
+                       for o in self.orders]
+                out[f"E4_{d}"] = np.mean(per, 0)
+                out[f"E4_{d}#se"] = np.array([_rel_se(per, c) for c in range(len(ns))])
+        return out
+

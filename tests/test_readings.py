@@ -1,0 +1,168 @@
+"""Every reading of Theorem 1's open formulas (`attnlab.normalization.readings`): the closed forms E2, E3, E5 and the
+random-subset d~ of E4 (vectorised == direct formula == per-row oracle, with and without the CPU kernels), the
+multi-reading critical-N scan (kernels == torch == oracle, certified or not), and the vector readings."""
+import numpy as np
+import pytest
+import torch
+from test_critical_n_incremental import _inputs
+
+from attnlab.core.capture import Trace
+from attnlab.normalization import bounds, critical_n, critical_readings, distance, engine, oracle, readings
+
+
+def _rows_direct(probs, x, vis, N, fn):
+    """fn(alpha [L_t], x [L_t, D]) per row over its visible keys -> [B, Q] (NaN where L_t <= N)."""
+    _, P, X, xmap = engine.flatten_heads(probs, x)
+    out = torch.full(P.shape[:2], float("nan"), dtype=torch.float64)
+    for b in range(P.shape[0]):
+        for t in range(P.shape[1]):
+            idx = vis[t].nonzero().squeeze(-1)
+            if len(idx) > N:
+                out[b, t] = fn(P[b, t, idx].double(), X[xmap[b]][idx].double())
+    return out
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("vis", ["causal", "bidirectional", "irregular"])
+def test_printed_forms_equal_formula_and_oracle(vis, fused, monkeypatch):
+    monkeypatch.setattr(engine, "FUSED", fused)
+    probs, x, visible = _inputs(seed=5, heads=8, L=12, D=5, vis=vis, shared=vis == "irregular")
+    v = engine.check_inputs(probs, x, visible)
+    ns = [1, 3, 7]
+    st = distance.distance_stats(probs, x, ns, visible, stats=("E2", "E3", "E5", "E"))
+    ref = oracle.distance_stats(probs, x, ns, visible, stats=("E2", "E3", "E5", "E"))
+    for k in ("E2", "E3", "E5", "E"):
+        np.testing.assert_allclose(st[k].numpy(), ref[k].numpy(), rtol=1e-5, err_msg=k)
+    for name, xbar in bounds.PRINTED_XBAR.items():
+        for c, N in enumerate(ns):
+            want = _rows_direct(probs, x, v, N, lambda a, X: bounds.theorem1_random_printed(a, X, N, xbar))
+            np.testing.assert_allclose(st[name][..., c].reshape(want.shape).numpy(), want.numpy(), rtol=1e-5)
+
+
+def test_printed_forms_grow_as_derived():
+    """E5 ~ (L - N) ||o|| and E3 stays bounded: for vectors with a common offset, E5 and E2 grow about linearly in L,
+    E1 and E3 stay below (1 + 2N) max ||x|| (the derivation of chapter 2)."""
+    g = torch.Generator().manual_seed(0)
+    N = 5
+    for L in (64, 256, 1024):
+        a = torch.softmax(torch.randn(L, generator=g, dtype=torch.float64) * 2, -1)
+        x = torch.randn(L, 8, generator=g, dtype=torch.float64) + 3.0
+        xmax = float(x.norm(dim=-1).max())
+        e1 = float(bounds.theorem1_random_main(a, x, N))
+        e3 = float(bounds.theorem1_random_printed(a, x, N, "scaled"))
+        e5 = float(bounds.theorem1_random_printed(a, x, N, "weighted"))
+        o = float((a.unsqueeze(-1) * x).sum(0).norm())
+        assert e1 <= (1 + N) * xmax and e3 <= (1 + 2 * N * L / (L - 1)) * xmax
+        assert abs(e5 / ((L - N) * o) - 1) < 0.2
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_random_subset_distance_equals_oracle(fused, monkeypatch):
+    monkeypatch.setattr(engine, "FUSED", fused)
+    probs, x, visible = _inputs(seed=6, heads=8, L=11, D=4, vis="causal")
+    order = readings.random_orders(probs.shape[:-2], visible, seed=3, sample=1)
+    st = distance.distance_stats(probs, x, [1, 4, 9], visible, stats=("dtilde_a", "dtilde_b"), order=order)
+    ref = oracle.distance_stats(probs, x, [1, 4, 9], visible, stats=("dtilde_a", "dtilde_b"), order=order)
+    for k in st:
+        np.testing.assert_allclose(st[k].numpy(), ref[k].numpy(), rtol=1e-5, err_msg=k)
+    with pytest.raises(ValueError, match="top-N"):
+        distance.distance_stats(probs, x, [1], visible, stats=("d1",), order=order)
+
+
+def test_random_orders_are_seeded_permutations_of_the_visible_keys():
+    vis = torch.tril(torch.ones(9, 9, dtype=torch.bool))
+    o = readings.random_orders((2, 3), vis, seed=1, sample=0)
+    assert o.shape == (2, 3, 9, 9) and o.dtype == torch.int16
+    for t in range(9):
+        row = o[1, 2, t].long()
+        assert sorted(row.tolist()) == list(range(9))
+        assert set(row[: t + 1].tolist()) == set(range(t + 1))          # visible keys first
+        assert row[t + 1:].tolist() == list(range(t + 1, 9))             # then the invisible ones, by index
+    assert torch.equal(o, readings.random_orders((2, 3), vis, seed=1, sample=0))
+    assert not torch.equal(o, readings.random_orders((2, 3), vis, seed=1, sample=1))
+    # uniform: over many rows each visible key leads about equally often
+    first = readings.random_orders((400,), torch.ones(1, 4, dtype=torch.bool), seed=0)[:, 0, 0]
+    assert np.allclose(np.bincount(first.numpy(), minlength=4) / 400, 0.25, atol=0.07)
+
+
+def _agree(res, ref, rtol=1e-5):
+    assert res["n"] == ref["n"] and res["ns"] == ref["ns"]
+    at = np.asarray(res["exact"], bool)
+    for k in ("pvalues", "d_mean", "e_mean"):
+        a, b = np.asarray(res[k], float)[at], np.asarray(ref[k], float)[at]
+        np.testing.assert_allclose(a, b, rtol=rtol, err_msg=k)
+
+
+@pytest.mark.parametrize("vis", ["causal", "bidirectional", "irregular"])
+def test_reading_scan_equals_oracle_and_torch_path(vis, monkeypatch):
+    probs, x, visible = _inputs(seed=7, heads=16, L=13, D=4, sharp=1.5, vis=vis, shared=vis == "bidirectional")
+    pairs = critical_readings.ALL_PAIRS
+    ref = oracle.critical_n_readings(probs, x, visible, pairs=pairs, seed=2)
+    for certify in (True, False):
+        got = critical_readings.critical_n_readings(probs, x, visible, pairs=pairs, seed=2, certify=certify, block=2)
+        for p in pairs:
+            _agree(got[p], ref[p])
+            if not certify:
+                assert all(got[p]["exact"])
+    monkeypatch.setattr(engine, "FUSED", False)
+    torch_path = critical_readings.critical_n_readings(probs, x, visible, pairs=pairs, seed=2)
+    for p in pairs:
+        _agree(torch_path[p], ref[p])
+        assert all(torch_path[p]["exact"])
+
+
+def test_reading_scan_longer_rows_certifies_and_matches_the_default_scan():
+    """L = 40: most N certified for some pairs, the rest exact; the pair (E1, b) is the book's default scan."""
+    probs, x, visible = _inputs(seed=1, heads=24, L=40, D=6, sharp=2.0, vis="causal")
+    pairs = [("E1", "b"), ("E1", "a"), ("E2", "b"), ("E4", "b"), ("E5", "a")]
+    got = critical_readings.critical_n_readings(probs, x, visible, pairs=pairs, seed=0)
+    ref = oracle.critical_n_readings(probs, x, visible, pairs=pairs, seed=0)
+    for p in pairs:
+        _agree(got[p], ref[p])
+    assert any(not all(got[p]["exact"]) for p in pairs)
+    default = critical_n.critical_n(probs, x, visible)
+    assert got[("E1", "b")]["n"] == default["n"] and got[("E1", "b")]["ns"] == default["ns"]
+    se = [v for v in got[("E4", "b")]["e_rel_se"] if np.isfinite(v)]
+    assert se and all(0 <= v < 1 for v in se)
+
+
+def test_formula_brackets_contain_the_exact_values():
+    probs, x, visible = _inputs(seed=9, heads=8, L=30, D=5, sharp=2.0, vis="causal")
+    v = engine.check_inputs(probs, x, visible)
+    scan = critical_n.RunningTopN(probs, x, v, 29)
+    rows = critical_readings.FormulaRows(scan)
+    ns = [1, 2, 10, 28]
+    st = distance.distance_stats(probs, x, ns, visible, stats=("E2", "E3", "E5"))
+    for e in ("E2", "E3", "E5"):
+        lo, hi = rows.brackets(e, ns)
+        exact = st[e].reshape(lo.shape)
+        ok = torch.isfinite(exact)
+        assert bool((lo[ok] <= exact[ok]).all()) and bool((exact[ok] <= hi[ok]).all()), e
+
+
+def test_reading_scan_rejects_bad_input():
+    probs, x, visible = _inputs(seed=0, heads=4, L=6, D=3)
+    with pytest.raises(ValueError, match="unknown reading pair"):
+        critical_readings.critical_n_readings(probs, x, visible, pairs=[("E9", "b")])
+    with pytest.raises(ValueError, match="samples"):
+        critical_readings.critical_n_readings(probs, x, visible, samples=0)
+
+
+def test_vector_readings():
+    g = torch.Generator().manual_seed(0)
+    Lr, H, K, dh = 2, 3, 5, 4
+    v, k = torch.randn(Lr, H, K, dh, generator=g), torch.randn(Lr, H, K, dh, generator=g)
+    hidden = torch.randn(Lr, K, H * dh, generator=g)
+    tr = Trace("m", torch.arange(K), [0, 1], [0, 1, 2], False, 1.0, v=v, k=k, hidden=hidden)
+    assert torch.equal(readings.vectors(tr, "v"), v) and torch.equal(readings.vectors(tr, "k"), k)
+    hh = readings.vectors(tr, "hidden_head")
+    assert hh.shape == (Lr, H, K, dh) and torch.equal(hh[1, 2], hidden[1, :, 2 * dh:3 * dh])
+    assert readings.vectors(tr, "hidden").shape == (Lr, 1, K, H * dh)
+    for name in readings.VECTORS:
+        if name.endswith("_unit"):
+            np.testing.assert_allclose(readings.vectors(tr, name).norm(dim=-1).numpy(), 1.0, rtol=1e-6)
+    with pytest.raises(ValueError, match="unknown vectors"):
+        readings.vectors(tr, "q")
+    with pytest.raises(ValueError, match="kept"):
+        readings.vectors(Trace("m", torch.arange(K), [0], [0], False, 1.0, v=v), "k")
+    assert readings.needs(["v_unit", "hidden_head"]) == {"v", "hidden"}
