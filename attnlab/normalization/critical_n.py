@@ -27,6 +27,7 @@ from attnlab.normalization.engine import (
 
 BRACKET_SLACK = 2e-6             # covers rounding of the exact values (float32 roots, `root_sum`)
 GRAM_ELEMENTS = 1 << 24          # float64 elements of the Gram matrices X X^T held at once (128 MiB)
+DOTS_ELEMENTS = 1 << 27          # float64 elements of the x_i.o and x_i.m kept for a whole scan (1 GiB)
 
 
 def ks_first_indistinguishable(d_heads: np.ndarray, e_heads: np.ndarray, ns: Sequence[int],
@@ -236,7 +237,31 @@ class RunningTopN:
                 self.order = self.kernels.sorted_keys(self.P, self.vis_k, self.n_max)
         return self.order
 
-    def _means(self, sums: torch.Tensor, ns) -> np.ndarray:
+    def _dots(self, b0: int, bs: slice, need) -> tuple:
+        """x_i.o [b, Q, K] (E1, E3, E5) and (x_i.m [b, Q, K], ||m||^2 [b, Q]) (E2) of the heads bs, or None (then
+        `kernels.top_exact` makes them): they do not depend on N, so they are made once per scan and kept while
+        they fit in DOTS_ELEMENTS float64 (else made per call)."""
+        if not hasattr(self, "dots"):
+            self.dots = {}
+        B, Q, K = self.P.shape
+        keep = 2 * B * Q * K <= DOTS_ELEMENTS
+        out = []
+        for name, used in (("xo", {"E1", "E3", "E5"}), ("xm", {"E2"})):
+            if not used & set(need) or not keep:
+                out.append(None)
+                continue
+            if (name, b0) not in self.dots:
+                Xb = self.Xu[self.inv[bs]]                               # [b, K, D]
+                if name == "xo":
+                    self.dots[name, b0] = torch.bmm(self.o[bs], Xb.transpose(1, 2))
+                else:
+                    vf = self.vis.double()
+                    mean = torch.matmul(vf, Xb) / self.Lt.view(-1, 1)    # [b, Q, D]
+                    self.dots[name, b0] = (torch.bmm(mean, Xb.transpose(1, 2)), (mean * mean).sum(-1))
+            out.append(self.dots[name, b0])
+        return tuple(out)
+
+    def means(self, sums: torch.Tensor, ns) -> np.ndarray:
         """sums [..., B, len(ns)] over the valid rows -> means (NaN where no row is valid)."""
         count = (self.Lt.unsqueeze(-1) > torch.tensor(ns, dtype=torch.float64)).sum(0).double()
         return (sums / count).numpy()
@@ -249,12 +274,12 @@ class RunningTopN:
         sums = self.kernels.top_brackets(self.P, self.Xu, self.xn2, self.inv, self._order(ns[-1]), self.o, self.s,
                                          self.pre, self.SA, self.Syn, self.Lt, ns[0], len(ns), BRACKET_SLACK)
         self.n_done = ns[-1]
-        return dict(zip(("d_a", "d_b_lo", "d_b_hi", "e_lo", "e_hi"), self._means(sums, ns)))
+        return dict(zip(("d_a", "d_b_lo", "d_b_hi", "e_lo", "e_hi"), self.means(sums, ns)))
 
     def exact(self, ns: Sequence[int], need: Sequence[str] = ("d_b", "E1")) -> dict[str, np.ndarray]:
         """Per-head means [B, len(ns)] of the exact `need` (of `kernels.EXACT_STATS`: d_a, d_b, E1, E2, E3, E5) for
-        ascending ns: one pass from ns[0] to ns[-1], with the Gram matrices X X^T (d_b only) of at most
-        GRAM_ELEMENTS at a time."""
+        ascending ns: one pass from ns[0] to ns[-1], over blocks of heads whose Gram matrices X X^T (d_b) and
+        [heads, Q, K] dot products hold at most GRAM_ELEMENTS float64 each."""
         n0, n1 = ns[0], ns[-1]
         want = np.zeros(n1 - n0 + 1, bool)
         want[np.asarray(ns) - n0] = True
@@ -263,15 +288,16 @@ class RunningTopN:
         stats = self.kernels.EXACT_STATS
         out = torch.empty(len(stats), B, len(want), dtype=torch.float64)
         gram = "d_b" in need
-        step = max(1, GRAM_ELEMENTS // (K * K)) if gram else B
+        step = max(1, GRAM_ELEMENTS // (K * K))
         for b0 in range(0, B, step):
             bs = slice(b0, min(B, b0 + step))
             uniq, inv = torch.unique(self.inv[bs], return_inverse=True)
             Xb = self.Xu[uniq]
             G = torch.bmm(Xb, Xb.transpose(1, 2)) if gram else None
+            xo, xm = self._dots(b0, bs, need)
             out[:, bs] = self.kernels.top_exact(self.P[bs], Xb, self.xn2[uniq], G, inv, order[bs], self.o[bs],
-                                                self.Lt, self.hi, self.vis_k, n0, want, need)
-        means = self._means(out[..., torch.from_numpy(want)], list(ns))
+                                                self.Lt, self.hi, self.vis_k, n0, want, need, xo=xo, xm=xm)
+        means = self.means(out[..., torch.from_numpy(want)], list(ns))
         return {k: means[stats.index(k)] for k in need}
 
 

@@ -30,6 +30,7 @@ from attnlab.normalization.engine import check_inputs, cpu_kernels, row_mean
 from attnlab.normalization.readings import D_READINGS, E_READINGS, FORMULA_E, random_orders
 
 ALL_PAIRS = tuple((e, d) for e in E_READINGS for d in D_READINGS)
+TOP_QUANTITIES = ("d_a", "d_b", "E1", "E2", "E3", "E5")   # from the top order (`kernels.EXACT_STATS`)
 DEFAULT_SAMPLES = 2            # random subsets per row for E4 (two give each head mean's standard error)
 
 
@@ -51,60 +52,39 @@ def _quantity(pair: tuple[str, str]) -> tuple[str, str]:
 
 
 class FormulaRows:
-    """Per-row sums that bracket the closed forms E2, E3, E5 (`formula_brackets`) in O(1) per row and N, for
-    `sum_i ||l_i x_i - mu xbar||` with l_i = a_i + c, c = N / (L - 1): from SA = sum a_i^2 ||x_i||^2,
-    Syn = sum a_i ||x_i||, San = sum a_i ||x_i||^2, Sn = sum ||x_i||, Sn2 = sum ||x_i||^2, and the dot products of
-    o = sum a_i x_i and Xs = sum x_i over the row's visible keys. Shapes [B, Q] (float64)."""
+    """Per-row sums that bracket the closed forms E2, E3, E5 in O(1) per row and N (`kernels.formula_brackets`),
+    for `sum_i ||l_i x_i - mu xbar||` with l_i = a_i + c, c = N / (L - 1): SA = sum a_i^2 ||x_i||^2,
+    Syn = sum a_i ||x_i||, San = sum a_i ||x_i||^2, Sn = sum ||x_i||, Sn2 = sum ||x_i||^2, and the dot products oo,
+    oX, XX of o = sum a_i x_i and Xs = sum x_i, over the row's visible keys. Each [B, Q] float64."""
 
     def __init__(self, scan: RunningTopN):
         vis = scan.vis.double()                                          # [Q, K]
         xn2, xn = scan.xn2, scan.xn2.sqrt()                              # [u, K]
         Xs = torch.matmul(vis, scan.Xu)[scan.inv]                        # [B, Q, D]
-        self.SA, self.Syn, self.Lt = scan.SA, scan.Syn, scan.Lt
         B = scan.P.shape[0]
-        self.San = torch.empty(B, vis.shape[0], dtype=torch.float64)
+        San = torch.empty(B, vis.shape[0], dtype=torch.float64)
         for b0 in range(0, B, 16):                                       # (a [16, Q, K] float64 at a time)
             bs = slice(b0, min(B, b0 + 16))
-            a = scan.P[bs].double() * vis
-            self.San[bs] = torch.bmm(a, xn2[scan.inv[bs]].unsqueeze(-1)).squeeze(-1)
-        self.Sn = (vis @ xn.T).T[scan.inv]                               # [B, Q]
-        self.Sn2 = (vis @ xn2.T).T[scan.inv]
+            San[bs] = torch.bmm(scan.P[bs].double() * vis, xn2[scan.inv[bs]].unsqueeze(-1)).squeeze(-1)
         o = scan.o
-        self.oo, self.oX, self.XX = (o * o).sum(-1), (o * Xs).sum(-1), (Xs * Xs).sum(-1)
+        self.sums = {"SA": scan.SA, "Syn": scan.Syn, "San": San, "Sn": (vis @ xn.T).T[scan.inv],
+                     "Sn2": (vis @ xn2.T).T[scan.inv], "oo": (o * o).sum(-1), "oX": (o * Xs).sum(-1),
+                     "XX": (Xs * Xs).sum(-1)}
+        self.Lt = scan.Lt
+        self._means = scan.means
 
-    def brackets(self, reading: str, ns: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(lo, hi) [B, Q, len(ns)] of E `reading` (E2, E3 or E5): the triangle inequality (`||sum w_i|| <=
-        sum ||w_i||`, `|sum l_i ||x_i|| - L mu ||xbar||| <= sum ||w_i|| <= sum l_i ||x_i|| + L mu ||xbar||`) and
-        Cauchy-Schwarz (`sum ||w_i|| <= sqrt(L sum ||w_i||^2)`, the sum of squares in closed form)."""
-        N = torch.tensor(ns, dtype=torch.float64)
-        L = self.Lt.view(1, -1, 1)                                       # [1, Q, 1]
-        c = N / (L - 1).clamp_min(1)                                     # [1, Q, W]
-        oo, oX, XX = (v.unsqueeze(-1) for v in (self.oo, self.oX, self.XX))
-        if reading == "E2":                      # xbar = Xs / L, mu = 1
-            mu, xx = 1.0, XX / (L * L)
-            cross = (oX + c * XX) / L            # (o + c Xs) . xbar
-            V = oo - 2 * (1 - c) * oX + (1 - c) ** 2 * XX
-        elif reading in ("E3", "E5"):            # xbar = o, mu = c or 1
-            mu, xx = (c if reading == "E3" else 1.0), oo
-            cross = oo + c * oX
-            k = 1 - L * mu
-            V = k * k * oo + 2 * k * c * oX + c * c * XX
-        else:
-            raise ValueError(f"closed-form brackets are for E2, E3, E5, not {reading!r}")
-        T1 = self.Syn.unsqueeze(-1) + c * self.Sn.unsqueeze(-1)          # sum l_i ||x_i||
-        Lmx = L * mu * xx.clamp_min(0).sqrt()                            # L mu ||xbar||
-        sq = (self.SA.unsqueeze(-1) + 2 * c * self.San.unsqueeze(-1) + c * c * self.Sn2.unsqueeze(-1)
-              - 2 * mu * cross + L * mu * mu * xx).clamp_min(0)
-        scale = ((L - N) / L).clamp_min(0)
-        lo = scale * torch.maximum(V.clamp_min(0).sqrt(), (T1 - Lmx).abs())
-        hi = scale * torch.minimum(T1 + Lmx, (L * sq).sqrt())
-        return lo * (1 - BRACKET_SLACK) - 1e-12, hi * (1 + BRACKET_SLACK) + 1e-12
+    def brackets(self, readings, ns: Sequence[int]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """{reading: (lo, hi) per-head means [B, len(ns)]} for the closed forms among E2, E3, E5 in `readings`: the
+        triangle inequality (`||sum w_i|| <= sum ||w_i||`, `|sum l_i ||x_i|| - L mu ||xbar||| <= sum ||w_i|| <=
+        sum l_i ||x_i|| + L mu ||xbar||`) and Cauchy-Schwarz (`sum ||w_i|| <= sqrt(L sum ||w_i||^2)`, the sum of
+        squares in closed form), with the bracket slack of `critical_n`."""
+        from attnlab.normalization import kernels
 
-
-def _head_means(values: torch.Tensor, Lt: torch.Tensor, ns) -> np.ndarray:
-    """values [B, Q, W] -> means over the rows with L_t > N: [B, W] (NaN where none)."""
-    ok = Lt.view(1, -1, 1) > torch.tensor(ns, dtype=torch.float64)
-    return (torch.where(ok, values, 0.0).sum(1) / ok.sum(1)).numpy()
+        if list(ns) != list(range(ns[0], ns[0] + len(ns))):
+            raise ValueError(f"the N of a bracket window must be consecutive, got {list(ns)}")
+        sums = kernels.formula_brackets(self.sums, self.Lt, ns[0], len(ns), readings, BRACKET_SLACK)
+        means = self._means(sums, list(ns))
+        return {r: (means[2 * i], means[2 * i + 1]) for i, r in enumerate(("E2", "E3", "E5")) if r in readings}
 
 
 def _new_result() -> dict:
@@ -205,14 +185,13 @@ def critical_n_readings(probs: torch.Tensor, x: torch.Tensor, visible: Optional[
                     pos[p] += 1
             if not blocked:
                 break
-            first = min(blocked.values())
-            need_n = [N for N in ns if N >= first and any(
-                N >= blocked[p] and N not in cert[p] for p in blocked)][:nb]
-            need_q = {q for p in blocked for q in _quantity(p)}
-            exact_n = scan.exact(need_n, need_q)
-            for q, vals in exact_n.items():
-                for c, N in enumerate(need_n):
-                    exact.setdefault(q, {})[N] = vals[:, c] if not q.endswith("#se") else vals[c]
+            want: dict = {}                  # quantity -> the next N (up to nb per pair) the blocked pairs need
+            for p, N0 in blocked.items():
+                nxt = [N for N in ns if N >= N0 and N not in cert[p]][:nb]
+                for q in _quantity(p):
+                    want.setdefault(q, set()).update(N for N in nxt if N not in exact.get(q, {}))
+            for q, vals in scan.exact(want).items():
+                exact.setdefault(q, {}).update(vals)
             nb = min(2 * nb, 64)
         if progress is not None:
             progress.update(len(ns))
@@ -240,11 +219,10 @@ class _KernelScan:
         out = {"d_a": (da * (1 - BRACKET_SLACK) - 1e-12, da * (1 + BRACKET_SLACK) + 1e-12),
                "d_b": (hm["d_b_lo"], hm["d_b_hi"]), "E1": (hm["e_lo"], hm["e_hi"])}
         wanted = {e for e, _ in pairs}
-        for e in set(FORMULA_E[1:]) & wanted:
+        if set(FORMULA_E[1:]) & wanted:
             if self.formula is None:
                 self.formula = FormulaRows(self.top)
-            lo, hi = self.formula.brackets(e, ns)
-            out[e] = (_head_means(lo, self.Lt, ns), _head_means(hi, self.Lt, ns))
+            out.update(self.formula.brackets(wanted, ns))
         if "E4" in wanted:
             rb = [r.brackets(ns) for r in self.rand]
             da = np.mean([b["d_a"] for b in rb], 0)
@@ -252,15 +230,22 @@ class _KernelScan:
             out["E4_b"] = (np.mean([b["d_b_lo"] for b in rb], 0), np.mean([b["d_b_hi"] for b in rb], 0))
         return out
 
-    def exact(self, ns, quantities) -> dict[str, np.ndarray]:
-        """{quantity: per-head means [B, len(ns)]} (and "E4_*#se": the relative standard error per N)."""
-        top_need = [q for q in ("d_a", "d_b", "E1", "E2", "E3", "E5") if q in quantities]
-        out = self.top.exact(ns, need=top_need) if top_need else {}
+    def exact(self, want: dict) -> dict[str, dict]:
+        """{quantity: {N: per-head means [B]}} for want = {quantity: set of N} (and "E4_*#se": {N: the relative
+        standard error}): one pass of the top order for its quantities, one per random order for E4."""
+        out: dict = {}
+        top = {q: n for q, n in want.items() if q in TOP_QUANTITIES and n}
+        if top:
+            ns = sorted(set().union(*top.values()))
+            vals = self.top.exact(ns, need=list(top))
+            for q in top:
+                out[q] = {N: vals[q][:, c] for c, N in enumerate(ns)}
         for d in ("a", "b"):
-            if f"E4_{d}" in quantities:
+            ns = sorted(want.get(f"E4_{d}", ()))
+            if ns:
                 per = [r.exact(ns, need=(f"d_{d}",))[f"d_{d}"] for r in self.rand]
-                out[f"E4_{d}"] = np.mean(per, 0)
-                out[f"E4_{d}#se"] = np.array([_rel_se(per, c) for c in range(len(ns))])
+                out[f"E4_{d}"] = {N: np.mean(per, 0)[:, c] for c, N in enumerate(ns)}
+                out[f"E4_{d}#se"] = {N: _rel_se(per, c) for c, N in enumerate(ns)}
         return out
 
 
@@ -272,21 +257,23 @@ class _TorchScan:
     def __init__(self, probs, x, vis, orders):
         self.probs, self.x, self.vis, self.orders = probs, x, vis, orders
 
-    def exact(self, ns, quantities) -> dict[str, np.ndarray]:
+    def exact(self, want: dict) -> dict[str, dict]:
+        """As `_KernelScan.exact`, from `distance_stats` (the top N, and each random order for E4)."""
         names = {"d_a": "dtilde_a", "d_b": "dtilde_b", "E1": "E", "E2": "E2", "E3": "E3", "E5": "E5"}
-        stats = [names[q] for q in names if q in quantities]
-        out = {}
-        if stats:
-            st = distance_stats(self.probs, self.x, ns, self.vis, stats=stats)
-            for q, k in names.items():
-                if k in st:
-                    out[q] = row_mean(st[k], dim=-2).reshape(-1, len(ns)).numpy()
+        out: dict = {}
+        top = {q: n for q, n in want.items() if q in names and n}
+        if top:
+            ns = sorted(set().union(*top.values()))
+            st = distance_stats(self.probs, self.x, ns, self.vis, stats=[names[q] for q in top])
+            for q in top:
+                m = row_mean(st[names[q]], dim=-2).reshape(-1, len(ns)).numpy()
+                out[q] = {N: m[:, c] for c, N in enumerate(ns)}
         for d in ("a", "b"):
-            if f"E4_{d}" in quantities:
+            ns = sorted(want.get(f"E4_{d}", ()))
+            if ns:
                 per = [row_mean(distance_stats(self.probs, self.x, ns, self.vis, stats=(f"dtilde_{d}",),
                                                order=o)[f"dtilde_{d}"], dim=-2).reshape(-1, len(ns)).numpy()
                        for o in self.orders]
-                out[f"E4_{d}"] = np.mean(per, 0)
-                out[f"E4_{d}#se"] = np.array([_rel_se(per, c) for c in range(len(ns))])
+                out[f"E4_{d}"] = {N: np.mean(per, 0)[:, c] for c, N in enumerate(ns)}
+                out[f"E4_{d}#se"] = {N: _rel_se(per, c) for c, N in enumerate(ns)}
         return out
-

@@ -388,17 +388,20 @@ EXACT_STATS = ("d_a", "d_b", "E1", "E2", "E3", "E5")
 
 
 @numba.njit(parallel=True, fastmath=_FASTMATH, cache=True)
-def _top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0, want, need, out):
+def _top_exact(a, X, xn2, G, inv, order, o, s0, tv0, xo, o2, xm, m2, Lt, hi, vis, n0, want, need, out):
     """Exact d~ (a, b) of the first N keys of each row's `order` and the closed-form expectations E1, E2, E3, E5, for
-    the N = n0 + w with want[w] (w < W), stepping N = n0 .. through the order. a, X, xn2, inv, order, o, Lt as in
-    `_top_brackets`; G [u, K, K] float64 = X X^T (d_b; else shape [0, 0, 0]); hi [q] last visible key + 1; vis uint8
-    [q, K] (shape [0, K]: all visible); need uint8 [6]: which of EXACT_STATS to compute; out float64 [6, b, W] +=
-    each summed over the rows with Lt > N. Per row: x_i.s for every key (t) at N = n0 - 1 by one product with X, then
-    per N the new key j adds a_j G[j] to t and 2 a_j t_j + a_j^2 ||x_j||^2 to ||s||^2, so that d~ (b) is one pass over
-    the keys, ||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 t_i) + ||s||^2; the E's are root sums over the keys of
-    ||l_i x_i - mu xbar||^2 = l_i (l_i ||x_i||^2 - 2 mu x_i.xbar) + mu^2 ||xbar||^2 from x_i.o and x_i.m (m: the plain
-    mean of the row's visible x), with (l_i, mu, xbar) = (a_i (1 + c), c, o) for E1, (a_i + c, 1, m) for E2,
-    (a_i + c, c, o) for E3, (a_i + c, 1, o) for E5, c = N / (L - 1), each times (L - N) / L."""
+    the N = n0 + w with want[w] (w < W), stepping N = n0 .. through the order. a, X, xn2, inv, order, Lt as in
+    `_top_brackets`; G [u, K, K] float64 = X X^T (d_b; else shape [0, 0, 0]); o [b, q, D] = sum_i y_i; s0 [b, q, D]
+    the sum of y_j over the
+    first n0 - 1 keys of the order and tv0 [b, q, K] = x_i.s0 (d_b); xo [b, q, K] = x_i.o, o2 [b, q] = ||o||^2 (the
+    E's but E2); xm [b, q, K] = x_i.m, m2 = ||m||^2, m the plain mean of the row's visible x (E2) (unused ones: shape
+    [0, 0, 0] / [0, 0]); hi [q] last visible key + 1; vis uint8 [q, K] (shape [0, K]: all visible); need uint8 [6]:
+    which of EXACT_STATS to compute; out float64 [6, b, W] += each summed over the rows with Lt > N. Per N the new
+    key j adds a_j G[j] to t = x_i.s and 2 a_j t_j + a_j^2 ||x_j||^2 to ||s||^2, so that d~ (b) is one pass over the
+    keys, ||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 t_i) + ||s||^2; the E's are root sums over the keys of
+    ||l_i x_i - mu xbar||^2 = l_i (l_i ||x_i||^2 - 2 mu x_i.xbar) + mu^2 ||xbar||^2, with (l_i, mu, xbar) =
+    (a_i (1 + c), c, o) for E1, (a_i + c, 1, m) for E2, (a_i + c, c, o) for E3, (a_i + c, 1, o) for E5,
+    c = N / (L - 1), each times (L - N) / L. Squares in float64, roots in float32 (~1e-7 relative)."""
     b, q, K = a.shape
     D = X.shape[2]
     every = vis.shape[0] == 0
@@ -406,42 +409,27 @@ def _top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0, want, need, out):
     for w in range(want.shape[0]):
         if want[w]:
             last = w
-    need_b, need_m = need[1] != 0, need[3] != 0
+    need_a, need_b = need[0] != 0, need[1] != 0
     for m in numba.prange(b):
         u = inv[m]
-        tv, xo, xm, keep, visf, av = np.empty(K), np.empty(K), np.empty(K), np.empty(K), np.empty(K), np.empty(K)
-        sv, mv = np.empty(D), np.empty(D)
+        tv, keep, visf, av = np.empty(K), np.empty(K), np.empty(K), np.empty(K)
+        sv = np.empty(D)
         for t in range(q):
             L, h = Lt[t], hi[t]
             if L <= n0:
                 continue
-            orow = o[m, t]
-            o2 = _dot(orow, orow)
-            mv[:] = 0.0
             for i in range(h):
                 visf[i] = 1.0 if every or vis[t, i] != 0 else 0.0
                 keep[i] = visf[i]
                 av[i] = visf[i] * np.float64(a[m, t, i])
-                if need_m and visf[i] != 0.0:
-                    for d in range(D):
-                        mv[d] += X[u, i, d]
-            for d in range(D):
-                mv[d] /= L
-            m2 = _dot(mv, mv)
-            sv[:] = 0.0
             for c in range(n0 - 1):
-                j = order[m, t, c]
-                keep[j] = 0.0
-                for d in range(D):
-                    sv[d] += av[j] * X[u, j, d]
-            s2 = _dot(sv, sv)
-            for i in range(h):                                   # x_i.o, x_i.m and x_i.s, one read of x_i
-                xi, xo_i, xs_i, xm_i = X[u, i], 0.0, 0.0, 0.0
-                for d in range(D):
-                    xo_i += xi[d] * orow[d]
-                    xs_i += xi[d] * sv[d]
-                    xm_i += xi[d] * mv[d]
-                xo[i], tv[i], xm[i] = xo_i, xs_i, xm_i
+                keep[order[m, t, c]] = 0.0
+            s2 = 0.0
+            if need_a:
+                sv[:] = s0[m, t]
+            if need_b:
+                tv[:h] = tv0[m, t, :h]
+                s2 = _dot(s0[m, t], s0[m, t])
             for w in range(last + 1):
                 N = n0 + w
                 if N >= L:
@@ -454,54 +442,187 @@ def _top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0, want, need, out):
                     g = G[u, j]
                     for i in range(h):
                         tv[i] += aj * g[i]
-                for d in range(D):
-                    sv[d] += aj * X[u, j, d]
+                if need_a:
+                    for d in range(D):
+                        sv[d] += aj * X[u, j, d]
                 if not want[w]:
                     continue
-                if need[0]:
-                    acc = 0.0
+                if need_a:
+                    acc, orow = 0.0, o[m, t]
                     for d in range(D):
                         acc += (orow[d] - 2.0 * sv[d]) ** 2
                     out[0, m, w] += np.sqrt(acc)
                 if need_b:
                     acc = 0.0
                     for i in range(h):
-                        acc += keep[i] * np.sqrt(max(s2 + av[i] * (av[i] * xn2[u, i] - 2.0 * tv[i]), 0.0))
+                        acc += keep[i] * np.sqrt(np.float32(max(s2 + av[i] * (av[i] * xn2[u, i] - 2.0 * tv[i]), 0.0)))
                     out[1, m, w] += acc
                 c = N / max(L - 1, 1.0)
                 scale = (L - N) / L
                 if need[2]:
                     k = c / (1 + c)
-                    c0, e = k * k * o2, 0.0
+                    c0, e, xr = k * k * o2[m, t], 0.0, xo[m, t]
                     for i in range(h):
-                        e += visf[i] * np.sqrt(max(c0 + av[i] * (av[i] * xn2[u, i] - 2.0 * k * xo[i]), 0.0))
+                        e += visf[i] * np.sqrt(np.float32(max(c0 + av[i] * (av[i] * xn2[u, i] - 2.0 * k * xr[i]),
+                                                              0.0)))
                     out[2, m, w] += scale * (1 + c) * e
-                if need[3] or need[4] or need[5]:
-                    e2, e3, e5 = 0.0, 0.0, 0.0
+                if need[3]:
+                    e, xr, mm = 0.0, xm[m, t], m2[m, t]
+                    for i in range(h):
+                        li = av[i] + c
+                        e += visf[i] * np.sqrt(np.float32(max(li * (li * xn2[u, i] - 2.0 * xr[i]) + mm, 0.0)))
+                    out[3, m, w] += scale * e
+                if need[4] or need[5]:
+                    e3, e5, xr, oo = 0.0, 0.0, xo[m, t], o2[m, t]
                     for i in range(h):
                         li = av[i] + c
                         ln = li * li * xn2[u, i]
-                        if need[3]:
-                            e2 += visf[i] * np.sqrt(max(ln - 2.0 * li * xm[i] + m2, 0.0))
                         if need[4]:
-                            e3 += visf[i] * np.sqrt(max(ln - 2.0 * li * c * xo[i] + c * c * o2, 0.0))
+                            e3 += visf[i] * np.sqrt(np.float32(max(ln - 2.0 * li * c * xr[i] + c * c * oo, 0.0)))
                         if need[5]:
-                            e5 += visf[i] * np.sqrt(max(ln - 2.0 * li * xo[i] + o2, 0.0))
-                    out[3, m, w] += scale * e2
+                            e5 += visf[i] * np.sqrt(np.float32(max(ln - 2.0 * li * xr[i] + oo, 0.0)))
                     out[4, m, w] += scale * e3
                     out[5, m, w] += scale * e5
 
 
-def top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0: int, want, need=EXACT_STATS) -> torch.Tensor:
+def top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0: int, want, need=EXACT_STATS, xo=None, xm=None):
     """float64 [6, b, len(want)]: per head, the sums of EXACT_STATS (d_a, d_b, E1, E2, E3, E5) over the rows with
-    Lt > N, for the N = n0 + w with want[w] (`_top_exact`; zero elsewhere and for the stats not in `need`). CPU tensors
-    as there; G None when d_b is not needed."""
+    Lt > N, for the N = n0 + w with want[w] (`_top_exact`; zero elsewhere and for the stats not in `need`). CPU
+    tensors a [b, q, K], X [u, K, D] float64, xn2 [u, K], inv [b], order [b, q, k], o [b, q, D] (sum of y_i), Lt [q],
+    hi [q]; G [u, K, K] = X X^T (None when d_b is not needed); xo = x_i.o and xm = x_i.m [b, q, K] when the caller
+    has them (else made here). The dot products with o, m and s0 are matrix products (BLAS), once per call."""
     _threads()
-    out = torch.zeros(len(EXACT_STATS), a.shape[0], len(want), dtype=torch.float64)
+    b, q, K = a.shape
+    out = torch.zeros(len(EXACT_STATS), b, len(want), dtype=torch.float64)
     if "d_b" in need and G is None:
         raise ValueError("d_b needs the Gram matrices G = X X^T")
-    G = torch.empty(0, 0, 0, dtype=torch.float64) if G is None else G
+    Xb = X[inv]                                                          # [b, K, D] (views of the distinct x)
+    empty3, empty2 = torch.empty(0, 0, 0, dtype=torch.float64), torch.empty(0, 0, dtype=torch.float64)
+    s0 = tv0 = empty3
+    if {"d_a", "d_b"} & set(need):
+        first = torch.zeros(b, q, K, dtype=torch.float64)
+        if n0 > 1:
+            first.scatter_(-1, order[..., :n0 - 1].long(), 1.0)
+        w = first.mul_(a.double() * (vis if vis is not None else 1.0))
+        s0 = torch.bmm(w, Xb)                                            # [b, q, D]
+        tv0 = torch.bmm(s0, Xb.transpose(1, 2)) if "d_b" in need else empty3
+    o2 = (o * o).sum(-1)
+    if {"E1", "E3", "E5"} & set(need):
+        xo = torch.bmm(o, Xb.transpose(1, 2)) if xo is None else xo
+    else:
+        xo = empty3
+    m2 = empty2
+    if "E2" in need:
+        if xm is None:
+            vf = torch.ones(q, K, dtype=torch.float64) if vis is None else vis.double()
+            mean = torch.matmul(vf, Xb) / Lt.view(-1, 1)                 # [b, q, D]
+            xm, m2 = torch.bmm(mean, Xb.transpose(1, 2)), (mean * mean).sum(-1)
+        else:
+            xm, m2 = xm
+    else:
+        xm = empty3
+    G = empty3 if G is None else G
     flags = np.array([k in need for k in EXACT_STATS], np.uint8)
-    _top_exact(_floats(a), X.numpy(), xn2.numpy(), G.contiguous().numpy(), inv.numpy(), order.numpy(), o.numpy(),
-               Lt.numpy(), hi.numpy(), _vis(vis, a.shape[-1]), int(n0), np.asarray(want, np.uint8), flags, out.numpy())
+    _top_exact(_floats(a), X.numpy(), xn2.numpy(), G.contiguous().numpy(), inv.numpy(), order.numpy(),
+               o.contiguous().numpy(), s0.contiguous().numpy(), tv0.contiguous().numpy(), xo.contiguous().numpy(), o2.contiguous().numpy(),
+               xm.contiguous().numpy(), m2.contiguous().numpy(), Lt.numpy(), hi.numpy(), _vis(vis, K), int(n0),
+               np.asarray(want, np.uint8), flags, out.numpy())
+    return out
+
+
+@numba.njit(parallel=True, fastmath=_FASTMATH, cache=True)
+def _formula_brackets(SA, Syn, San, Sn, Sn2, oo, oX, XX, Lt, n0, flags, slack, out):
+    """Brackets of the closed forms E2, E3, E5 (flags uint8 [3]) for N = n0 .. n0 + W - 1 from per-row sums [b, q]
+    (`critical_readings.FormulaRows`), in O(1) per row and N: out float64 [6, b, W] += lo, hi of E2, E3, E5 summed
+    over the rows with Lt > N. For sum_i ||l_i x_i - mu xbar||, l_i = a_i + c: lo = max(||sum_i (l_i x_i - mu xbar)||,
+    |sum l_i ||x_i|| - L mu ||xbar|||), hi = min(sum l_i ||x_i|| + L mu ||xbar||, sqrt(L sum ||l_i x_i - mu xbar||^2)),
+    times (L - N) / L; xbar = Xs / L and mu = 1 (E2), xbar = o and mu = c (E3) or 1 (E5)."""
+    b, q = SA.shape
+    W = out.shape[2]
+    for m in numba.prange(b):
+        for t in range(q):
+            L = Lt[t]
+            for w in range(W):
+                N = n0 + w
+                if N >= L:
+                    break
+                c = N / max(L - 1, 1.0)
+                scale = (L - N) / L
+                T1 = Syn[m, t] + c * Sn[m, t]
+                base = SA[m, t] + 2 * c * San[m, t] + c * c * Sn2[m, t]
+                for r in range(3):
+                    if flags[r] == 0:
+                        continue
+                    if r == 0:
+                        mu, xx = 1.0, XX[m, t] / (L * L)
+                        cross = (oX[m, t] + c * XX[m, t]) / L
+                        V = oo[m, t] - 2 * (1 - c) * oX[m, t] + (1 - c) ** 2 * XX[m, t]
+                    else:
+                        mu, xx = (c if r == 1 else 1.0), oo[m, t]
+                        cross = oo[m, t] + c * oX[m, t]
+                        k = 1 - L * mu
+                        V = k * k * oo[m, t] + 2 * k * c * oX[m, t] + c * c * XX[m, t]
+                    Lmx = L * mu * np.sqrt(max(xx, 0.0))
+                    sq = max(base - 2 * mu * cross + L * mu * mu * xx, 0.0)
+                    lo = scale * max(np.sqrt(max(V, 0.0)), abs(T1 - Lmx))
+                    hi = scale * min(T1 + Lmx, np.sqrt(L * sq))
+                    out[2 * r, m, w] += lo * (1 - slack) - 1e-12
+                    out[2 * r + 1, m, w] += hi * (1 + slack) + 1e-12
+
+
+def formula_brackets(sums: dict, Lt: torch.Tensor, n0: int, W: int, readings, slack: float) -> torch.Tensor:
+    """float64 [6, b, W]: lo, hi of E2, E3, E5 (those in `readings`) summed over the rows with Lt > N, N = n0 ..
+    n0 + W - 1 (`_formula_brackets`); sums: dict of the per-row sums SA, Syn, San, Sn, Sn2, oo, oX, XX [b, q]."""
+    _threads()
+    names = ("SA", "Syn", "San", "Sn", "Sn2", "oo", "oX", "XX")
+    b = sums["SA"].shape[0]
+    out = torch.zeros(6, b, W, dtype=torch.float64)
+    flags = np.array([r in readings for r in ("E2", "E3", "E5")], np.uint8)
+    _formula_brackets(*(sums[k].contiguous().numpy() for k in names), Lt.numpy(), int(n0), flags, float(slack),
+                      out.numpy())
+    return out
+
+
+@numba.njit(inline="always")
+def _splitmix(z):
+    """splitmix64: a well-mixed 64-bit value from z (uint64)."""
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@numba.njit(parallel=True, cache=True)
+def _random_orders(vis, seeds, out):
+    """out [b, q, K]: each row's visible keys (vis uint8 [q, K]) in a uniformly random order (Fisher-Yates, with
+    random numbers from splitmix64 of (seeds[b], row, step): deterministic, independent of threads), then its
+    invisible keys by index."""
+    b, q, K = out.shape
+    for r in numba.prange(b * q):
+        m, t = r // q, r % q
+        n = 0
+        for i in range(K):
+            if vis[t, i] != 0:
+                out[m, t, n] = i
+                n += 1
+        c = n
+        for i in range(K):
+            if vis[t, i] == 0:
+                out[m, t, c] = i
+                c += 1
+        state = _splitmix(np.uint64(seeds[m]) ^ (np.uint64(t) * np.uint64(0xD1B54A32D192ED03)))
+        for i in range(n - 1, 0, -1):
+            state = _splitmix(state)
+            j = np.int64(state % np.uint64(i + 1))
+            tmp = out[m, t, i]
+            out[m, t, i] = out[m, t, j]
+            out[m, t, j] = tmp
+
+
+def random_orders(vis: torch.Tensor, seeds: np.ndarray, dtype) -> torch.Tensor:
+    """[len(seeds), q, K] of `dtype`: uniformly random orders of each row's visible keys (`_random_orders`), one seed
+    per head."""
+    q, K = vis.shape
+    out = torch.empty(len(seeds), q, K, dtype=dtype)
+    _random_orders(vis.to(torch.uint8).contiguous().numpy(), np.asarray(seeds, np.uint64), out.numpy())
     return out

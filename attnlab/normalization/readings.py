@@ -168,18 +168,18 @@ def _d_head(trace) -> int:
 def random_orders(lead, visible: torch.Tensor, seed: int = 0, sample: int = 0) -> torch.Tensor:
     """Seeded uniformly random orders of each row's visible keys (then its invisible keys, by index): int16 (int32
     for K >= 2^15) [*lead, Q, K]. The first N keys of a row are a uniformly random N-subset of its visible keys,
-    nested in N (reading E4). One generator per (seed, sample, flattened head): results do not depend on chunking.
-    visible bool [Q, K]."""
+    nested in N (reading E4). Fisher-Yates with a counter-based generator per (seed, sample, flattened head, row)
+    (`kernels.random_orders`): the same orders on every machine, whatever the threads or chunking. visible bool
+    [Q, K]."""
+    import numpy as np
+
+    from attnlab.normalization import kernels
+
     Q, K = visible.shape
-    B = 1
-    for n in lead:
-        B *= int(n)
-    out = torch.empty(B, Q, K, dtype=torch.int16 if K < 1 << 15 else torch.int32)
-    hidden = ~visible.cpu().bool()
-    for b in range(B):
-        g = torch.Generator().manual_seed((int(seed) * 1_000_003 + int(sample)) * 1_000_003 + b)
-        key = torch.rand(Q, K, generator=g).masked_fill_(hidden, 2.0)     # invisible keys sort last
-        out[b] = torch.argsort(key, dim=-1, stable=True)
+    B = int(np.prod([int(n) for n in lead])) if len(lead) else 1
+    seeds = [((int(seed) * 1_000_003 + int(sample)) * 1_000_003 + b) % (1 << 64) for b in range(B)]
+    out = kernels.random_orders(visible.cpu().bool(), np.array(seeds, np.uint64),
+                                torch.int16 if K < 1 << 15 else torch.int32)
     return out.reshape(*lead, Q, K)
 
 
