@@ -523,9 +523,9 @@ def top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0: int, want, need=EXAC
         xm = empty3
     G = empty3 if G is None else G
     flags = np.array([k in need for k in EXACT_STATS], np.uint8)
+    arrays = (o, s0, tv0, xo, o2, xm, m2)
     _top_exact(_floats(a), X.numpy(), xn2.numpy(), G.contiguous().numpy(), inv.numpy(), order.numpy(),
-               o.contiguous().numpy(), s0.contiguous().numpy(), tv0.contiguous().numpy(), xo.contiguous().numpy(), o2.contiguous().numpy(),
-               xm.contiguous().numpy(), m2.contiguous().numpy(), Lt.numpy(), hi.numpy(), _vis(vis, K), int(n0),
+               *(t.contiguous().numpy() for t in arrays), Lt.numpy(), hi.numpy(), _vis(vis, K), int(n0),
                np.asarray(want, np.uint8), flags, out.numpy())
     return out
 
