@@ -52,10 +52,11 @@ def _quantity(pair: tuple[str, str]) -> tuple[str, str]:
 
 
 class FormulaRows:
-    """Per-row sums that bracket the closed forms E2, E3, E5 in O(1) per row and N (`kernels.formula_brackets`),
-    for `sum_i ||l_i x_i - mu xbar||` with l_i = a_i + c, c = N / (L - 1): SA = sum a_i^2 ||x_i||^2,
-    Syn = sum a_i ||x_i||, San = sum a_i ||x_i||^2, Sn = sum ||x_i||, Sn2 = sum ||x_i||^2, and the dot products oo,
-    oX, XX of o = sum a_i x_i and Xs = sum x_i, over the row's visible keys. Each [B, Q] float64."""
+    """Per-row sums that bracket the closed forms E2, E3, E5 in O(1) per row and N
+    (`reading_kernels.formula_brackets`), for `sum_i ||l_i x_i - mu xbar||` with l_i = a_i + c, c = N / (L - 1):
+    SA = sum a_i^2 ||x_i||^2, Syn = sum a_i ||x_i||, San = sum a_i ||x_i||^2, Sn = sum ||x_i||, Sn2 = sum ||x_i||^2,
+    and the dot products oo, oX, XX of o = sum a_i x_i and Xs = sum x_i, over the row's visible keys. Each [B, Q]
+    float64."""
 
     def __init__(self, scan: RunningTopN):
         vis = scan.vis.double()                                          # [Q, K]
@@ -78,7 +79,7 @@ class FormulaRows:
         triangle inequality (`||sum w_i|| <= sum ||w_i||`, `|sum l_i ||x_i|| - L mu ||xbar||| <= sum ||w_i|| <=
         sum l_i ||x_i|| + L mu ||xbar||`) and Cauchy-Schwarz (`sum ||w_i|| <= sqrt(L sum ||w_i||^2)`, the sum of
         squares in closed form), with the bracket slack of `critical_n`."""
-        from attnlab.normalization import kernels
+        from attnlab.normalization import reading_kernels as kernels
 
         if list(ns) != list(range(ns[0], ns[0] + len(ns))):
             raise ValueError(f"the N of a bracket window must be consecutive, got {list(ns)}")

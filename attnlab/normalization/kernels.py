@@ -43,10 +43,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 # reassociation lets the key loops use SIMD; no flag that assumes the absence of NaN or inf
-_FASTMATH = {"reassoc", "contract", "nsz"}
+FASTMATH = {"reassoc", "contract", "nsz"}
 
 
-def _threads() -> None:
+def use_threads() -> None:
     numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
 
 
@@ -60,7 +60,7 @@ def _vis(vis: torch.Tensor | None, K: int) -> np.ndarray:
     return (torch.empty(0, K, dtype=torch.uint8) if vis is None else vis.to(torch.uint8).contiguous()).numpy()
 
 
-@numba.njit(parallel=True, fastmath=_FASTMATH, cache=True)
+@numba.njit(parallel=True, fastmath=FASTMATH, cache=True)
 def _root_sums(a, xn2, w, H, inv, c0, h, g, sign, vis, drop, out):
     """a [b, q, K] float32 or float64 (read as float64); xn2 [b, K]; w [b, q, K], or shape [0, 0, 0]
     and then w_i = x_i . s from H [u, K, K] (inv [b] head -> table) and the keys drop; c0, h, g
@@ -110,7 +110,7 @@ def root_sums(a: torch.Tensor, xn2: torch.Tensor, w: torch.Tensor | None, c0, g,
     tensors broadcastable to [b, q]; vis bool [q, K] or None (all visible); drop int64 [b, q, n] or
     None."""
     b, q, K = a.shape
-    _threads()
+    use_threads()
     c0, h, g = (torch.as_tensor(v, dtype=torch.float64).expand(b, q).contiguous() for v in (c0, s2_coef, g))
     drop = torch.empty(b, q, 0, dtype=torch.long) if drop is None else drop.contiguous()
     if w is None:
@@ -172,7 +172,7 @@ def top_k(a: torch.Tensor, vis: torch.Tensor | None, k: int) -> torch.Tensor:
     """int64 [b, q, k]: the first k keys of each row of the CPU tensor a [b, q, K] by weight, descending,
     ties broken by the lower key index, invisible keys (vis bool [q, K]; None: all visible) last."""
     b, q, K = a.shape
-    _threads()
+    use_threads()
     out = torch.empty(b, q, k, dtype=torch.long)
     _top_k(_floats(a), _vis(vis, K), int(k), out.numpy())
     return out
@@ -221,7 +221,7 @@ def d1_small(H: torch.Tensor, xn2: torch.Tensor, far2: torch.Tensor, col: torch.
     `distance._far_tables`: one lookup per selected key, a scan of j's distances only where j's farthest
     visible key is itself selected."""
     b, q = order.shape[:2]
-    _threads()
+    use_threads()
     out = torch.empty(b, q, dtype=torch.float64)
     _d1_small(H.contiguous().numpy(), xn2.contiguous().numpy(), far2.contiguous().numpy(), col.contiguous().numpy(),
               inv.contiguous().numpy(), order.contiguous().numpy(), int(N), _vis(vis, H.shape[1]), out.numpy())
@@ -271,7 +271,7 @@ def sorted_keys(a: torch.Tensor, vis: torch.Tensor | None, k: int) -> torch.Tens
     weight, descending, ties broken by the lower key index, invisible keys (vis bool [q, K]; None: all visible) last,
     as `engine.sort_keys`. Sorts the visible keys only; float32 weights sort as one integer key per key."""
     b, q, K = a.shape
-    _threads()
+    use_threads()
     a = a if a.dtype in (torch.float32, torch.float64) else a.float()
     bits = a.contiguous().view(torch.int32 if a.dtype == torch.float32 else torch.int64)
     out = torch.empty(b, q, k, dtype=torch.int16 if K < 1 << 15 else torch.int32)
@@ -288,7 +288,7 @@ def _dot(u, v):
     return acc
 
 
-@numba.njit(parallel=True, fastmath=_FASTMATH, cache=True)
+@numba.njit(parallel=True, fastmath=FASTMATH, cache=True)
 def _row_sums(a, X, xn2, inv, hi, vis, o, SA, Syn):
     """Per row over its visible keys (y_i = a_i x_i): o [b, q, D] = sum_i y_i, SA, Syn [b, q] = sum_i ||y_i||^2,
     sum_i ||y_i||. a [b, q, K]; X [u, K, D] float64, xn2 [u, K], inv [b]; hi [q] last visible key + 1; vis uint8
@@ -313,7 +313,7 @@ def _row_sums(a, X, xn2, inv, hi, vis, o, SA, Syn):
 def row_sums(a, X, xn2, inv, hi, vis) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(o [b, q, D], SA [b, q], Syn [b, q]) float64 of `_row_sums`, for CPU tensors as there (vis bool or None)."""
     b, q, K = a.shape
-    _threads()
+    use_threads()
     o = torch.empty(b, q, X.shape[-1], dtype=torch.float64)
     SA, Syn = torch.empty(b, q, dtype=torch.float64), torch.empty(b, q, dtype=torch.float64)
     _row_sums(_floats(a), X.numpy(), xn2.numpy(), inv.numpy(), hi.numpy(), _vis(vis, K), o.numpy(), SA.numpy(),
@@ -321,7 +321,7 @@ def row_sums(a, X, xn2, inv, hi, vis) -> tuple[torch.Tensor, torch.Tensor, torch
     return o, SA, Syn
 
 
-@numba.njit(parallel=True, fastmath=_FASTMATH, cache=True)
+@numba.njit(parallel=True, fastmath=FASTMATH, cache=True)
 def _top_brackets(a, X, xn2, inv, order, o, s, pre, SA, Syn, Lt, n0, slack, out):
     """For N = n0 .. n0 + W - 1, from running sums over the first N keys of each row's `order` (O(D) per row and N):
     d~ (a) exactly, the brackets of d~ (b) and of E (E1) of `critical_n.distance_bounds`. a [b, q, K]; X [u, K, D]
@@ -376,7 +376,7 @@ def _top_brackets(a, X, xn2, inv, order, o, s, pre, SA, Syn, Lt, n0, slack, out)
 def top_brackets(a, X, xn2, inv, order, o, s, pre, SA, Syn, Lt, n0: int, W: int, slack: float) -> torch.Tensor:
     """float64 [5, b, W]: per head, the sums over the rows with Lt > N of d_a (exact), d_b_lo, d_b_hi, e_lo, e_hi for
     N = n0 .. n0 + W - 1 (`_top_brackets`; advances s and pre in place). CPU tensors as there."""
-    _threads()
+    use_threads()
     out = torch.zeros(5, a.shape[0], W, dtype=torch.float64)
     _top_brackets(_floats(a), X.numpy(), xn2.numpy(), inv.numpy(), order.numpy(), o.numpy(), s.numpy(), pre.numpy(),
                   SA.numpy(), Syn.numpy(), Lt.numpy(), int(n0), float(slack), out.numpy())
@@ -387,7 +387,7 @@ def top_brackets(a, X, xn2, inv, order, o, s, pre, SA, Syn, Lt, n0: int, W: int,
 EXACT_STATS = ("d_a", "d_b", "E1", "E2", "E3", "E5")
 
 
-@numba.njit(parallel=True, fastmath=_FASTMATH, cache=True)
+@numba.njit(parallel=True, fastmath=FASTMATH, cache=True)
 def _top_exact(a, X, xn2, G, inv, order, o, s0, tv0, xo, o2, xm, m2, Lt, hi, vis, n0, want, need, out):
     """Exact d~ (a, b) of the first N keys of each row's `order` and the closed-form expectations E1, E2, E3, E5, for
     the N = n0 + w with want[w] (w < W), stepping N = n0 .. through the order. a, X, xn2, inv, order, Lt as in
@@ -491,7 +491,7 @@ def top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0: int, want, need=EXAC
     tensors a [b, q, K], X [u, K, D] float64, xn2 [u, K], inv [b], order [b, q, k], o [b, q, D] (sum of y_i), Lt [q],
     hi [q]; G [u, K, K] = X X^T (None when d_b is not needed); xo = x_i.o and xm = x_i.m [b, q, K] when the caller
     has them (else made here). The dot products with o, m and s0 are matrix products (BLAS), once per call."""
-    _threads()
+    use_threads()
     b, q, K = a.shape
     out = torch.zeros(len(EXACT_STATS), b, len(want), dtype=torch.float64)
     if "d_b" in need and G is None:
@@ -529,100 +529,3 @@ def top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0: int, want, need=EXAC
                np.asarray(want, np.uint8), flags, out.numpy())
     return out
 
-
-@numba.njit(parallel=True, fastmath=_FASTMATH, cache=True)
-def _formula_brackets(SA, Syn, San, Sn, Sn2, oo, oX, XX, Lt, n0, flags, slack, out):
-    """Brackets of the closed forms E2, E3, E5 (flags uint8 [3]) for N = n0 .. n0 + W - 1 from per-row sums [b, q]
-    (`critical_readings.FormulaRows`), in O(1) per row and N: out float64 [6, b, W] += lo, hi of E2, E3, E5 summed
-    over the rows with Lt > N. For sum_i ||l_i x_i - mu xbar||, l_i = a_i + c: lo = max(||sum_i (l_i x_i - mu xbar)||,
-    |sum l_i ||x_i|| - L mu ||xbar|||), hi = min(sum l_i ||x_i|| + L mu ||xbar||, sqrt(L sum ||l_i x_i - mu xbar||^2)),
-    times (L - N) / L; xbar = Xs / L and mu = 1 (E2), xbar = o and mu = c (E3) or 1 (E5)."""
-    b, q = SA.shape
-    W = out.shape[2]
-    for m in numba.prange(b):
-        for t in range(q):
-            L = Lt[t]
-            for w in range(W):
-                N = n0 + w
-                if N >= L:
-                    break
-                c = N / max(L - 1, 1.0)
-                scale = (L - N) / L
-                T1 = Syn[m, t] + c * Sn[m, t]
-                base = SA[m, t] + 2 * c * San[m, t] + c * c * Sn2[m, t]
-                for r in range(3):
-                    if flags[r] == 0:
-                        continue
-                    if r == 0:
-                        mu, xx = 1.0, XX[m, t] / (L * L)
-                        cross = (oX[m, t] + c * XX[m, t]) / L
-                        V = oo[m, t] - 2 * (1 - c) * oX[m, t] + (1 - c) ** 2 * XX[m, t]
-                    else:
-                        mu, xx = (c if r == 1 else 1.0), oo[m, t]
-                        cross = oo[m, t] + c * oX[m, t]
-                        k = 1 - L * mu
-                        V = k * k * oo[m, t] + 2 * k * c * oX[m, t] + c * c * XX[m, t]
-                    Lmx = L * mu * np.sqrt(max(xx, 0.0))
-                    sq = max(base - 2 * mu * cross + L * mu * mu * xx, 0.0)
-                    lo = scale * max(np.sqrt(max(V, 0.0)), abs(T1 - Lmx))
-                    hi = scale * min(T1 + Lmx, np.sqrt(L * sq))
-                    out[2 * r, m, w] += lo * (1 - slack) - 1e-12
-                    out[2 * r + 1, m, w] += hi * (1 + slack) + 1e-12
-
-
-def formula_brackets(sums: dict, Lt: torch.Tensor, n0: int, W: int, readings, slack: float) -> torch.Tensor:
-    """float64 [6, b, W]: lo, hi of E2, E3, E5 (those in `readings`) summed over the rows with Lt > N, N = n0 ..
-    n0 + W - 1 (`_formula_brackets`); sums: dict of the per-row sums SA, Syn, San, Sn, Sn2, oo, oX, XX [b, q]."""
-    _threads()
-    names = ("SA", "Syn", "San", "Sn", "Sn2", "oo", "oX", "XX")
-    b = sums["SA"].shape[0]
-    out = torch.zeros(6, b, W, dtype=torch.float64)
-    flags = np.array([r in readings for r in ("E2", "E3", "E5")], np.uint8)
-    _formula_brackets(*(sums[k].contiguous().numpy() for k in names), Lt.numpy(), int(n0), flags, float(slack),
-                      out.numpy())
-    return out
-
-
-@numba.njit(inline="always")
-def _splitmix(z):
-    """splitmix64: a well-mixed 64-bit value from z (uint64)."""
-    z = z + np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-@numba.njit(parallel=True, cache=True)
-def _random_orders(vis, seeds, out):
-    """out [b, q, K]: each row's visible keys (vis uint8 [q, K]) in a uniformly random order (Fisher-Yates, with
-    random numbers from splitmix64 of (seeds[b], row, step): deterministic, independent of threads), then its
-    invisible keys by index."""
-    b, q, K = out.shape
-    for r in numba.prange(b * q):
-        m, t = r // q, r % q
-        n = 0
-        for i in range(K):
-            if vis[t, i] != 0:
-                out[m, t, n] = i
-                n += 1
-        c = n
-        for i in range(K):
-            if vis[t, i] == 0:
-                out[m, t, c] = i
-                c += 1
-        state = _splitmix(np.uint64(seeds[m]) ^ (np.uint64(t) * np.uint64(0xD1B54A32D192ED03)))
-        for i in range(n - 1, 0, -1):
-            state = _splitmix(state)
-            j = np.int64(state % np.uint64(i + 1))
-            tmp = out[m, t, i]
-            out[m, t, i] = out[m, t, j]
-            out[m, t, j] = tmp
-
-
-def random_orders(vis: torch.Tensor, seeds: np.ndarray, dtype) -> torch.Tensor:
-    """[len(seeds), q, K] of `dtype`: uniformly random orders of each row's visible keys (`_random_orders`), one seed
-    per head."""
-    q, K = vis.shape
-    out = torch.empty(len(seeds), q, K, dtype=dtype)
-    _random_orders(vis.to(torch.uint8).contiguous().numpy(), np.asarray(seeds, np.uint64), out.numpy())
-    return out

@@ -169,11 +169,11 @@ def random_orders(lead, visible: torch.Tensor, seed: int = 0, sample: int = 0) -
     """Seeded uniformly random orders of each row's visible keys (then its invisible keys, by index): int16 (int32
     for K >= 2^15) [*lead, Q, K]. The first N keys of a row are a uniformly random N-subset of its visible keys,
     nested in N (reading E4). Fisher-Yates with a counter-based generator per (seed, sample, flattened head, row)
-    (`kernels.random_orders`): the same orders on every machine, whatever the threads or chunking. visible bool
-    [Q, K]."""
+    (`reading_kernels.random_orders`): the same orders on every machine, whatever the threads or chunking.
+    visible bool [Q, K]."""
     import numpy as np
 
-    from attnlab.normalization import kernels
+    from attnlab.normalization import reading_kernels as kernels
 
     Q, K = visible.shape
     B = int(np.prod([int(n) for n in lead])) if len(lead) else 1

@@ -1,0 +1,261 @@
+"""Theorem 1 of arXiv 2508.17821 under every reading of its open formulas (`attnlab.normalization.readings`):
+Fig. 2a's two curves and Fig. 2c's critical N for each E reading (E1-E5), d~ reading (a, b) and vector choice,
+the same protocol as `experiments.fig2a` / `fig2c` otherwise, and the claim rows that say which reading satisfies
+which statement of the paper (`thm1_reading_claims`).
+
+    res = thm1_readings(model, ids)            # ids: one window [L_max]; Result "thm1_readings"
+
+Rows (`kind`):
+- "curve": per (vectors, L, N, layer, head): the token means of d~ (a, b), of every E reading (E4: the mean over
+  `samples` random subsets per row, and `E4_*_se`, the standard error of the head mean), of sum_i ||a_i x_i||
+  (`sum_y`, the limit of Corollary 2(i)) and of max_i ||x_i|| (`x_max`). N = 5 at every L of the curve grid
+  (Fig. 2a), and N = L/2, L - 1 at the largest L (Corollary 2(ii)).
+- "critical": per (vectors, L, e, d): the critical N of the KS scan (Alg. 3: every N from 1, alpha = 0.01,
+  `critical_readings.critical_n_readings`), its fraction of L, the p-value and the sample means there, how many
+  N were computed exactly, and E4's relative standard error at that N.
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from attnlab.core.result import Result, provenance
+from attnlab.core.util import progress as progress_bar
+from attnlab.core.util import with_threads
+from attnlab.core.verdicts import claim_row, verdict
+from attnlab.normalization import readings as R
+from attnlab.normalization.claims import LINEAR_R2, linear_fit
+from attnlab.normalization.critical_readings import ALL_PAIRS, DEFAULT_SAMPLES, check_pairs, critical_n_readings
+from attnlab.normalization.distance import distance_stats
+from attnlab.normalization.engine import row_mean
+from attnlab.normalization.experiments import Captures, as_windows, length_grid
+from attnlab.normalization.paper import CRITICAL_FRAC, FIG2A_N, KS_ALPHA
+
+NAME = "thm1_readings"
+LENGTHS = (64, 128, 256, 512)             # the critical-N table (issue #14); capped by the model
+QUICK_LENGTHS = (64, 128)
+COR2_GAP = 0.25                           # Cor. 2(i): |E - sum_i ||a_i x_i|| | / sum_i ||a_i x_i|| at the largest L
+COR2_VANISH = 0.1                         # Cor. 2(ii): E(L - 1) / max_N E(N) at the largest L
+
+
+def expectation_bound(N: int, L: int) -> float:
+    """[R] E1, E3 and E4 are at most this times max_i ||x_i|| in every row of L keys (any weights summing to 1):
+    E1, E4 <= (1 + N) sum_i ||a_i x_i|| and E3 <= (1 + 2 N L / (L - 1)) max_i ||x_i|| (triangle inequality; chapter
+    2 derives them). Cor. 2(i)'s limit sum_i ||a_i x_i|| <= max_i ||x_i|| is bounded in L too; E2 and E5 are not:
+    they grow like (L - N) ||xbar||."""
+    return 1 + 2 * N * L / (L - 1)
+E_STATS = {"E1": "E", "E2": "E2", "E3": "E3", "E5": "E5"}
+
+
+def reading_lengths(model, n_tokens: int, quick: bool, lengths: Optional[Sequence[int]] = None) -> list[int]:
+    """L of the critical-N table: LENGTHS (quick: 64, 128) that fit the window and the model, or `lengths`."""
+    top = min(int(n_tokens), int(model.max_positions))
+    if lengths is not None:
+        return length_grid(model, n_tokens, quick, lengths)
+    grid = [L for L in (QUICK_LENGTHS if quick else LENGTHS) if L <= top]
+    if not grid:
+        raise ValueError(f"the readings need L >= {LENGTHS[0]}; this window/model allows only L <= {top}")
+    return grid
+
+
+def curve_rows(trace, vectors: str, L: int, ns: Sequence[int], seed: int, samples: int,
+               window: int = 0) -> list[dict]:
+    """kind="curve" rows of one trace (L tokens) and vector reading: per (N, layer, head)."""
+    x = R.vectors(trace, vectors)
+    vis = trace.visible()
+    st = distance_stats(trace.probs, x, ns, vis, stats=("dtilde_a", "dtilde_b", *E_STATS.values()))
+    vals = {"d_a": st["dtilde_a"], "d_b": st["dtilde_b"], **{e: st[k] for e, k in E_STATS.items()}}
+    for d in ("a", "b"):
+        per = [distance_stats(trace.probs, x, ns, vis, stats=(f"dtilde_{d}",),
+                              order=R.random_orders(trace.probs.shape[:-2], vis, seed, s))[f"dtilde_{d}"]
+               for s in range(samples)]
+        means = torch.stack([row_mean(p, dim=-2) for p in per])                      # [S, layer, head, N]
+        vals[f"E4_{d}"] = torch.stack(per).mean(0)
+        se = means.std(0, unbiased=True) / samples ** 0.5 if samples > 1 else torch.full_like(means[0], np.nan)
+        vals[f"E4_{d}_se"] = se.unsqueeze(-2)                                      # (a head value: no row axis)
+    y = (trace.probs.double() * x.double().norm(dim=-1).unsqueeze(-2)) * vis         # a_i ||x_i|| [l, h, Q, K]
+    sum_y = y.sum(-1)
+    x_max = x.double().norm(dim=-1).unsqueeze(-2).expand_as(y).masked_fill(~vis, 0).amax(-1)
+    means = {k: (v if k.endswith("_se") else row_mean(v, dim=-2)) for k, v in vals.items()}
+    head_sum_y, head_x_max = sum_y.mean(-1), x_max.mean(-1)
+    rows = []
+    for li, layer in enumerate(trace.layers):
+        for hi, head in enumerate(trace.heads):
+            for c, N in enumerate(ns):
+                r = {"kind": "curve", "window": window, "vectors": vectors, "L": L, "N": int(N), "layer": int(layer),
+                     "head": int(head), "sum_y": float(head_sum_y[li, hi]), "x_max": float(head_x_max[li, hi])}
+                for k, v in means.items():
+                    r[k] = float(v[li, hi, ..., c].reshape(-1)[0])
+                rows.append(r)
+    return rows
+
+
+def critical_rows(trace, vectors: str, L: int, pairs, alpha: float, seed: int, samples: int,
+                  window: int = 0) -> list[dict]:
+    """kind="critical" rows of one trace and vector reading: one per reading pair (e, d)."""
+    scans = critical_n_readings(trace.probs, R.vectors(trace, vectors), trace.visible(), pairs=pairs, alpha=alpha,
+                                seed=seed, samples=samples)
+    rows = []
+    for (e, d), res in scans.items():
+        n = int(res["n"])
+        at = res["ns"].index(n) if n > 0 else len(res["ns"]) - 1
+        rows.append({"kind": "critical", "window": window, "vectors": vectors, "L": L, "e": e, "d": d,
+                     "critical_n": n, "critical_frac": n / L if n > 0 else float("nan"),
+                     "pvalue": res["pvalues"][at] if res["ns"] else float("nan"),
+                     "d_mean": res["d_mean"][at] if res["ns"] else float("nan"),
+                     "e_mean": res["e_mean"][at] if res["ns"] else float("nan"),
+                     "e_rel_se": res["e_rel_se"][at] if res["ns"] else float("nan"),
+                     "n_scanned": len(res["ns"]), "n_exact": int(sum(res["exact"]))})
+    return rows
+
+
+@with_threads
+def thm1_readings(model, ids, *, quick: bool = False, progress: bool = True, captures=None,
+                  vectors: Optional[Sequence[str]] = None, pairs=None, lengths: Optional[Sequence[int]] = None,
+                  curve_lengths: Optional[Sequence[int]] = None, seed: int = 0, samples: int = DEFAULT_SAMPLES,
+                  alpha: float = KS_ALPHA, text: Optional[dict] = None, threads: Optional[int] = None) -> Result:
+    """Fig. 2a's curves and Fig. 2c's critical N under every reading (module docstring): Result "thm1_readings".
+    `vectors` (default every `readings.VECTORS`), `pairs` (default every (E, d~) pair), `lengths` (critical N;
+    default 64, 128, 256, 512 capped by the model), `curve_lengths` (Fig. 2a; default 32, 64, ... up to the
+    model), `seed`/`samples` (E4's random subsets), `alpha` (KS level)."""
+    t0 = time.perf_counter()
+    vectors = list(vectors or R.VECTORS)
+    bad = [v for v in vectors if v not in R.VECTORS]
+    if bad:
+        raise ValueError(f"unknown vectors {bad}; choose from {', '.join(R.VECTORS)}")
+    pairs = check_pairs(pairs)
+    if not 0 < float(alpha) < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    keep = {"probs"} | R.needs(vectors)
+    caps = [Captures(model, w, keep) for w in as_windows(ids)] if captures is None else list(captures)
+    for c in caps:
+        c.require(keep)
+    n_tokens = len(caps[0].ids)
+    crit_L = reading_lengths(model, n_tokens, quick, lengths)
+    curve_L = length_grid(model, n_tokens, quick, curve_lengths)
+    rows: list[dict] = []
+    jobs = [(w, L) for w in range(len(caps)) for L in sorted(set(crit_L) | set(curve_L))]
+    for w, L in progress_bar(jobs, progress, "readings (Theorem 1)"):
+        trace = caps[w].get(L)
+        for vec in vectors:
+            if L in curve_L:
+                ns = [FIG2A_N] + ([L // 2, L - 1] if L == curve_L[-1] else [])
+                rows += curve_rows(trace, vec, L, [n for n in ns if n < L], seed, samples, w)
+            if L in crit_L:
+                rows += critical_rows(trace, vec, L, pairs, alpha, seed, samples, w)
+        if not model.causal:
+            caps[w].traces.pop(L, None)                                  # bidirectional: one pass per L, not kept
+    first = caps[0].last
+    text = text or {}
+    prov = provenance(
+        figure=NAME, model=model.name, causal=bool(model.causal), max_positions=int(model.max_positions),
+        model_info=(model.provenance() if hasattr(model, "provenance") else None),
+        text=text.get("text", text.get("name")),
+        text_sha256=text.get("text_sha256") or (first.text_sha256 if first is not None else None), text_meta=text,
+        n_windows=len(caps), window_tokens=n_tokens, vectors=vectors,
+        vectors_meaning={v: R.describe(R.VECTORS, v) for v in vectors},
+        pairs=[list(p) for p in pairs], e_readings={e: R.describe(R.E_READINGS, e) for e in R.E_READINGS},
+        d_readings={d: R.describe(R.D_READINGS, d) for d in R.D_READINGS},
+        keys="visible keys only; rows with L_t <= N skipped", alpha=alpha, seed=seed, samples=samples,
+        grids={"critical_lengths": crit_L, "curve_lengths": curve_L, "curve_N": FIG2A_N,
+               "corollary2_N": "L/2 and L-1 at the largest curve length", "n_scan": "every N from 1, stop at the "
+               "first p > alpha, per pair"},
+        quick=bool(quick), n_passes=sum(c.n_passes for c in caps),
+        capture_seconds=round(sum(c.seconds for c in caps), 3), runtime_seconds=round(time.perf_counter() - t0, 3),
+        torch_threads=torch.get_num_threads())
+    return Result(name=NAME, rows=rows, provenance=prov)
+
+
+# ------------------------------------------------------------------------------------------------ claims
+
+def _head_means(res: Result, key: str, **where) -> tuple[np.ndarray, np.ndarray]:
+    """L values and the mean over heads (and windows) of `key` among the rows matching `where`."""
+    sel = res.select(**where)
+    Ls = sorted({r["L"] for r in sel})
+    return np.array(Ls, float), np.array([np.nanmean([r[key] for r in sel if r["L"] == L]) for L in Ls])
+
+
+def _label(e: str, d: str, vectors: str) -> str:
+    return f"{e} / {d} / {vectors}"
+
+
+def thm1_reading_claims(results: dict) -> list[dict]:
+    """Claim rows, one per reading, for the statements of Theorem 1's experiments that depend on the reading:
+    p1-fig2c-critical (critical N <= 0.06 L at every L), p1-fig2a-linear (d~ and E both grow about linearly in L
+    at N = 5), p1-cor2-i (E(N = 5) -> sum_i ||a_i x_i|| as L grows), p1-cor2-ii (E -> 0 as N -> L). `results`
+    holds the Result under "thm1_readings"; missing gives no rows (the default readings' rows are in `claims`)."""
+    res = results.get(NAME)
+    if res is None or not res.rows:
+        return []
+    prov = res.provenance
+    model = f"{prov.get('model')}, {prov.get('n_windows', 1)} window(s)"
+    out = []
+    crit = [r for r in res.rows if r["kind"] == "critical"]
+    for e, d in [tuple(p) for p in prov.get("pairs", ALL_PAIRS)]:
+        for vec in prov.get("vectors", []):
+            rs = sorted((r for r in crit if (r["e"], r["d"], r["vectors"]) == (e, d, vec)), key=lambda r: r["L"])
+            if not rs:
+                continue
+            ok = all(0 < r["critical_n"] <= CRITICAL_FRAC * r["L"] for r in rs)
+            meas = "; ".join(f"L={r['L']}: " + (f"N*={r['critical_n']} ({r['critical_frac']:.3f} L)"
+                                                if r["critical_n"] > 0 else "none") for r in rs)
+            out.append(claim_row("p1-fig2c-critical", f"The critical N (KS, alpha = 0.01) is at most {CRITICAL_FRAC} L "
+                                 "for every L", "Fig. 2c: 'fewer than 6% of the tokens need to be selected'",
+                                 f"{meas} ({model})", verdict(ok), _label(e, d, vec)))
+    curve = [r for r in res.rows if r["kind"] == "curve" and r["N"] == FIG2A_N]
+    cres = Result(NAME, curve, prov)
+    for vec in prov.get("vectors", []):
+        if len({r["L"] for r in curve if r["vectors"] == vec}) < 3:
+            continue
+        fits = {}
+        for q in ("d_a", "d_b", "E1", "E2", "E3", "E4_a", "E4_b", "E5"):
+            L, y = _head_means(cres, q, vectors=vec)
+            fits[q] = linear_fit(L, y)
+        for e, d in [tuple(p) for p in prov.get("pairs", ALL_PAIRS)]:
+            eq = f"E4_{d}" if e == "E4" else e
+            (bd, _, r2d), (be, _, r2e) = fits[f"d_{d}"], fits[eq]
+            ok = bd > 0 and r2d >= LINEAR_R2 and be > 0 and r2e >= LINEAR_R2
+            out.append(claim_row(
+                "p1-fig2a-linear", f"At N = 5 both d~ and E grow about linearly in L (straight-line fit of the head "
+                f"means, slope > 0 and R^2 >= {LINEAR_R2})",
+                "Sec. 3.1 / Fig. 2a: 'both the true distance and its expectation grow roughly linearly in L'",
+                f"d~: slope {bd:.3g}, R^2 = {r2d:.3f}; E: slope {be:.3g}, R^2 = {r2e:.3f} ({model})", verdict(ok),
+                _label(e, d, vec)))
+        L_top = max(r["L"] for r in curve if r["vectors"] == vec)
+        top = [r for r in res.rows if r["kind"] == "curve" and r["vectors"] == vec and r["L"] == L_top]
+        sum_y = np.nanmean([r["sum_y"] for r in top if r["N"] == FIG2A_N])
+        x_max = np.nanmean([r["x_max"] for r in top if r["N"] == FIG2A_N])
+        Ls = sorted({r["L"] for r in curve if r["vectors"] == vec})
+        bound = [expectation_bound(FIG2A_N, L) * np.nanmean([r["x_max"] for r in curve
+                                                             if r["vectors"] == vec and r["L"] == L]) for L in Ls]
+        for e in R.E_READINGS:
+            for d in (("a", "b") if e == "E4" else ("",)):
+                q = f"E4_{d}" if e == "E4" else e
+                at = {N: np.nanmean([r[q] for r in top if r["N"] == N]) for N in sorted({r["N"] for r in top})}
+                gap = abs(at[FIG2A_N] - sum_y) / sum_y
+                lab = _label(e, d or "-", vec)
+                out.append(claim_row(
+                    "p1-cor2-i", f"For fixed N = 5, E approaches sum_i ||a_i x_i|| (relative gap <= {COR2_GAP:.0%} at "
+                    "the largest L)", "Corollary 2(i): 'the expected distance is dominated by the individual "
+                    "contributions ||a_i x_i|| of those low-weight tokens'",
+                    f"E = {at[FIG2A_N]:.3g}, sum_i ||a_i x_i|| = {sum_y:.3g} (<= max_i ||x_i|| = {x_max:.3g}), gap "
+                    f"{gap:.0%} at L = {L_top} ({model})", verdict(gap <= COR2_GAP), lab))
+                _, e_L = _head_means(cres, q, vectors=vec)
+                over = [L for L, v, b in zip(Ls, e_L, bound) if v > b]
+                out.append(claim_row(
+                    "p1-cor2-bounded", "E at N = 5 stays below (1 + 2N L/(L-1)) max_i ||x_i|| at every L (bounded in "
+                    "L, as Cor. 2(i)'s limit is; a derived consequence [R])",
+                    "Corollary 2(i), with sum_i ||a_i x_i|| <= max_i ||x_i||",
+                    f"E / bound = {e_L[0] / bound[0]:.2f} at L = {Ls[0]} .. {e_L[-1] / bound[-1]:.2f} at L = {Ls[-1]}"
+                    + (f"; above it at L = {over}" if over else "") + f" ({model})",
+                    verdict(not over), lab))
+                vanish = at[max(at)] / max(at.values())
+                out.append(claim_row(
+                    "p1-cor2-ii", f"E vanishes as N -> L: E(L - 1) <= {COR2_VANISH} max_N E(N) at the largest L",
+                    "Corollary 2(ii): 'When N -> L, we have E -> 0'",
+                    ", ".join(f"E(N={N}) = {v:.3g}" for N, v in at.items()) + f" at L = {L_top} ({model})",
+                    verdict(vanish <= COR2_VANISH), lab))
+    return out
