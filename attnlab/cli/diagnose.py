@@ -25,21 +25,16 @@ def add_cli(sub) -> None:
     p.add_argument("--max-rows", type=int, default=MAX_ROWS, help="query rows per head for the per-row metrics "
                                                                  "(default %(default)s; 0 = all)")
     p.add_argument("--alpha", type=float, default=ALPHA, help="KS level of the critical-N test (default %(default)s)")
-    p.add_argument(
-        "--ns-threshold", type=float, default=Thresholds.ns_frac, help="flag N_s/N below (default %(default)s)"
-    )
-    p.add_argument(
-        "--entropy-threshold",
-        type=float,
-        default=Thresholds.entropy_norm,
-        help="flag entropy >= this x log L (default %(default)s)",
-    )
-    p.add_argument(
-        "--critical-threshold",
-        type=float,
-        default=Thresholds.critical_frac,
-        help="flag critical N / L above (default %(default)s)",
-    )
+    p.add_argument("--entropy-threshold", type=float, default=Thresholds.entropy,
+                   help="flag a head near-uniform at entropy score H / log L >= this (default %(default)s)")
+    p.add_argument("--separability-threshold", type=float, default=Thresholds.separability,
+                   help="flag low separability at score (1 - N_s/N) / (1 - N_s/N of uniform attention) >= this "
+                        "(default %(default)s)")
+    p.add_argument("--sharp-gate", type=float, default=Thresholds.sharp_gate,
+                   help="low separability only for heads with entropy score >= this (default %(default)s)")
+    p.add_argument("--critical-threshold", type=float, default=Thresholds.critical,
+                   help="flag a layer at critical-N score (n_max - N*) / (n_max - N* of uniform attention) >= this "
+                        "(default %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run_cli)
 
@@ -55,7 +50,8 @@ def run_cli(args) -> int:
             raise ValueError(f"--out {args.out!r} exists and is not a directory: choose another path")
         writable_dir(out if out.exists() else out.parent)
     text, info = read_text_file(args.text) if args.text else (None, None)
-    thr = Thresholds(args.ns_threshold, args.entropy_threshold, args.critical_threshold).check()
+    thr = Thresholds(entropy=args.entropy_threshold, separability=args.separability_threshold,
+                     sharp_gate=args.sharp_gate, critical=args.critical_threshold).check()
     model = load_model(args.model, args.device)
     result = diagnose(
         model,

@@ -11,26 +11,36 @@ Per head and length L (one window of L tokens from the start of the text):
 - ``ns_frac`` = N_s / N (paper Eq. 10, ``separability``: value vectors on the unit sphere,
   r = distance of the nearest non-selected token), N = ``n_sep`` (16: the paper's Fig. 3 saturates
   from N ~ 16 on), mean over a sample of rows;
-- ``dtilde``: representation distance d~ (reading b, ``distance_stats``) at N = ``n_top``;
+- ``dtilde``: representation distance d~ (reading b, ``distance_stats``) at N = ``n_top``, and
+  ``dtilde_ratio`` = d~ / E (E: the random-set main sum of Theorem 1);
 - ``jac_norm``: exact spectral norm of the softmax Jacobian ``(diag(a) - a a^T) / T`` at the native
-  temperature (T = 1 on the model's own scaled scores), mean over a sample of rows
-  (``softmax_jacobian_norm``);
+  temperature (T = 1 on the model's own scaled scores), mean over a sample of rows;
 
-and per layer and for the whole model: the critical top-N of the paper's KS test (Alg. 3). The KS
-test compares per-head samples, so it pools heads: ``kind="model"`` rows pool every head of the
-model (the paper's protocol, 144 GPT-2 heads), ``kind="layer"`` rows pool the heads of one layer
-(a weaker test: 12 samples). N is scanned on a grid (every N up to 8, then steps of 1% of L, up to
-50% of L): the reported N is the first grid N that is not rejected, an upper bound on the paper's
-first N (equal when the step is 1, i.e. L <= 150); none up to the grid's end is "censored".
+and per layer and for the whole model: the critical top-N of the paper's KS test (Alg. 3), pooling
+heads (``kind="model"``: every head, the paper's protocol; ``kind="layer"``: the heads of one layer).
+N is scanned on a grid (every N up to 8, then steps of 1% of L, up to 50% of L): the reported N is the
+first grid N that is not rejected (exact when the step is 1); none up to the grid's end is "censored".
 
-Flags, from the paper's guidelines (its Discussion), at every L (the summary reports the longest L,
-where the limits bite): a head is flagged ``low_separability`` when N_s/N < 0.7, ``near_uniform`` when
-H / log L >= 0.9; a layer (and the model) is flagged ``critical_n`` when its critical N / L > 0.06
-(censored counts as above). Thresholds are options (``Thresholds``).
+References (``reference_weights``): every statistic is also computed on the same head's sampled rows
+and vectors with the weights replaced by the two ends of the row's temperature path: ``uniform``
+(T -> inf: 1/L_t on the visible keys, ranked as the row ranks them) and ``sharp`` (T -> 0: one-hot on
+the row's top key). Columns ``<stat>_uniform`` / ``<stat>_sharp``; the layer/model rows carry the
+critical N of the uniform reference (``critical_n_uniform``).
 
-Expensive per-row metrics (N_s/N, d~, critical N, Jacobian) use ``max_rows`` evenly spaced query
-rows per head (all rows when L <= max_rows); entropy and max weight use every row. The choices are
-recorded in the Result's provenance.
+Flags (``Thresholds``, the rules in one place): a statistic's saturation score (``saturation_score``)
+is 0 at its unsaturated end and 1 at its uniform reference; a flag fires at score >= the cut (0.9).
+
+- ``near_uniform`` (head): entropy, ends one-hot (0) and uniform (1): score = H / log L_t.
+- ``low_separability`` (head): N_s/N, ends N_s/N = 1 and the head's own uniform reference; only for
+  heads on the uniform side (entropy score >= ``sharp_gate``), because N_s/N is not monotone in
+  saturation: it falls towards 1/N at the one-hot end as well.
+- ``critical_n`` (layer, model): critical N, ends the scan's end (censored) and the critical N of
+  the uniform reference of the same heads; None when that reference is censored or untestable.
+
+The paper's numbers (N_s/N 0.70-0.85, critical N < 0.06 L) are kept as columns (``paper_*``) for
+comparison; they measure GPT-2 and do not flag. Expensive per-row metrics (N_s/N, d~, critical N,
+Jacobian, references) use ``max_rows`` evenly spaced query rows per head (all rows when L <= max_rows);
+entropy and max weight use every row. Every choice is recorded in the Result's provenance.
 """
 from __future__ import annotations
 
@@ -42,6 +52,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from attnlab.core.capture import Trace
 from attnlab.core.models import as_attn_model
 from attnlab.core.result import Result, provenance
 from attnlab.core.text import resolve_text
@@ -67,20 +78,43 @@ HEAT_METRICS = (("entropy_norm", "entropy / log L"), ("max_weight", "max weight"
                 ("ns_frac", "N_s / N"), ("jac_norm", "Jacobian norm (T = 1)"))
 
 
+REF_EPS = 1e-6      # share of the row's own weights kept in the uniform reference: its ranking, not its weights
+PAPER = {"ns_band": paper.SEPARABILITY_BAND, "critical_frac": paper.CRITICAL_FRAC, "min_T": paper.ONE_OVER_T_BELOW}
+# the per-head columns (statistics and references), the inputs of `head_flags`, the KS columns of a reference
+HEAD_FLAG_INPUTS = ("entropy_norm", "entropy_norm_uniform", "entropy_norm_sharp", "ns_frac", "ns_frac_uniform")
+HEAD_KEYS = ("entropy", "entropy_norm", "entropy_norm_uniform", "entropy_norm_sharp", "max_weight",
+             "max_weight_uniform", "max_weight_sharp", "weight_sum", "ns_frac", "ns_frac_uniform", "ns_frac_sharp",
+             "dtilde", "dtilde_ratio", "dtilde_ratio_uniform", "dtilde_ratio_sharp", "jac_norm")
+CRIT_KEYS = ("critical_n", "critical_n_frac", "critical_n_censored", "critical_n_pvalue", "critical_n_testable")
+
+
 @dataclass(frozen=True)
 class Thresholds:
-    """The paper's guidelines as flag thresholds (all options)."""
+    """The flag rules in one place. Each flag cuts a saturation score (`saturation_score`: 0 at the
+    statistic's unsaturated end, 1 at its value under uniform attention over the same head's rows and
+    vectors) at score >= its cut; the paper's numbers (`PAPER`, GPT-2) are shown, not used as cuts."""
 
-    ns_frac: float = paper.SEPARABILITY_BAND[0]  # head flagged when N_s/N < ns_frac   (paper: saturates at 0.70-0.85)
-    entropy_norm: float = 0.9  # head flagged when H / log L >= entropy_norm   (near uniform)
-    critical_frac: float = paper.CRITICAL_FRAC  # layer/model flagged when critical N / L > critical_frac   (paper: ~6%)
+    entropy: float = 0.9        # near_uniform: H / log L_t (one-hot 0, uniform 1) >= entropy
+    separability: float = 0.9   # low_separability: (1 - N_s/N) / (1 - N_s/N of uniform) >= separability ...
+    sharp_gate: float = 0.5     # ... for heads whose entropy score >= sharp_gate only (N_s/N also falls at one-hot)
+    critical: float = 0.9       # critical_n: (n_max - N*) / (n_max - N* of uniform) >= critical (n_max: scan's end)
 
     def check(self) -> "Thresholds":
-        if not 0 < self.ns_frac <= 1 or not 0 < self.entropy_norm <= 1 or not 0 < self.critical_frac < 1:
-            raise ValueError(
-                f"thresholds out of range: {self} (ns_frac, entropy_norm in (0, 1], critical_frac in (0, 1))"
-            )
+        cuts = (self.entropy, self.separability, self.critical)
+        if not all(0 < v <= 1 for v in cuts) or not 0 <= self.sharp_gate < 1:
+            raise ValueError(f"thresholds out of range: {self} (entropy, separability, critical in (0, 1], "
+                             "sharp_gate in [0, 1))")
         return self
+
+    def rules(self) -> dict[str, str]:
+        """flag -> its rule in words (provenance, report, summary)."""
+        return {
+            "near_uniform": f"entropy score H / log L_t >= {self.entropy:g} (one-hot 0, uniform 1)",
+            "low_separability": f"separability score (1 - N_s/N) / (1 - N_s/N of uniform) >= {self.separability:g} "
+                                f"(N_s/N = 1: 0, uniform: 1), heads with entropy score >= {self.sharp_gate:g} only",
+            "critical_n": f"critical-N score (n_max - N*) / (n_max - N* of uniform) >= {self.critical:g} "
+                          "(censored: <= 0, uniform: 1)",
+        }
 
 
 # ------------------------------------------------------------------------------------------ inputs
@@ -238,6 +272,58 @@ def sample_view(probs: torch.Tensor, visible: torch.Tensor, rows: torch.Tensor):
     return probs[..., rows, :], visible[rows]
 
 
+def reference_weights(probs: torch.Tensor, visible: torch.Tensor, kind: str, eps: float = REF_EPS) -> torch.Tensor:
+    """The two ends of each row's temperature path softmax(z / T), float64 [..., Q, K] like probs (0 on
+    invisible keys; rows renormalised): "uniform" (T -> inf) = (1 - eps) / L_t + eps a, uniform weights
+    ranked as the row ranks its keys (top-N stays the row's own); "sharp" (T -> 0) = one-hot on the
+    row's top key (ties: the lower index)."""
+    vis = visible.to(torch.bool)
+    a = probs.double() * vis
+    if kind == "uniform":
+        u = vis.double() / vis.sum(-1, keepdim=True).clamp_min(1)
+        return (1 - eps) * u + eps * a / a.sum(-1, keepdim=True).clamp_min(1e-300)
+    if kind == "sharp":
+        top = a.masked_fill(~vis, float("-inf")).argmax(-1, keepdim=True)
+        return torch.zeros_like(a).scatter_(-1, top, 1.0) * vis
+    raise ValueError(f"reference kind must be 'uniform' or 'sharp', got {kind!r}")
+
+
+def ratio_at(d: np.ndarray, e: np.ndarray, ns: Sequence[int], n: int) -> torch.Tensor:
+    """d~ / E at N = n from per-head arrays [..., len(ns)] -> [...] (NaN when n is not in ns)."""
+    if n not in ns:
+        return torch.full(np.shape(d)[:-1], float("nan"), dtype=torch.float64)
+    i = list(ns).index(n)
+    return torch.from_numpy(d[..., i] / e[..., i])
+
+
+def mean_separability(probs: torch.Tensor, x: torch.Tensor, n: int, visible: torch.Tensor) -> torch.Tensor:
+    """Row mean of N_s/N at N = n: probs [..., Q, K], x [..., K, D] -> [...] (NaN when n >= K)."""
+    if n >= probs.shape[-1]:
+        return torch.full(probs.shape[:-2], float("nan"), dtype=torch.float64)
+    return torch.nanmean(separability(probs, x, n, visible), dim=-1)
+
+
+def reference_stats(
+    probs: torch.Tensor, x: torch.Tensor, visible: torch.Tensor, *, n_top: int, n_sep: int, ns: Sequence[int]
+) -> dict:
+    """The head statistics of both references (`reference_weights`) on the same rows and vectors:
+    probs [..., Q, K] (the sampled rows), x [..., K, D] -> dict name -> [...] for name in
+    entropy_norm_*, max_weight_*, ns_frac_*, dtilde_ratio_* (* = uniform, sharp), plus d_heads_uniform /
+    e_heads_uniform [..., len(ns)] for the critical N of the uniform reference."""
+    out = {}
+    for kind in ("uniform", "sharp"):
+        ref = reference_weights(probs, visible, kind)
+        w = weight_stats(ref, visible)
+        out[f"entropy_norm_{kind}"], out[f"max_weight_{kind}"] = w["entropy_norm"], w["max_weight"]
+        out[f"ns_frac_{kind}"] = mean_separability(ref, x, n_sep, visible)
+        grid = list(ns) if kind == "uniform" else [n_top]
+        d, e = distance_heads(ref, x, visible, grid)
+        out[f"dtilde_ratio_{kind}"] = ratio_at(d, e, grid, n_top)
+        if kind == "uniform":
+            out["d_heads_uniform"], out["e_heads_uniform"] = d, e
+    return out
+
+
 def head_stats(
     trace,
     *,
@@ -246,61 +332,131 @@ def head_stats(
     max_rows: Optional[int] = MAX_ROWS,
     ns: Optional[Sequence[int]] = None,
     jacobian: bool = True,
+    references: bool = False,
 ) -> dict:
     """Every per-head quantity of one Trace (probs and v kept): dict name -> tensor [layer, head]
-    (max_weight, entropy, entropy_norm, weight_sum, ns_frac, dtilde, and jac_norm when `jacobian`, the
-    exact softmax Jacobian at T = 1, meaningful for the native softmax only), plus "d_heads" /
-    "e_heads" [layer, head, len(ns)] arrays for the critical-N tests and "ns" (the grid)."""
+    (max_weight, entropy, entropy_norm, weight_sum, ns_frac, dtilde, dtilde_ratio, and jac_norm when
+    `jacobian`, the exact softmax Jacobian at T = 1, meaningful for the native softmax only), plus
+    "d_heads" / "e_heads" [layer, head, len(ns)] arrays for the critical-N tests and "ns" (the grid);
+    with `references`, those of `reference_stats` on the same sampled rows."""
     if trace.probs is None or trace.v is None:
         raise ValueError("head_stats needs a trace with probs and v: capture(ids, keep=('probs', 'v'))")
-    L = trace.probs.shape[-1]
     vis = trace.visible()
     out = weight_stats(trace.probs, vis)
     rows = row_sample(trace.probs.shape[-2], max_rows)
     ps, vs = sample_view(trace.probs, vis, rows)
-    out["ns_frac"] = (
-        torch.nanmean(separability(ps, trace.v, n_sep, vs), dim=-1)
-        if n_sep < L
-        else torch.full(ps.shape[:-2], float("nan"), dtype=torch.float64)
-    )
-    ns = list(ns) if ns is not None else critical_grid(L, n_top=n_top)
+    out["ns_frac"] = mean_separability(ps, trace.v, n_sep, vs)
+    ns = list(ns) if ns is not None else critical_grid(trace.probs.shape[-1], n_top=n_top)
     d, e = distance_heads(ps, trace.v, vs, ns)
-    out["dtilde"] = (
-        torch.from_numpy(d[..., ns.index(n_top)]) if n_top in ns else torch.full(ps.shape[:-2], float("nan"))
-    )
+    out["dtilde"], out["dtilde_ratio"] = ratio_at(d, np.ones_like(d), ns, n_top), ratio_at(d, e, ns, n_top)
     out["d_heads"], out["e_heads"], out["ns"] = d, e, ns
     if jacobian:
         ok = vs.sum(-1) >= 2
         j = softmax_jacobian_norm(ps[..., ok, :], 1.0, vs[ok], method="secular")
         out["jac_norm"] = j.mean(-1)
+    if references:
+        out.update(reference_stats(ps, trace.v, vs, n_top=n_top, n_sep=n_sep, ns=ns))
     out["rows_sampled"] = int(len(rows))
     return out
 
 
+def synthetic_trace(betas: Sequence[float], K: int = 64, D: int = 16, *, seed: int = 0, causal: bool = False):
+    """A one-layer Trace (tests, the book) whose head h attends with softmax(betas[h] z), z ~ N(0, 1) per
+    head [K, K]: beta -> 0 is near uniform (saturated), a large beta near one-hot; values v ~ N(0, I_D)."""
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(1, len(betas), K, K, generator=g)
+    vis = torch.tril(torch.ones(K, K, dtype=torch.bool)) if causal else torch.ones(K, K, dtype=torch.bool)
+    probs = torch.softmax((torch.tensor(betas).view(1, -1, 1, 1) * z).masked_fill(~vis, float("-inf")), -1)
+    v = torch.randn(1, len(betas), K, D, generator=g)
+    return Trace("synthetic", torch.arange(K), [0], list(range(len(betas))), causal, 1.0, v=v, probs=probs)
+
+
+# ------------------------------------------------------------------------------------------- flags
+
+
+def saturation_score(x, uniform, unsaturated) -> np.ndarray:
+    """(x - unsaturated) / (uniform - unsaturated), elementwise (numbers, arrays or tensors): 0 at the
+    statistic's unsaturated end, 1 at its uniform reference, > 1 beyond it; NaN where the two ends
+    coincide (|uniform - unsaturated| < 1e-9) or any input is NaN."""
+    x, u, s = (np.asarray(v, dtype=float) for v in (x, uniform, unsaturated))
+    span = u - s
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(np.abs(span) < 1e-9, np.nan, (x - s) / np.where(span == 0, 1.0, span))
+
+
+def head_flags(entropy_norm, entropy_norm_uniform, entropy_norm_sharp, ns_frac, ns_frac_uniform,
+               thr: Thresholds) -> dict[str, np.ndarray]:
+    """The head rules of `thr`, elementwise over heads (numbers or arrays [...]): score_entropy,
+    score_separability (floats), flag_near_uniform, flag_low_separability, flagged (bools; a NaN score
+    never flags)."""
+    s_h = saturation_score(entropy_norm, entropy_norm_uniform, entropy_norm_sharp)
+    s_n = saturation_score(ns_frac, ns_frac_uniform, 1.0)
+    uni = np.nan_to_num(s_h, nan=-np.inf) >= thr.entropy
+    low = (np.nan_to_num(s_n, nan=-np.inf) >= thr.separability) & (np.nan_to_num(s_h, nan=-np.inf) >= thr.sharp_gate)
+    return {"score_entropy": s_h, "score_separability": s_n, "flag_near_uniform": uni,
+            "flag_low_separability": low, "flagged": uni | low}
+
+
+def critical_flag(row: dict, thr: Thresholds) -> tuple[float, Optional[bool]]:
+    """(score, flag) of a layer/model row (`pooled_critical_n` of the heads and of their uniform
+    reference): score = `saturation_score` of N* with ends n_max (censored counts as n_max: score <= 0)
+    and the reference's N*; flag None when either test is impossible or the reference is censored."""
+    if not row.get("critical_n_testable", True) or not row.get("critical_n_uniform_testable", True):
+        return float("nan"), None
+    n_max = float(row["critical_n_max"])
+    n = n_max if row["critical_n_censored"] else float(row["critical_n"])
+    if row.get("critical_n_uniform_censored", True):
+        return float("nan"), None
+    score = float(saturation_score(n, float(row["critical_n_uniform"]), n_max)) + 0.0     # + 0.0: no "-0"
+    return score, (None if math.isnan(score) else bool(score >= thr.critical))
+
+
+def add_flags(rows: list[dict], thr: Thresholds) -> None:
+    """Set the score and flag columns on every row (in place): heads score_entropy, score_separability,
+    flag_near_uniform, flag_low_separability, flag_critical_n (that of their layer), flagged (either
+    head flag); layer and model rows score_critical, flag_critical_n = flagged (None: not decidable)."""
+    crit_layers = set()
+    for r in rows:
+        if r["kind"] in ("layer", "model"):
+            r["score_critical"], r["flag_critical_n"] = critical_flag(r, thr)
+            r["flagged"] = r["flag_critical_n"]
+            if r["flag_critical_n"] and r["kind"] == "layer":
+                crit_layers.add((r["L"], r["layer"]))
+    for r in rows:
+        if r["kind"] == "head":
+            f = head_flags(*(r.get(k, float("nan")) for k in HEAD_FLAG_INPUTS), thr)
+            r.update({k: float(v) if k.startswith("score") else bool(v) for k, v in f.items()})
+            r["flag_critical_n"] = (r["L"], r["layer"]) in crit_layers
+
+
+
+def critical_rows(st: dict, layer_index: Optional[int], ns: Sequence[int], L: int, alpha: float) -> dict:
+    """Critical N of the heads of one layer (`layer_index`) or of all (None), of their uniform reference
+    (keys critical_n_uniform*) and the paper's cut as a comparison (paper_critical_above, not a flag)."""
+    pick = (lambda a: a) if layer_index is None else (lambda a: a[layer_index])
+    out = pooled_critical_n(pick(st["d_heads"]), pick(st["e_heads"]), ns, L, alpha)
+    ref = pooled_critical_n(pick(st["d_heads_uniform"]), pick(st["e_heads_uniform"]), ns, L, alpha)
+    out.update({k.replace("critical_n", "critical_n_uniform"): ref[k] for k in CRIT_KEYS})
+    above = bool(out["critical_n_censored"]) or out["critical_n_frac"] > PAPER["critical_frac"]
+    out["paper_critical_above"] = above if out["critical_n_testable"] else None
+    return out
+
+
 def diagnose(
-    model,
-    text=None,
-    *,
-    lengths: Optional[Sequence[int]] = None,
-    n_top: int = N_TOP,
-    n_sep: int = N_SEP,
-    thresholds: Optional[Thresholds] = None,
-    max_rows: Optional[int] = MAX_ROWS,
-    alpha: float = ALPHA,
-    crit_max_frac: float = CRIT_MAX_FRAC,
-    crit_step_frac: float = CRIT_STEP_FRAC,
-    device: str = "cpu",
-    tokenizer=None,
-    text_info: Optional[dict] = None,
-    progress: bool = True,
+    model, text=None, *, lengths: Optional[Sequence[int]] = None, n_top: int = N_TOP, n_sep: int = N_SEP,
+    thresholds: Optional[Thresholds] = None, max_rows: Optional[int] = MAX_ROWS, alpha: float = ALPHA,
+    crit_max_frac: float = CRIT_MAX_FRAC, crit_step_frac: float = CRIT_STEP_FRAC, device: str = "cpu",
+    tokenizer=None, text_info: Optional[dict] = None, progress: bool = True,
 ) -> Result:
     """Diagnose every head of `model` on `text` at each L in `lengths`: Result "diagnose" with rows
 
-    kind="head"  (L, layer, head, entropy, entropy_norm, max_weight, weight_sum, ns_frac, dtilde, jac_norm)
-    kind="layer" (L, layer, critical_n, critical_n_frac, critical_n_censored, ...)   heads of one layer
-    kind="model" (L, critical_n, ...)                                                 all heads pooled
-    and flag columns (flag_low_separability, flag_near_uniform, flag_critical_n, flagged) on every row
-    (`add_flags`); the summary and the report's tables use the longest L.
+    kind="head"  (L, layer, head, HEAD_KEYS: the statistics and their uniform / sharp references,
+                  paper_ns_below_band)
+    kind="layer" (L, layer, critical_n, critical_n_frac, critical_n_censored, ..., critical_n_uniform*,
+                  paper_critical_above)   heads of one layer
+    kind="model" (L, the same)            all heads pooled
+    and score / flag columns on every row (`add_flags`); the summary and the report's tables use the
+    longest L.
 
     model: an AttnModel, a name for `load_model` or a transformers model (+ `tokenizer`); text: None
     (War and Peace), a Corpus, or a string (`text_info` adds provenance, e.g. from `read_text_file`).
@@ -319,10 +475,7 @@ def diagnose(
     grid = check_lengths(model, text, lengths, min_length=max(n_top, n_sep))
     Lmax = grid[-1]
     # token windows first: a short text fails here, before any forward pass
-    if model.causal:
-        ids = {Lmax: text_window(model, text, Lmax)}
-    else:
-        ids = {L: text_window(model, text, L) for L in grid}
+    ids = {Lmax: text_window(model, text, Lmax)} if model.causal else {L: text_window(model, text, L) for L in grid}
     rows: list[dict] = []
     full = None
     for L in progress_bar(grid, progress, f"diagnose {model.name}"):
@@ -333,39 +486,15 @@ def diagnose(
         else:
             trace = model.capture(ids[L], keep=("probs", "v"), text_sha256=tprov.get("text_sha256"))
         ns = critical_grid(L, n_top=n_top, max_frac=crit_max_frac, step_frac=crit_step_frac)
-        st = head_stats(trace, n_top=n_top, n_sep=n_sep, max_rows=max_rows, ns=ns)
+        st = head_stats(trace, n_top=n_top, n_sep=n_sep, max_rows=max_rows, ns=ns, references=True)
         for li, layer in enumerate(trace.layers):
             for hi, head in enumerate(trace.heads):
-                rows.append(
-                    {
-                        "kind": "head",
-                        "L": L,
-                        "layer": int(layer),
-                        "head": int(head),
-                        **{
-                            k: float(st[k][li, hi])
-                            for k in (
-                                "entropy",
-                                "entropy_norm",
-                                "max_weight",
-                                "weight_sum",
-                                "ns_frac",
-                                "dtilde",
-                                "jac_norm",
-                            )
-                        },
-                        "rows_sampled": st["rows_sampled"],
-                    }
-                )
-            rows.append(
-                {
-                    "kind": "layer",
-                    "L": L,
-                    "layer": int(layer),
-                    **pooled_critical_n(st["d_heads"][li], st["e_heads"][li], ns, L, alpha),
-                }
-            )
-        rows.append({"kind": "model", "L": L, **pooled_critical_n(st["d_heads"], st["e_heads"], ns, L, alpha)})
+                r = {"kind": "head", "L": L, "layer": int(layer), "head": int(head),
+                     **{k: float(st[k][li, hi]) for k in HEAD_KEYS}, "rows_sampled": st["rows_sampled"]}
+                r["paper_ns_below_band"] = bool(r["ns_frac"] < PAPER["ns_band"][0])
+                rows.append(r)
+            rows.append({"kind": "layer", "L": L, "layer": int(layer), **critical_rows(st, li, ns, L, alpha)})
+        rows.append({"kind": "model", "L": L, **critical_rows(st, None, ns, L, alpha)})
         del trace
     add_flags(rows, thr)
     prov = provenance(
@@ -385,7 +514,14 @@ def diagnose(
         keys="visible keys only; rows with L_t <= N skipped",
         entropy="Shannon entropy (nats) of each row's weights; entropy_norm = H / log L_t, rows with L_t >= 2",
         jacobian="exact spectral norm of (diag(a) - a a^T)/T at T = 1 (the model's scaled scores), "
-        "mean over the sampled rows with >= 2 visible keys",
+        "mean over the sampled rows with >= 2 visible keys; references: uniform 1/L_t, one-hot 0 (not a flag)",
+        references=(
+            "every statistic recomputed on the same sampled rows and value vectors with the weights replaced by "
+            f"the ends of the row's temperature path: uniform (T -> inf: (1 - {REF_EPS:g}) / L_t + {REF_EPS:g} a, "
+            "uniform weights ranked as the row ranks its keys) and sharp (T -> 0: one-hot on the row's top key); "
+            "exact ends: entropy_norm 1 / 0, max_weight 1/L_t / 1, N_s/N at one-hot 1/N (strict <), d~/E at "
+            "one-hot L_t/(N+1); critical_n_uniform: the KS scan on the uniform reference of the same heads"
+        ),
         critical_n=(
             f"KS two-sample test (alpha={alpha}) of per-head token-mean d~ (reading b) vs E; kind=model pools "
             "all heads (paper protocol), kind=layer the heads of one layer; N grid: every N up to "
@@ -393,35 +529,14 @@ def diagnose(
             "non-rejected grid N (an upper bound on the first N; exact when the step is 1); "
             "censored = none up to the grid's end"
         ),
-        flags=(
-            f"at every L (summary: L={Lmax}): head low_separability if ns_frac < {thr.ns_frac}, "
-            f"near_uniform if entropy_norm >= "
-            f"{thr.entropy_norm}; layer/model critical_n if critical N / L > {thr.critical_frac} or censored"
+        flags=f"at every L (summary: L={Lmax}): " + "; ".join(f"{k}: {v}" for k, v in thr.rules().items()),
+        flag_rules=thr.rules(),
+        paper_guidelines=(
+            f"arXiv {paper.ARXIV} (GPT-2): N_s/N saturates at {PAPER['ns_band'][0]}-{PAPER['ns_band'][1]}, critical "
+            f"N < {PAPER['critical_frac']} L, avoid T < {PAPER['min_T']}; shown as paper_ns_below_band (N_s/N < "
+            f"{PAPER['ns_band'][0]}) and paper_critical_above (N*/L > {PAPER['critical_frac']} or censored), not flags"
         ),
         runtime_seconds=round(time.perf_counter() - t0, 3),
         torch_threads=torch.get_num_threads(),
     )
     return Result(REPORT_NAME, rows, prov)
-
-
-def add_flags(rows: list[dict], thr: Thresholds) -> None:
-    """Set the flag columns on every row (in place): heads flag_low_separability, flag_near_uniform,
-    flag_critical_n (that of their layer), flagged (either of the first two); layer and model rows
-    flag_critical_n (None when too few heads for the KS test). The summary reads the longest L."""
-    crit_layers = set()
-    for r in rows:
-        if r["kind"] in ("layer", "model"):
-            flag = None
-            if r.get("critical_n_testable", True):
-                flag = bool(r["critical_n_censored"]) or r["critical_n_frac"] > thr.critical_frac
-            r["flag_critical_n"] = r["flagged"] = flag
-            if flag and r["kind"] == "layer":
-                crit_layers.add((r["L"], r["layer"]))
-    for r in rows:
-        if r["kind"] != "head":
-            continue
-        low = not math.isnan(r["ns_frac"]) and r["ns_frac"] < thr.ns_frac
-        uni = not math.isnan(r["entropy_norm"]) and r["entropy_norm"] >= thr.entropy_norm
-        r["flag_low_separability"], r["flag_near_uniform"] = low, uni
-        r["flag_critical_n"] = (r["L"], r["layer"]) in crit_layers
-        r["flagged"] = low or uni

@@ -19,7 +19,7 @@ import numpy as np
 
 from attnlab.core.result import Result
 from attnlab.core.util import figure_grid
-from attnlab.tools.diagnose import HEAT_METRICS, REPORT_NAME
+from attnlab.tools.diagnose import HEAT_METRICS, PAPER, REPORT_NAME
 
 # ------------------------------------------------------------------------------------------- views
 
@@ -43,44 +43,56 @@ def _truthy(v) -> bool:
     return v is True or v == 1 or v == "True"
 
 
+def _names(rs: list[dict]) -> str:
+    """"3 heads [0.1, 2.4, 5.11]" (the first 12 named)."""
+    s = ", ".join(f"{r['layer']}.{r['head']}" for r in rs[:12])
+    return f"{len(rs)} heads" + (f" [{s}{', ...' if len(rs) > 12 else ''}]" if rs else "")
+
+
+def critical_text(r: dict, L: int, key: str = "critical_n") -> str:
+    """A layer/model row's critical N (or, key="critical_n_uniform", that of its uniform reference) in words."""
+    if r.get(f"{key}_testable") in (False, "False"):
+        return "not testable (too few heads)"
+    if _truthy(r.get(f"{key}_censored")):
+        return f"> {r.get('critical_n_max')} (no N up to {100 * r['critical_n_max'] / L:.0f}% of L passed)"
+    return f"{int(r[key])} ({100 * r[f'{key}_frac']:.1f}% of L)"
+
+
 def summary(result: Result) -> str:
-    """A few lines for the terminal: model, text, how many heads are flagged and for what."""
+    """A few lines for the terminal: model, text, how many heads are flagged and for what, and what the
+    paper's numbers would say as fixed cuts (for comparison; they do not flag)."""
     p = result.provenance
     L = flag_length(result)
     heads = result.select(kind="head", L=L)
     low = [r for r in heads if _truthy(r.get("flag_low_separability"))]
     uni = [r for r in heads if _truthy(r.get("flag_near_uniform"))]
     any_ = [r for r in heads if _truthy(r.get("flagged"))]
+    paper_low = [r for r in heads if _truthy(r.get("paper_ns_below_band"))]
     thr = p.get("thresholds", {})
     model_row = (result.select(kind="model", L=L) or [{}])[0]
-    layers = [r for r in result.select(kind="layer", L=L) if _truthy(r.get("flag_critical_n"))]
-    testable = any(r.get("critical_n_testable") in (True, 1, "True") for r in result.select(kind="layer", L=L))
-
-    def crit(r):
-        if r.get("critical_n_testable") in (False, "False"):
-            return "not testable (too few heads)"
-        if _truthy(r.get("critical_n_censored")):
-            return f"> {r.get('critical_n_max')} (no N up to {100 * r['critical_n_max'] / L:.0f}% of L passed)"
-        return f"{int(r['critical_n'])} ({100 * r['critical_n_frac']:.1f}% of L)"
-
-    def names(rs):
-        s = ", ".join(f"{r['layer']}.{r['head']}" for r in rs[:12])
-        return s + (", ..." if len(rs) > 12 else "")
-
+    layer_rows = result.select(kind="layer", L=L)
+    layers = [r for r in layer_rows if _truthy(r.get("flag_critical_n"))]
+    undecided = [r for r in layer_rows if r.get("flag_critical_n") in (None, "", "None")]
+    paper_layers = [r for r in layer_rows if _truthy(r.get("paper_critical_above"))]
+    model_crit = "?"
+    if model_row:
+        ref = critical_text(model_row, L, "critical_n_uniform")
+        verdict = model_row.get("flag_critical_n")
+        verdict = "undecidable" if verdict in (None, "", "None") else "flagged" if _truthy(verdict) else "not flagged"
+        model_crit = f"{critical_text(model_row, L)}, uniform attention {ref}: {verdict}"
     lines = [
         f"attnlab diagnose: {p.get('model')} ({p.get('n_layers')} layers x {p.get('n_heads')} heads, "
         f"{'causal' if p.get('causal') else 'bidirectional'}) on {p.get('text')} "
         f"(sha256 {str(p.get('text_sha256'))[:12]}...), L = {p.get('lengths')}",
-        f"at L={L}: {len(any_)} of {len(heads)} heads flagged",
-        f"  N_s/N < {thr.get('ns_frac')} (N={p.get('n_sep')}): {len(low)} heads" + (f" [{names(low)}]" if low else ""),
-        f"  entropy >= {thr.get('entropy_norm')} log L: {len(uni)} heads" + (f" [{names(uni)}]" if uni else ""),
-        f"  critical N / L > {thr.get('critical_frac')}: "
-        f"model-level critical N {crit(model_row) if model_row else '?'}; "
-        + (
-            f"{len(layers)} of {len(result.select(kind='layer', L=L))} layers flagged"
-            if testable
-            else "per-layer test impossible (too few heads per layer for the KS test at this alpha)"
-        ),
+        f"at L={L}: {len(any_)} of {len(heads)} heads flagged (a flag fires at score >= its cut; score 0 = the "
+        "unsaturated end, 1 = uniform attention over the head's own rows)",
+        f"  near uniform, entropy score >= {thr.get('entropy')}: {_names(uni)}",
+        f"  low separability, N_s/N score >= {thr.get('separability')} (N={p.get('n_sep')}; heads with entropy score "
+        f">= {thr.get('sharp_gate')}): {_names(low)}",
+        f"  critical N, score >= {thr.get('critical')}: model {model_crit}; layers: {len(layers)} of {len(layer_rows)} "
+        "flagged" + (f", {len(undecided)} undecidable (reference censored or untestable)" if undecided else ""),
+        f"  the paper's GPT-2 numbers as fixed cuts (not flags): N_s/N < {PAPER['ns_band'][0]}: {len(paper_low)} "
+        f"heads; critical N > {PAPER['critical_frac']} L: {len(paper_layers)} of {len(layer_rows)} layers",
     ]
     return "\n".join(lines)
 
@@ -113,9 +125,112 @@ def heatmap_figure(result: Result, L: Optional[int] = None):
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
-    fig.suptitle(f"{result.provenance.get('model')}, L = {L}\n(red x: N_s/N below threshold; white o: entropy near "
-                 "log L)", fontsize=10)
+    fig.suptitle(f"{result.provenance.get('model')}, L = {L}\n(red x: low separability; white o: near uniform)",
+                 fontsize=10)
     return fig
+
+
+def _strip(ax, x, layers, heads, n_layers, flagged, hollow=None, ref=None):
+    """Per-head dots at x, one row per layer (heads spread within the row); flagged red; hollow ones
+    (not eligible for the flag) open; optional grey x at each head's reference `ref`."""
+    y = layers + (heads - heads.max() / 2) / max(heads.max(), 1) * 0.6
+    if ref is not None:
+        ax.scatter(ref, y, marker="x", s=14, color="0.55", linewidths=0.8, label="uniform reference", zorder=2)
+    hollow = np.zeros_like(flagged) if hollow is None else hollow
+    for sel, kw in ((~flagged & ~hollow, dict(color="C0", label="head")),
+                    (~flagged & hollow, dict(facecolors="none", edgecolors="C0", label="head (sharp side)")),
+                    (flagged, dict(color="C3", label="flagged"))):
+        if sel.any():
+            ax.scatter(x[sel], y[sel], s=14, zorder=3, **kw)
+    ax.set_yticks(range(n_layers))
+    ax.set_ylim(n_layers - 0.5, -0.5)
+    ax.set_ylabel("layer")
+
+
+def _ends(ax, unsat: float, uniform: Optional[float], cut: float, unsat_label: str):
+    """The references and the cut of a score axis: dotted lines at the ends, dashed red cut."""
+    ax.axvline(unsat, color="0.3", ls=":", lw=1)
+    ax.axvline(cut, color="C3", ls="--", lw=1, label=f"cut: score {cut:g}")
+    ax.text(unsat, -0.55, unsat_label, ha="center", va="bottom", fontsize=9)
+    if uniform is not None:
+        ax.axvline(uniform, color="0.3", ls=":", lw=1)
+        ax.text(uniform, -0.55, "uniform", ha="center", va="bottom", fontsize=9)
+
+
+def flag_figure(result: Result, L: Optional[int] = None):
+    """matplotlib Figure, four panels at L (default: the flag length), each the distribution across
+    heads (one row per layer) a flag is cut from, with its references and its cut: the entropy score
+    (near uniform); N_s/N with each head's uniform reference, the one-hot value 1/N and the paper's band;
+    the separability score (low separability; open dots: heads on the sharp side of the gate); the
+    critical N / L of each layer and of the model with the uniform reference and the paper's 0.06."""
+    L = L or flag_length(result)
+    p, thr = result.provenance, result.provenance.get("thresholds", {})
+    heads = result.select(kind="head", L=L)
+    col = {k: np.array([np.nan if r.get(k) is None else float(r[k]) for r in heads])
+           for k in ("layer", "head", "score_entropy", "ns_frac", "ns_frac_uniform", "score_separability")}
+    flag = {k: np.array([_truthy(r.get(k)) for r in heads]) for k in ("flag_near_uniform", "flag_low_separability")}
+    lay, hd = col["layer"].astype(int), col["head"].astype(int)
+    n_layers = int(lay.max()) + 1
+    fig, axes = figure_grid(4, 3.4, 1.2 + 0.3 * max(n_layers, 4))
+    ax = axes[0]
+    _strip(ax, col["score_entropy"], lay, hd, n_layers, flag["flag_near_uniform"])
+    _ends(ax, 0.0, 1.0, thr.get("entropy", 0.9), "one-hot")
+    ax.set_xlabel("entropy score H / log L")
+    ax.set_title("near uniform", pad=14)
+    ax = axes[1]
+    n = float(p.get("n_sep") or 16)
+    _strip(ax, col["ns_frac"], lay, hd, n_layers, flag["flag_low_separability"], ref=col["ns_frac_uniform"])
+    lo, hi = PAPER["ns_band"]
+    ax.axvspan(lo, hi, color="C1", alpha=0.25, lw=0, label=f"paper (GPT-2) {lo}-{hi}")
+    ax.axvline(1 / n, color="0.3", ls=":", lw=1)
+    ax.text(1 / n, -0.55, "one-hot", ha="center", va="bottom", fontsize=9)
+    ax.set_xlim(0, 1.02)
+    ax.set_xlabel(f"N_s / N (N = {n:g})")
+    ax.set_title("separability and its references", pad=14)
+    ax = axes[2]
+    gate = thr.get("sharp_gate", 0.5)
+    sharp = np.nan_to_num(col["score_entropy"], nan=-1) < gate
+    _strip(ax, col["score_separability"], lay, hd, n_layers, flag["flag_low_separability"], hollow=sharp)
+    _ends(ax, 0.0, 1.0, thr.get("separability", 0.9), "N_s/N = 1")
+    ax.set_xlabel("separability score")
+    ax.set_title(f"low separability (open: entropy score < {gate:g})", pad=14)
+    _critical_panel(axes[3], result, L, thr.get("critical", 0.9))
+    legend = {}                             # one legend for the four panels, each label once
+    for a in axes:
+        for h, lab in zip(*a.get_legend_handles_labels()):
+            legend.setdefault(lab, h)
+    fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncol=3, frameon=False)
+    fig.suptitle(f"{p.get('model')}, L = {L}: what each flag is cut from", fontsize=10)
+    return fig
+
+
+def _critical_panel(ax, result: Result, L: int, cut: float) -> None:
+    """Critical N / L of each layer and of the model ("all"), its uniform reference, the cut, the paper's 0.06."""
+    rows = result.select(kind="layer", L=L) + result.select(kind="model", L=L)
+    seen: set = set()
+
+    def once(label):
+        return None if label in seen else seen.add(label) or label
+
+    for i, r in enumerate(rows):
+        if r.get("critical_n_testable") in (False, "False"):
+            continue
+        n_max, cens = float(r["critical_n_max"]), _truthy(r.get("critical_n_censored"))
+        ax.scatter([n_max / L if cens else float(r["critical_n_frac"])], [i], marker=">" if cens else "o", s=22,
+                   color="C3" if _truthy(r.get("flag_critical_n")) else "C0", zorder=3,
+                   label=once("censored: > scan end" if cens else "critical N / L"))
+        if r.get("critical_n_uniform") is not None and not _truthy(r.get("critical_n_uniform_censored")):
+            nu = float(r["critical_n_uniform"])
+            ax.scatter([nu / L], [i], marker="x", color="0.55", s=18, zorder=2, label=once("uniform reference"))
+            ax.plot([(n_max - cut * (n_max - nu)) / L] * 2, [i - 0.3, i + 0.3], color="C3", lw=1.2,
+                    label=once(f"cut: critical-N score {cut:g}"))
+    ax.axvline(PAPER["critical_frac"], color="C1", ls="--", lw=1, label=f"paper (GPT-2) {PAPER['critical_frac']}")
+    ax.set_yticks(range(len(rows)), [str(r["layer"]) if r["kind"] == "layer" else "all" for r in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlim(0, None)
+    ax.set_ylabel("layer")
+    ax.set_xlabel("critical N / L")
+    ax.set_title("critical N (KS test)", pad=14)
 
 
 def curves_figure(result: Result):
@@ -153,7 +268,7 @@ def curves_figure(result: Result):
 
 def _fmt(v) -> str:
     if v is None:
-        return ""
+        return "n/a"
     if isinstance(v, bool):
         return "yes" if v else ""
     if isinstance(v, float):
@@ -171,104 +286,72 @@ def _table(rows: list[dict], cols: Sequence[str], cls: str = "") -> str:
         + "</tr>"
         for r in rows
     )
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return f'<div class="scroll"><table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
 table{border-collapse:collapse;font-size:12px;margin:0.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 6px;
-text-align:right}th{background:#f3f3f3}tr.flag td{background:#fff0f0}.prov td{text-align:left}
-img{max-width:100%}code{background:#f3f3f3;padding:0 3px}pre{background:#f7f7f7;padding:0.8em}"""
+text-align:right}th{background:#f3f3f3}tr.flag td{background:#fff0f0}.prov td,.rules td{text-align:left}
+.scroll{overflow-x:auto}img{max-width:100%}code{background:#f3f3f3;padding:0 3px}pre{background:#f7f7f7;padding:0.8em;
+white-space:pre-wrap}"""
+PROV_KEYS = ("model", "model_source", "model_class", "model_weights_sha256", "causal", "n_layers", "n_heads",
+             "d_head", "max_positions", "device", "text", "text_source", "text_sha256", "text_chars", "lengths",
+             "window", "n_top", "n_sep", "max_rows", "alpha", "thresholds", "x", "keys", "entropy", "jacobian",
+             "references", "critical_n", "flags", "paper_guidelines", "attnlab", "torch", "transformers",
+             "created_utc", "runtime_seconds")
+HEAD_COLS = ("layer", "head", "entropy_norm", "score_entropy", "max_weight", "ns_frac", "ns_frac_uniform",
+             "score_separability", "dtilde_ratio", "dtilde_ratio_uniform", "dtilde_ratio_sharp", "jac_norm",
+             "flag_near_uniform", "flag_low_separability", "flag_critical_n", "paper_ns_below_band")
+CRIT_COLS = ("L", "layer", "critical_n", "critical_n_frac", "critical_n_censored", "critical_n_pvalue",
+             "critical_n_uniform", "critical_n_uniform_frac", "critical_n_uniform_censored", "critical_n_max",
+             "n_pooled_heads", "score_critical", "flag_critical_n", "paper_critical_above")
+FLAG_TEXT = (
+    "<p>Each flag cuts a <b>saturation score</b>: 0 at the statistic's unsaturated end, 1 at the value the same "
+    "statistic takes under <b>uniform attention</b> over the head's own rows and value vectors (the weights of each "
+    "row replaced by 1/L<sub>t</sub>, ranked as the row ranks its keys: the T &rarr; &infin; end of the head's "
+    "temperature path). The figure shows the distribution across heads each flag is cut from, with its references "
+    "and its cut. N<sub>s</sub>/N is not monotone in saturation (it falls towards 1/N at the one-hot end as well), so "
+    "it flags only heads on the uniform side of the entropy gate. The paper's numbers (GPT-2: N<sub>s</sub>/N "
+    "0.70&ndash;0.85, critical N &lt; 0.06 L) are shown for comparison (columns <code>paper_*</code>); they are not "
+    "flags. Flags mark where a head has lost selectivity, not broken heads.</p>"
+)
 
 
 def report_html(result: Result) -> str:
     """A self-contained HTML page (no external files: PNGs as base64 data URIs) from a diagnose Result."""
     p = result.provenance
     L = flag_length(result)
-    prov_keys = [
-        "model",
-        "model_source",
-        "model_class",
-        "model_weights_sha256",
-        "causal",
-        "n_layers",
-        "n_heads",
-        "d_head",
-        "max_positions",
-        "device",
-        "text",
-        "text_source",
-        "text_sha256",
-        "text_chars",
-        "lengths",
-        "window",
-        "n_top",
-        "n_sep",
-        "max_rows",
-        "alpha",
-        "thresholds",
-        "x",
-        "keys",
-        "entropy",
-        "jacobian",
-        "critical_n",
-        "flags",
-        "attnlab",
-        "torch",
-        "transformers",
-        "created_utc",
-        "runtime_seconds",
-    ]
     prov_rows = "".join(
-        f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(p.get(k)))}</td></tr>" for k in prov_keys if k in p
+        f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(p.get(k)))}</td></tr>" for k in PROV_KEYS if k in p
     )
+    rules = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
+                    for k, v in (p.get("flag_rules") or {}).items())
     heads = result.select(kind="head", L=L)
     flagged = [r for r in heads if _truthy(r.get("flagged"))]
     crit_rows = sorted(
         ({"layer": "all", **r} for r in result.select(kind="model") + result.select(kind="layer")),
         key=lambda r: (r["L"], -1 if r["layer"] == "all" else r["layer"]),
     )
-    head_cols = [
-        "layer",
-        "head",
-        "entropy",
-        "entropy_norm",
-        "max_weight",
-        "ns_frac",
-        "dtilde",
-        "jac_norm",
-        "flag_low_separability",
-        "flag_near_uniform",
-        "flag_critical_n",
-    ]
-    crit_cols = [
-        "L",
-        "layer",
-        "critical_n",
-        "critical_n_frac",
-        "critical_n_censored",
-        "critical_n_pvalue",
-        "critical_n_max",
-        "n_pooled_heads",
-        "flag_critical_n",
-    ]
     parts = [
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>attnlab diagnose: {html.escape(str(p.get('model')))}</title><style>{_CSS}</style></head><body>",
         f"<h1>Attention diagnostics: {html.escape(str(p.get('model')))}</h1>",
-        f"<table class='prov'>{prov_rows}</table>",
+        f"<div class='scroll'><table class='prov'>{prov_rows}</table></div>",
         f"<h2>Summary</h2><pre>{html.escape(summary(result))}</pre>",
-        "<p>Guidelines from Mudarisov et al., <i>Limitations of Normalization in Attention Mechanism</i> "
-        "(arXiv 2508.17821): separability N<sub>s</sub>/N saturates at 0.70&ndash;0.85; fewer than ~6% of the "
-        "tokens can be selected before the distances look as if the weights were uniform (critical N); "
-        "monitor entropy. Flags are heuristics for where a head has lost selectivity, not proofs.</p>",
+        "<h2>Flags: rules, references, distributions</h2>",
+        f"<table class='rules'>{rules}</table>",
+        FLAG_TEXT,
+        f"<img alt='per-head distributions with references and cuts' "
+        f"src='{_png_data_uri(flag_figure(result, L))}'>",
         f"<h2>Heads at L = {L}</h2><img alt='heat maps' src='{_png_data_uri(heatmap_figure(result, L))}'>",
         f"<h2>Against L</h2><img alt='curves' src='{_png_data_uri(curves_figure(result))}'>",
         "<h2>Critical N (KS test pooling heads)</h2>",
-        _table(crit_rows, crit_cols),
+        _table(crit_rows, CRIT_COLS),
         f"<h2>Flagged heads at L = {L} ({len(flagged)})</h2>",
-        _table(flagged, head_cols) if flagged else "<p>none</p>",
+        _table(flagged, HEAD_COLS) if flagged else "<p>none</p>",
         f"<h2>All heads at L = {L}</h2>",
-        _table(heads, head_cols),
+        _table(heads, HEAD_COLS),
         "<p>Every length is in the CSV (<code>diagnose.csv</code>); provenance in <code>diagnose.json</code>.</p>",
         "</body></html>",
     ]
