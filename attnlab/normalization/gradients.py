@@ -1,5 +1,6 @@
 """Lemma 2 / Corollary 3 of arXiv 2508.17821 (Fig. 4): the finite-difference Jacobian norm g(T, eps)
-of Alg. 5 and the exact spectral norm of the softmax Jacobian, for every row."""
+of Alg. 5 (directions: `DIRECTIONS`), its exact limit T -> 0 (`fd_grad_limit`) and the exact spectral
+norm of the softmax Jacobian, for every row."""
 from __future__ import annotations
 
 import math
@@ -11,24 +12,54 @@ import torch
 from attnlab.normalization import bounds
 from attnlab.normalization.engine import DEFAULT_CHUNK, blocks, check_inputs, visible_scores
 
+#: how the unit direction v of Alg. 5 is drawn (`attnlab.normalization.readings.DIRECTIONS`): z/||z|| over the
+#: visible keys with z ~ N(0, I) ("gaussian", the default) or z_i = -+1 ("rademacher")
+DIRECTIONS = ("gaussian", "rademacher")
+
+
+def check_direction(direction: str) -> str:
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    return direction
+
 
 def _direction(
-    b: int, vis: torch.Tensor, seed: int, Q: Optional[int] = None, rows: slice = slice(None)
+    b: int, vis: torch.Tensor, seed: int, Q: Optional[int] = None, rows: slice = slice(None),
+    direction: str = "gaussian",
 ) -> torch.Tensor:
     """Random unit direction over the visible keys of each row, for flattened head index b: [q, K] float64
     for the rows `rows` of the head's Q rows (vis [q, K] their visibility; default all rows). One
     generator per (seed, head): results do not depend on chunking."""
     g = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(b))
     Q = vis.shape[0] if Q is None else Q
-    z = torch.randn(Q, vis.shape[1], generator=g)[rows].to(vis.device, torch.float64) * vis  # float32 draw: 5x faster
+    if direction == "gaussian":
+        z = torch.randn(Q, vis.shape[1], generator=g)[rows]                    # float32 draw: 5x faster
+    else:
+        z = torch.randint(0, 2, (Q, vis.shape[1]), generator=g, dtype=torch.int8)[rows] * 2 - 1
+    z = z.to(vis.device, torch.float64) * vis
     n = z.norm(dim=-1, keepdim=True)
     return torch.where(n > 0, z / n.clamp_min(1e-300), z)
 
 
-def random_directions(lead: Sequence[int], visible: torch.Tensor, seed: int = 0) -> torch.Tensor:
+def random_directions(lead: Sequence[int], visible: torch.Tensor, seed: int = 0,
+                      direction: str = "gaussian") -> torch.Tensor:
     """Seeded random unit directions over the visible keys, [*lead, Q, K] float64 (v of Alg. 5)."""
+    check_direction(direction)
     B = int(np.prod(lead)) if len(lead) else 1
-    return torch.stack([_direction(b, visible, seed) for b in range(B)]).reshape(*lead, *visible.shape)
+    return torch.stack([_direction(b, visible, seed, direction=direction)
+                        for b in range(B)]).reshape(*lead, *visible.shape)
+
+
+def random_direction_entries(lead: Sequence[int], visible: torch.Tensor, keys: torch.Tensor, seed: int = 0,
+                             direction: str = "gaussian") -> torch.Tensor:
+    """The entries `random_directions(lead, visible, seed, direction)[..., q, keys[..., q, j]]`, float64
+    [*lead, Q, k], drawn one head at a time (never the whole [*lead, Q, K] tensor). keys long [*lead, Q, k]."""
+    check_direction(direction)
+    B = int(np.prod(lead)) if len(lead) else 1
+    idx = keys.reshape(B, *keys.shape[-2:])
+    out = torch.stack([_direction(b, visible, seed, direction=direction).gather(-1, idx[b].to(visible.device))
+                       for b in range(B)])
+    return out.reshape(*lead, *keys.shape[-2:])
 
 
 def fd_grad_norms(
@@ -38,14 +69,17 @@ def fd_grad_norms(
     visible: Optional[torch.Tensor] = None,
     *,
     seed: int = 0,
+    direction: str = "gaussian",
     chunk: int = DEFAULT_CHUNK,
 ) -> torch.Tensor:
     """Finite-difference Jacobian norm of Alg. 5 for every row, T and eps: [..., Q, len(T), len(eps)].
 
     `g(T, eps) = ||softmax((l + eps v)/T) - softmax(l/T)||_2 / eps` with l = the row's scores over its
     visible keys (finite scores & visible), v a seeded random unit vector over those keys (one per
-    row, the same for every T and eps; `random_directions`). Rows with < 2 keys are NaN.
+    row, the same for every T and eps; `random_directions`; `direction` "gaussian" or "rademacher").
+    Rows with < 2 keys are NaN.
     """
+    check_direction(direction)
     vis = visible_scores(scores, visible)
     Ts = [float(t) for t in temperatures]
     Es = [float(e) for e in epsilons]
@@ -66,7 +100,7 @@ def fd_grad_norms(
             l = torch.where(vis[qs], l, -inf)  # -inf on invisible keys
         l.sub_(l.amax(-1, keepdim=True))  # max 0: softmax is shift-invariant
         l_min = float((torch.where(vis[qs], l, inf) if masked else l).amin())  # lowest visible logit
-        v = torch.stack([_direction(b, vis[qs], seed, Q, qs) for b in range(bs.start, bs.stop)])
+        v = torch.stack([_direction(b, vis[qs], seed, Q, qs, direction) for b in range(bs.start, bs.stop)])
         lT, p, e = torch.empty_like(l), torch.empty_like(l), torch.empty_like(l)
         for ti, T in enumerate(Ts):
             torch.div(l, T, out=lT)
@@ -85,6 +119,48 @@ def fd_grad_norms(
                 out[bs, qs, ti, ei] = (torch.linalg.vector_norm(e, dim=-1) / (total.squeeze(-1) * eps)).cpu()
     out[:, ~ok.cpu()] = float("nan")
     return out.reshape(*lead, Q, len(Ts), len(Es))
+
+
+def fd_grad_limit(
+    scores: torch.Tensor,
+    epsilons: Sequence[float],
+    visible: Optional[torch.Tensor] = None,
+    *,
+    seed: int = 0,
+    direction: str = "gaussian",
+    chunk: int = DEFAULT_CHUNK,
+) -> torch.Tensor:
+    """The exact limit T -> 0 of `fd_grad_norms` (same rows, same directions v), [..., Q, len(eps)].
+
+    As T -> 0, softmax(z/T) -> u(z), the uniform distribution on the argmax set of z (one-hot when the
+    maximum is unique): `g(0+, eps) = ||u(l + eps v) - u(l)||_2 / eps`, with A, B the argmax sets of l
+    and l + eps v, `||u_B - u_A||^2 = 1/|A| + 1/|B| - 2 |A & B| / (|A| |B|)`. Without ties this is
+    `(sqrt 2 / eps) * 1{argmax(l + eps v) != argmax(l)}` ([R]). Ties are exact equalities (float64).
+    Rows with < 2 keys are NaN.
+    """
+    check_direction(direction)
+    vis = visible_scores(scores, visible)
+    Es = [float(e) for e in epsilons]
+    if not Es or not all(math.isfinite(e) and e > 0 for e in Es):
+        raise ValueError(f"epsilons must be finite numbers > 0, got {Es}")
+    lead = scores.shape[:-2]
+    S = scores.reshape(-1, *scores.shape[-2:])
+    B, Q, K = S.shape
+    out = torch.empty(B, Q, len(Es), dtype=torch.float64)
+    ok = vis.sum(-1) >= 2
+    for bs, qs in blocks(B, Q, K, chunk):
+        l = torch.where(vis[qs], S[bs, qs].double(), -math.inf)
+        A = l == l.amax(-1, keepdim=True)
+        nA = A.sum(-1).double()
+        v = torch.stack([_direction(b, vis[qs], seed, Q, qs, direction) for b in range(bs.start, bs.stop)])
+        for ei, eps in enumerate(Es):
+            z = l + eps * v                                         # -inf stays -inf (v = 0 there)
+            Bm = z == z.amax(-1, keepdim=True)
+            nB, nAB = Bm.sum(-1).double(), (A & Bm).sum(-1).double()
+            d2 = (1 / nA + 1 / nB - 2 * nAB / (nA * nB)).clamp_min(0)
+            out[bs, qs, ei] = (d2.sqrt() / eps).cpu()
+    out[:, ~ok.cpu()] = float("nan")
+    return out.reshape(*lead, Q, len(Es))
 
 
 def _exp_(z: torch.Tensor, low: float) -> torch.Tensor:

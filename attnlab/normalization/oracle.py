@@ -238,8 +238,9 @@ def row_separability(a: np.ndarray, Xn: np.ndarray, N: int, delta: float, M: flo
     for name, xi in xis.items():
         res[f"xi_{name}"] = float(xi.mean())
         res[f"lower_{name}"] = float(1 - xi.sum() / (r * N)) if r > 0 else np.nan
-        res[f"upper_B_{name}"] = float(np.mean(np.exp(-((r - xi) ** 2) / (16 * M * M))))
-        res[f"upper_R_{name}"] = float(np.mean(np.exp(-(np.maximum(xi - r, 0) ** 2) / (2 * M * M))))
+        res[f"upper_B_{name}"] = float(np.mean(np.exp(-((r - xi) ** 2) / (16 * M * M)))) if r > 0 else np.nan
+        res[f"upper_R_{name}"] = (float(np.mean(np.exp(-(np.maximum(xi - r, 0) ** 2) / (2 * M * M))))
+                                  if r > 0 else np.nan)
     return res
 
 
@@ -252,9 +253,11 @@ def separability_stats(
     M: float = 1.0,
     normalize: bool = True,
     stats=("ns_frac", "r", "lower_row", "upper_B_row", "upper_R_row"),
+    radius: str = "nearest",
+    rows: str = "positive_r",
     **_ignored,
 ):
-    """Per-row loop version of `separability_stats` (same output)."""
+    """Per-row loop version of `separability_stats` (same output, same `radius` and `rows` readings)."""
     lead, P, X, xmap, vis = _rows(probs, x, visible)
     ns = check_ns(ns, P.shape[-1])
     B, Q, _ = P.shape
@@ -271,8 +274,8 @@ def separability_stats(
             for c, N in enumerate(ns):
                 if len(idx) <= N:
                     continue
-                res = row_separability(P[b, t, idx], Xr, N, delta, M)
-                if not res["r"] > 0:
+                res = row_separability(P[b, t, idx], Xr, N, delta, M, radius)
+                if not res["r"] > 0 and rows == "positive_r":
                     continue
                 for k in stats:
                     out[k][b, t, c] = res[k]
@@ -287,13 +290,14 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-def fd_grad_norms(scores, temperatures, epsilons, visible=None, *, seed: int = 0, **_ignored) -> torch.Tensor:
+def fd_grad_norms(scores, temperatures, epsilons, visible=None, *, seed: int = 0, direction: str = "gaussian",
+                  **_ignored) -> torch.Tensor:
     """Per-row loop version of `fd_grad_norms` (same directions, same output)."""
     vis_t = visible_scores(scores, visible)
     lead = scores.shape[:-2]
     S = scores.reshape(-1, *scores.shape[-2:]).double().numpy()
     B, Q, K = S.shape
-    V = random_directions((B,), vis_t, seed).numpy()
+    V = random_directions((B,), vis_t, seed, direction).numpy()
     vis = vis_t.numpy()
     out = np.full((B, Q, len(temperatures), len(epsilons)), np.nan)
     for b in range(B):
@@ -320,6 +324,44 @@ def softmax_jacobian_norm(probs, T: float = 1.0, visible=None, **_ignored) -> to
         a = a[vis[i % Qn]]
         out[i] = np.linalg.eigvalsh(np.diag(a) - np.outer(a, a))[-1] / T
     return torch.from_numpy(out).reshape(lead)
+
+
+# ------------------------------------------- readings of Theorem 2 and Fig. 4 (issue #14; `thm2_readings`)
+
+
+def row_ns_fracs(dist_sel: np.ndarray, r: float, N: int) -> dict[str, float]:
+    """N_s/N of one row under each radius reading: "nearest" counts dist_i < r (strict), "closed" dist_i <= r;
+    a row with r = 0 (kept only under the rows reading "all") counts N_s = 0."""
+    if not r > 0:
+        return {"ns_frac_nearest": 0.0, "ns_frac_closed": 0.0}
+    return {"ns_frac_nearest": float((dist_sel < r).sum()) / N, "ns_frac_closed": float((dist_sel <= r).sum()) / N}
+
+
+def _uniform_argmax(z: np.ndarray) -> np.ndarray:
+    """The limit T -> 0 of softmax(z / T): uniform on the argmax set of z."""
+    top = z == z.max()
+    return top / top.sum()
+
+
+def fd_grad_limit(scores, epsilons, visible=None, *, seed: int = 0, direction: str = "gaussian",
+                  **_ignored) -> torch.Tensor:
+    """Per-row loop version of `fd_grad_limit`: ||u(l + eps v) - u(l)|| / eps, u = uniform on the argmax set."""
+    vis_t = visible_scores(scores, visible)
+    lead = scores.shape[:-2]
+    S = scores.reshape(-1, *scores.shape[-2:]).double().numpy()
+    B, Q, K = S.shape
+    V = random_directions((B,), vis_t, seed, direction).numpy()
+    vis = vis_t.numpy()
+    out = np.full((B, Q, len(epsilons)), np.nan)
+    for b in range(B):
+        for t in range(Q):
+            idx = np.flatnonzero(vis[t])
+            if len(idx) < 2:
+                continue
+            l, v = S[b, t, idx], V[b, t, idx]
+            for ei, eps in enumerate(epsilons):
+                out[b, t, ei] = np.linalg.norm(_uniform_argmax(l + eps * v) - _uniform_argmax(l)) / eps
+    return torch.from_numpy(out).reshape(*lead, Q, len(epsilons))
 
 
 # ------------------------------------------------------------------------------------- Fig. 1 rows

@@ -23,6 +23,10 @@ SEPARABILITY_STATS = ("ns_frac", "r", "delta", "xi_row", "xi_pair", "xi_delta",
                       "lower_row", "lower_pair", "lower_delta",
                       "upper_B_row", "upper_B_pair", "upper_B_delta",
                       "upper_R_row", "upper_R_pair", "upper_R_delta")
+#: N_s/N under each radius reading (`attnlab.normalization.readings.RADII`), whatever `radius` chooses for "ns_frac"
+RADIUS_STATS = ("ns_frac_nearest", "ns_frac_closed")
+RADII = ("nearest", "closed")
+ROW_SETS = ("positive_r", "all")
 _PAIR_STATS = {"xi_pair", "lower_pair", "upper_B_pair", "upper_R_pair"}
 _DELTA_STATS = {"delta", "xi_delta", "lower_delta", "upper_B_delta", "upper_R_delta"}
 
@@ -60,13 +64,17 @@ def min_pairwise_distance(x: torch.Tensor, visible: torch.Tensor) -> torch.Tenso
 def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visible: Optional[torch.Tensor] = None,
                        *, M: float = 1.0, normalize: bool = True,
                        stats: Sequence[str] = ("ns_frac", "r", "lower_row", "upper_B_row", "upper_R_row"),
+                       radius: str = "nearest", rows: str = "positive_r",
                        chunk: int = DEFAULT_CHUNK) -> dict[str, torch.Tensor]:
     """Theorem 2 / Fig. 3 quantities of every row for each N: dict stat -> float64 [..., Q, len(ns)].
 
     x is put on the sphere of radius M first (`normalize`; Assumption 1). Per row:
     `dist_i = ||a_i x_i - s||`, `r = min_{i out} dist_i` (every non-selected token outside the ball),
-    `N_s = #{i in I_N : dist_i < r}` (strict, [R]/G10 of the book appendix "How we read the papers"),
-    `ns_frac = N_s / N`.
+    `N_s = #{i in I_N : dist_i < r}` (radius "nearest": strict, [R]/G10 of the book appendix "How we read
+    the papers"; "closed": `<=`, the closed ball), `ns_frac = N_s / N`; stats "ns_frac_nearest" and
+    "ns_frac_closed" give both. Rows: "positive_r" (default) keeps the rows with L_t > N and r > 0 (the
+    others are NaN); "all" keeps every row with L_t > N, a row with r = 0 counting N_s = 0 (its bounds, which
+    need r > 0, stay NaN).
     Spread estimators xi_i ([B] text, "show both"): `row` = the row's own `dist_i`;
     `pair` = mean over the other selected j of `||a_j x_j - a_i x_i||` (0 when N = 1);
     `delta` = `bounds.theorem2_xi_delta` from delta = min pairwise distance of the row's visible
@@ -81,9 +89,14 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
     K = probs.shape[-1]
     ns = check_ns(ns, K)
     stats = list(stats)
-    bad = set(stats) - set(SEPARABILITY_STATS)
+    bad = set(stats) - set(SEPARABILITY_STATS) - set(RADIUS_STATS)
     if bad:
-        raise ValueError(f"unknown stats {sorted(bad)}; choose from {SEPARABILITY_STATS}")
+        raise ValueError(f"unknown stats {sorted(bad)}; choose from {SEPARABILITY_STATS + RADIUS_STATS}")
+    if radius not in RADII:
+        raise ValueError(f"radius must be one of {RADII}, got {radius!r}")
+    if rows not in ROW_SETS:
+        raise ValueError(f"rows must be one of {ROW_SETS}, got {rows!r}")
+    all_rows = rows == "all"                                             # (`rows` is reused for the row blocks)
     xu = unit_vectors(x, M) if normalize else x.double()
     lead, P, X, xmap = flatten_heads(probs, xu)
     B, Q, _ = P.shape
@@ -142,8 +155,13 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
             dsel = (torch.addcmul(A_top[:N], a_top[:N], xs_top, value=-2) + s2.squeeze(-1))
             dsel = dsel.clamp_min_(0).sqrt_().permute(1, 2, 0)          # [b, q, N] view of [N, b, q]
             r = r.squeeze(-1)
-            ok = (Lt > N).expand(b, q) & (r > 0)
-            res = {"ns_frac": (dsel < r.unsqueeze(-1)).sum(-1).double() / N, "r": r}
+            pos = r > 0
+            ok = (Lt > N).expand(b, q) & (True if all_rows else pos)
+            res = {"r": r}
+            for name, below in (("nearest", torch.lt), ("closed", torch.le)):
+                frac = below(dsel, r.unsqueeze(-1)).sum(-1).double() / N
+                res[f"ns_frac_{name}"] = frac.masked_fill_(~pos, 0.0)     # r = 0 (rows "all"): N_s = 0
+            res["ns_frac"] = res[f"ns_frac_{radius}"]
             xis = {"row": dsel}
             if need_pair:
                 xis["pair"] = psum[:N].permute(1, 2, 0) / (N - 1) if N > 1 else torch.zeros_like(dsel)
@@ -153,7 +171,8 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
             for name, xi in xis.items():
                 lo, (up_b, up_r) = bounds.theorem2_bound_set(xi, r, M, forms=("B", "R"))
                 res[f"xi_{name}"] = xi.mean(-1)
-                res[f"lower_{name}"], res[f"upper_B_{name}"], res[f"upper_R_{name}"] = lo, up_b, up_r
+                for key, val in ((f"lower_{name}", lo), (f"upper_B_{name}", up_b), (f"upper_R_{name}", up_r)):
+                    res[key] = val.masked_fill(~pos, float("nan"))         # Theorem 2 needs r > 0
             out[:, wanted[N], bs, qs] = nan_rows(torch.stack([res[k] for k in stats]), ok)
     return {k: out[i].permute(1, 2, 0).reshape(*lead, Q, len(ns)) for i, k in enumerate(stats)}
 
