@@ -259,9 +259,15 @@ CHAPTER_NOTES = {"6": "every claim above in one table, with the caveats", "7": "
                  "model (no claim of the papers)", "8": "the same measurements on any model"}
 
 
+def default_verdicts(rows: Sequence[dict]) -> dict[str, str]:
+    """claim id -> verdict at the book's default readings (rows with no `reading`; the other readings' rows share
+    their ids)."""
+    return {r["id"]: r["verdict"] for r in rows if not r.get("reading")}
+
+
 def chapter_map(rows: Sequence[dict]):
     """HTML table: chapter, the claims it checks, and each claim's verdict from the claim rows."""
-    verdicts = {r["id"]: r["verdict"] for r in rows}
+    verdicts = default_verdicts(rows)
     out = []
     for number, title, page, labels in CHAPTER_CLAIMS:
         link = f'<a href="{page}.html">{number}. {title}</a>'
@@ -276,7 +282,7 @@ def verdict_summary(rows: Sequence[dict]):
     """HTML: the claims of the chapter map grouped by verdict (holds / does not hold / not applicable)."""
     from IPython.display import HTML
 
-    verdicts = {r["id"]: r["verdict"] for r in rows}
+    verdicts = default_verdicts(rows)
     groups: dict[str, list[str]] = {}
     for number, _, page, labels in CHAPTER_CLAIMS:
         for cid, label in labels.items():

@@ -18,6 +18,7 @@ from attnlab.core.util import atomic_write
 from attnlab.normalization import claims as normalization_claims
 from attnlab.normalization import experiments as normalization
 from attnlab.normalization import plots as normalization_plots
+from attnlab.normalization import thm1_readings, thm2_readings
 from attnlab.sample_complexity import claims as sample_complexity_claims
 from attnlab.sample_complexity import experiments as sample_complexity
 from attnlab.sample_complexity import plots as sample_complexity_plots
@@ -50,6 +51,17 @@ FIGURES: dict[str, FigureSpec] = {
                        "Geometric separability N_s/N (Theorem 2)", "fig3"),
     "fig4": FigureSpec("normalization", normalization.fig4, normalization_plots.plot_fig4, "model+text",
                        "Gradient sensitivity against T (Lemma 2)", "fig4"),
+    "thm1_readings": FigureSpec("normalization", thm1_readings.thm1_readings, normalization_plots.plot_thm1_readings,
+                                "model+text", "Theorem 1 under every reading: Fig. 2a's curves and the critical N",
+                                "thm1_readings"),
+    "separability_readings": FigureSpec("normalization", thm2_readings.separability_readings,
+                                        thm2_readings.plot_separability_readings, "model+text",
+                                        "Theorem 2 under every reading: N_s/N per vectors, radius and rows",
+                                        "separability_readings"),
+    "gradient_readings": FigureSpec("normalization", thm2_readings.gradient_readings,
+                                    thm2_readings.plot_gradient_readings, "model+text",
+                                    "Fig. 4 under every reading: g(T, eps) per aggregate and direction, T -> 0",
+                                    "gradient_readings"),
     "tsc_uniform": FigureSpec("sample-complexity", sample_complexity.uniform_map,
                               sample_complexity_plots.plot_uniform_map, "none",
                               "Uniform convergence of the attention map (C(R)/sqrt n)", "uniform_map"),
@@ -63,8 +75,17 @@ FIGURES: dict[str, FigureSpec] = {
                            "Real tokens: a pretrained encoder on WikiText-2", "real_encoder"),
 }
 
+def paper1_all_claims(results: dict) -> list[dict]:
+    """The paper-1 claim rows at the book's default readings, then one row per reading where the reading matters."""
+    return (normalization_claims.paper1_claims(results) + thm1_readings.thm1_reading_claims(results)
+            + thm2_readings.thm2_reading_claims(results))
+
+
+# every reading of an open formula, side by side (their claim rows carry a reading)
+READING_FIGURES = ("thm1_readings", "separability_readings", "gradient_readings")
+
 CLAIMS: dict[str, Callable[[dict], list[dict]]] = {
-    "normalization": normalization_claims.paper1_claims,
+    "normalization": paper1_all_claims,
     "sample-complexity": sample_complexity_claims.tsc_claims,
 }
 
@@ -123,19 +144,21 @@ def compute_figures(fig_ids, inputs: Inputs, *, quick: bool = False, progress: b
     if unknown:
         raise ValueError(f"unknown figure ids {unknown}; known: {', '.join(FIGURES)}")
     out: dict[str, Result] = {}
-    paper1 = [i for i in fig_ids if FIGURES[i].needs == "model+text"]
+    paper1 = [i for i in fig_ids if i in normalization.FIGURE_FUNCS]    # one shared pass per length
     if paper1:
         t0 = time.perf_counter()
-        text = dict(inputs.corpus.provenance(), offset=0)
         out.update(normalization.run_figures(inputs.model, inputs.ids(), quick=quick, progress=progress,
-                                             figures=paper1, text=text))
+                                             figures=paper1, text=_text(inputs)))
         for i in paper1:
             out[i].provenance.setdefault("runtime_s", round(time.perf_counter() - t0, 3))
     for fig_id in fig_ids:
         if fig_id in out:
             continue
         spec, t0 = FIGURES[fig_id], time.perf_counter()
-        if spec.needs == "encoder":
+        if spec.needs == "model+text":
+            out[fig_id] = spec.compute(inputs.model, inputs.ids(), quick=quick, progress=progress,
+                                       text=_text(inputs))
+        elif spec.needs == "encoder":
             out[fig_id] = spec.compute(inputs.encoder, quick=quick, device=inputs.device)
         else:
             out[fig_id] = spec.compute(quick=quick, device=inputs.device)
@@ -146,6 +169,10 @@ def compute_figures(fig_ids, inputs: Inputs, *, quick: bool = False, progress: b
         out[fig_id].provenance["figure_spec"] = {"id": fig_id, "title": spec.title, "paper": spec.paper,
                                                  "quick": quick}
     return {i: out[i] for i in fig_ids}
+
+
+def _text(inputs: Inputs) -> dict:
+    return dict(inputs.corpus.provenance(), offset=0)
 
 
 def save_figure(result: Result, out: Path) -> list[Path]:
@@ -178,12 +205,15 @@ def write_manifest(out: Path, results: dict[str, Result], paths: dict[str, list[
     return path
 
 
-def claim_rows(inputs: Inputs, *, quick: bool, paper: str = "all", progress: bool = True) -> list[dict]:
-    """Compute the Results the claims need and return every claim row (id, claim, paper, measured, verdict)."""
+def claim_rows(inputs: Inputs, *, quick: bool, paper: str = "all", progress: bool = True,
+               readings: bool = True) -> list[dict]:
+    """Compute the Results the claims need and return every claim row (id, reading, claim, paper, measured,
+    verdict); `readings=False` leaves out the Results and rows of the other readings (`READING_FIGURES`)."""
     rows: list[dict] = []
     for name in PAPERS:
         if paper not in ("all", name):
             continue
-        results = compute_figures(figure_ids(name), inputs, quick=quick, progress=progress)
+        ids = [i for i in figure_ids(name) if readings or i not in READING_FIGURES]
+        results = compute_figures(ids, inputs, quick=quick, progress=progress)
         rows += CLAIMS[name]({FIGURES[i].claim_key: r for i, r in results.items()})
     return rows

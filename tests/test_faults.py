@@ -396,7 +396,7 @@ def test_bad_bench_options_fail_at_once_with_one_line(capsys):
     from attnlab.cli import main
 
     for argv, says in ((["--figures", "fig9"], "unknown figure id(s) fig9"),
-                       (["--figures", "fig1", "tsc_real"], "model+text figures only"),
+                       (["--figures", "fig1", "tsc_real"], "the paper's figures only"),
                        (["--max-length", "1"], "--max-length must be an integer >= 2"),
                        (["--max-length", "1.5"], "--max-length must be an integer >= 2"),
                        (["--threads", "0"], "--threads must be an integer >= 1")):

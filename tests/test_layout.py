@@ -94,7 +94,8 @@ def test_modules_stay_small():
 
 
 def test_registry_is_complete_and_shared():
-    assert set(figures.FIGURES) == {"fig1", "fig2a", "fig2b", "fig2c", "fig3", "fig4", "tsc_uniform", "tsc_moments",
+    assert set(figures.FIGURES) == {"fig1", "fig2a", "fig2b", "fig2c", "fig3", "fig4", "thm1_readings",
+                                    "separability_readings", "gradient_readings", "tsc_uniform", "tsc_moments",
                                     "tsc_hardmax", "tsc_real"}
     for fid, spec in figures.FIGURES.items():
         assert callable(spec.compute) and callable(spec.plot), fid
@@ -108,7 +109,8 @@ def test_registry_is_complete_and_shared():
     assert benchmarks.FIGURES is figures.FIGURES
     assert set(cli_bench.BENCHES) == {"capture", "figures", "normalizers", "montecarlo"}
     assert all(callable(f) for f in cli_bench.BENCHES.values())
-    assert figures.figure_ids("normalization") == ["fig1", "fig2a", "fig2b", "fig2c", "fig3", "fig4"]
+    assert figures.figure_ids("normalization") == ["fig1", "fig2a", "fig2b", "fig2c", "fig3", "fig4", "thm1_readings",
+                                                   "separability_readings", "gradient_readings"]
     with pytest.raises(ValueError):
         figures.figure_ids("physics")
     with pytest.raises(ValueError, match="unknown figure"):

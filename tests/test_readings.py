@@ -173,3 +173,38 @@ def test_vector_readings():
     with pytest.raises(ValueError, match="kept"):
         readings.vectors(Trace("m", torch.arange(K), [0], [0], False, 1.0, v=v), "k")
     assert readings.needs(["v_unit", "hidden_head"]) == {"v", "hidden"}
+
+
+def test_thm1_readings_experiment_and_claims(tiny, war_and_peace):
+    """The experiment on a causal model (one pass, prefixes): rows of both kinds for every reading, the default pair
+    equal to fig2c's scan, claim rows with their reading, and the derived bound [R] holding for E1, E3 and E4."""
+    from attnlab.normalization import experiments, thm1_readings
+    from attnlab.normalization.claims import paper1_claims
+
+    ids = tiny.window(war_and_peace.text, 128)
+    vecs = ["v", "k_unit", "hidden_head"]
+    res = thm1_readings.thm1_readings(tiny, ids, quick=True, progress=False, vectors=vecs, lengths=[64, 128],
+                                      curve_lengths=[32, 64, 128])
+    crit = res.select(kind="critical")
+    assert len(crit) == 2 * len(vecs) * len(critical_readings.ALL_PAIRS)
+    assert {r["vectors"] for r in crit} == set(vecs) and res.provenance["samples"] == 2
+    fig2c = experiments.fig2c(tiny, ids, lengths=[64, 128], progress=False)
+    for L in (64, 128):
+        want = fig2c.select(L=L)[0]["critical_n"]
+        assert res.select(kind="critical", vectors="v", L=L, e="E1", d="b")[0]["critical_n"] == want
+    curve = res.select(kind="curve", vectors="v")
+    assert {r["N"] for r in curve if r["L"] == 128} == {5, 64, 127}
+    assert all(np.isfinite(r["E4_b_se"]) and r["E4_b_se"] >= 0 for r in curve)
+    rows = thm1_readings.thm1_reading_claims({"thm1_readings": res})
+    assert rows and all(r["reading"] for r in rows)
+    ids_ = {r["id"] for r in rows}
+    assert ids_ == {"p1-fig2c-critical", "p1-fig2a-linear", "p1-cor2-i", "p1-cor2-bounded", "p1-cor2-ii"}
+    assert len({(r["id"], r["reading"]) for r in rows}) == len(rows)
+    for r in rows:                                    # a theorem [R]: E1, E3, E4 below (1 + 2N L/(L-1)) max ||x||
+        if r["id"] == "p1-cor2-bounded" and r["reading"].split(" / ")[0] in ("E1", "E3", "E4"):
+            assert r["verdict"] == "holds", r
+    default = {r["id"]: r for r in paper1_claims({"fig2c": fig2c})}
+    crit_v = {r["reading"]: r["verdict"] for r in rows if r["id"] == "p1-fig2c-critical"}
+    assert crit_v["E1 / b / v"] == default["p1-fig2c-critical"]["verdict"]
+    with pytest.raises(ValueError, match="unknown vectors"):
+        thm1_readings.thm1_readings(tiny, ids, vectors=["q"], progress=False)

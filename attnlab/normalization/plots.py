@@ -214,3 +214,31 @@ def plot_fig4(result: Result):
     L = result.rows[0]["L"] if result.rows else "?"
     fig.suptitle(title(result, f"Fig. 4: gradient sensitivity (L = {L})"), fontsize=9)
     return fig
+
+
+def plot_thm1_readings(result: Result, vectors: str = "v"):
+    """Theorem 1 under every reading (`thm1_readings`): left, the critical N / L against L for every E reading
+    (d~ reading b solid, a dashed) with 0.06 L; right, Fig. 2a's head-mean curves at N = 5 (d~ b and every E)."""
+    from attnlab.normalization.readings import E_READINGS
+
+    fig, (a1, a2) = _figure(2, 3.4, 3.2)
+    crit = [r for r in result.rows if r["kind"] == "critical" and r["vectors"] == vectors]
+    colors = dict(zip(E_READINGS, ("tab:blue", "tab:orange", "tab:purple", "tab:cyan", "tab:brown")))
+    for e in E_READINGS:
+        for d, ls in (("b", "-"), ("a", "--")):
+            rs = sorted((r for r in crit if r["e"] == e and r["d"] == d), key=lambda r: r["L"])
+            if rs:
+                a1.plot([r["L"] for r in rs], [r["critical_frac"] for r in rs], ls=ls, marker="o", ms=3,
+                        color=colors[e], label=f"{e}" if d == "b" else None)
+    a1.axhline(CRITICAL_FRAC, color="k", ls=":", lw=1, label="0.06 (paper)")
+    a1.set(xscale="log", ylim=(0, 1.02), xlabel="L", ylabel="critical N / L", title="critical N (b solid, a dashed)")
+    a1.legend(ncol=2, loc="center right")
+    curve = result.select(kind="curve", vectors=vectors, N=5)
+    for key, color, label in [("d_b", "tab:green", "true d~ (b)")] + [
+            (e if e != "E4" else "E4_b", colors[e], e) for e in E_READINGS]:
+        x, c, _, _ = _by(Result(result.name, curve, result.provenance), key, "L")
+        a2.plot(x, c, marker="o", ms=3, color=color, label=label, lw=2.2 if key == "d_b" else 1.2)
+    a2.set(xscale="log", yscale="log", xlabel="L", ylabel="head mean at N = 5", title="Fig. 2a, every reading of E")
+    a2.legend(ncol=2)
+    fig.suptitle(title(result, f"Theorem 1 under every reading (x = {vectors})"))
+    return fig

@@ -30,7 +30,7 @@ from attnlab.normalization import readings as R
 from attnlab.normalization.claims import LINEAR_R2, linear_fit
 from attnlab.normalization.critical_readings import ALL_PAIRS, DEFAULT_SAMPLES, check_pairs, critical_n_readings
 from attnlab.normalization.distance import distance_stats
-from attnlab.normalization.engine import row_mean
+from attnlab.normalization.engine import prefix_lengths, row_mean
 from attnlab.normalization.experiments import Captures, as_windows, length_grid
 from attnlab.normalization.paper import CRITICAL_FRAC, FIG2A_N, KS_ALPHA
 
@@ -76,11 +76,12 @@ def curve_rows(trace, vectors: str, L: int, ns: Sequence[int], seed: int, sample
         vals[f"E4_{d}"] = torch.stack(per).mean(0)
         se = means.std(0, unbiased=True) / samples ** 0.5 if samples > 1 else torch.full_like(means[0], np.nan)
         vals[f"E4_{d}_se"] = se.unsqueeze(-2)                                      # (a head value: no row axis)
-    y = (trace.probs.double() * x.double().norm(dim=-1).unsqueeze(-2)) * vis         # a_i ||x_i|| [l, h, Q, K]
-    sum_y = y.sum(-1)
-    x_max = x.double().norm(dim=-1).unsqueeze(-2).expand_as(y).masked_fill(~vis, 0).amax(-1)
+    xn = x.double().norm(dim=-1)                                                     # [l, h | 1, K]
+    sum_y = torch.matmul(trace.probs, xn.to(trace.probs.dtype).unsqueeze(-1)).squeeze(-1).double()   # [l, h, Q]
+    # (sum_i a_i ||x_i||: probs are 0 on invisible keys)
+    x_max = visible_max(xn, vis)                                                     # [l, h | 1, Q]
     means = {k: (v if k.endswith("_se") else row_mean(v, dim=-2)) for k, v in vals.items()}
-    head_sum_y, head_x_max = sum_y.mean(-1), x_max.mean(-1)
+    head_sum_y, head_x_max = sum_y.mean(-1), x_max.mean(-1).expand(sum_y.shape[:-1])
     rows = []
     for li, layer in enumerate(trace.layers):
         for hi, head in enumerate(trace.heads):
@@ -91,6 +92,15 @@ def curve_rows(trace, vectors: str, L: int, ns: Sequence[int], seed: int, sample
                     r[k] = float(v[li, hi, ..., c].reshape(-1)[0])
                 rows.append(r)
     return rows
+
+
+def visible_max(values: torch.Tensor, vis: torch.Tensor) -> torch.Tensor:
+    """max over each row's visible keys: values [..., K], vis bool [Q, K] -> [..., Q] (prefix-shaped visibility,
+    causal or bidirectional: one running max; otherwise row by row)."""
+    n = prefix_lengths(vis)
+    if n is not None:
+        return torch.cummax(values, dim=-1).values[..., (n - 1).clamp_min(0)]
+    return torch.stack([values[..., vis[t]].amax(-1) for t in range(vis.shape[0])], dim=-1)
 
 
 def critical_rows(trace, vectors: str, L: int, pairs, alpha: float, seed: int, samples: int,
