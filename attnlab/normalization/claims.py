@@ -13,7 +13,9 @@ from attnlab.core.result import Result
 from attnlab.core.verdicts import claim_row, percent, verdict
 from attnlab.normalization.paper import CRITICAL_FRAC, ONE_OVER_T_BELOW, PLATEAU_N, SATURATION_N, SEPARABILITY_BAND
 
-LINEAR_R2 = 0.95          # "grows roughly linearly": R^2 of a straight-line fit
+LINEAR_R2 = 0.95          # "grows roughly linearly": R^2 of a straight-line fit ...
+LINEAR_RATIO = 0.5        # ... and y(L_max) / y(L_min) at least this share of L_max / L_min (growth proportional to L,
+                          # not a logarithm that a line fits over a few doublings)
 PLATEAU_REL = 0.25        # "plateaus": |d(N_max) - d(20)| / d(20) at most this
 SLOPE_TOL = 0.25          # "follows 1/T": log-log slope within -1 -+ this
 DROP_FACTOR = 100.0       # "two orders of magnitude"
@@ -58,6 +60,21 @@ def _head_mean(res: Result, key: str, by: str, **where) -> tuple[np.ndarray, np.
         means.append(float(np.mean(wm)))
         spreads.append(float(np.std(wm)))
     return np.array(xs, float), np.array(means), np.array(spreads)
+
+
+def linear_growth(x, y) -> dict:
+    """"Grows about linearly" (Fig. 2a), the one test of the book: a straight-line fit with slope > 0 and
+    R^2 >= LINEAR_R2, and y(x_max) / y(x_min) >= LINEAR_RATIO * x_max / x_min. dict(slope, r2, ratio, ok, text)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    slope, _, r2 = linear_fit(x, y)
+    ratio = float(y[-1] / y[0]) if y[0] > 0 else float("nan")
+    ok = bool(slope > 0 and r2 >= LINEAR_R2 and ratio >= LINEAR_RATIO * x[-1] / x[0])
+    return {"slope": slope, "r2": r2, "ratio": ratio, "ok": ok,
+            "text": f"slope {slope:.3g} per token, R^2 = {r2:.3f}, x{ratio:.3g} from L = {int(x[0])} to {int(x[-1])}"}
+
+
+LINEAR_CLAIM = (f"a straight-line fit of the head mean with slope > 0 and R^2 >= {LINEAR_R2}, growing at least "
+                f"{LINEAR_RATIO:g} x as fast as L from the shortest to the longest L")
 
 
 def linear_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
@@ -147,23 +164,16 @@ def _claims_fig2(results) -> list[dict]:
     out = []
     res = _get(results, "fig2a")
     cid = "p1-fig2a-linear"
-    claim = (
-        "At N = 5 the true distance d~ grows about linearly in L "
-        f"(straight-line fit of the head mean, R^2 >= {LINEAR_R2})"
-    )
+    claim = f"At N = 5 the true distance d~ grows about linearly in L ({LINEAR_CLAIM})"
     paper = "Sec. 3.1 / Fig. 2a: 'both the true distance and its expectation grow roughly linearly in L'"
     if res is None or len(res.unique("L")) < 3:
         out.append(_na(cid, claim, paper, "fig2a not computed or fewer than 3 lengths"))
     else:
         L, d, _ = _head_mean(res, "dtilde_b", "L", N=res.rows[0]["N"])
         _, e, _ = _head_mean(res, "E", "L", N=res.rows[0]["N"])
-        b, _, r2 = linear_fit(L, d)
-        be, _, r2e = linear_fit(L, e)
-        measured = (
-            f"d~: slope {b:.3g} per token, R^2 = {r2:.3f}; E: slope {be:.3g}, R^2 = {r2e:.3f}; "
-            f"L = {int(L[0])}..{int(L[-1])} ({_model(res)})"
-        )
-        out.append(row(cid, claim, paper, measured, _v(b > 0 and r2 >= LINEAR_R2)))
+        gd, ge = linear_growth(L, d), linear_growth(L, e)
+        measured = f"d~: {gd['text']}; E: {ge['text']} ({_model(res)})"
+        out.append(row(cid, claim, paper, measured, _v(gd["ok"])))
     res = _get(results, "fig2b")
     cid = "p1-fig2b-plateau"
     claim = (

@@ -27,7 +27,7 @@ from attnlab.core.util import progress as progress_bar
 from attnlab.core.util import with_threads
 from attnlab.core.verdicts import claim_row, verdict
 from attnlab.normalization import readings as R
-from attnlab.normalization.claims import LINEAR_R2, linear_fit
+from attnlab.normalization.claims import LINEAR_CLAIM, linear_growth
 from attnlab.normalization.critical_readings import ALL_PAIRS, DEFAULT_SAMPLES, check_pairs, critical_n_readings
 from attnlab.normalization.distance import distance_stats
 from attnlab.normalization.engine import prefix_lengths, row_mean
@@ -220,20 +220,14 @@ def thm1_reading_claims(results: dict) -> list[dict]:
     for vec in prov.get("vectors", []):
         if len({r["L"] for r in curve if r["vectors"] == vec}) < 3:
             continue
-        fits = {}
-        for q in ("d_a", "d_b", "E1", "E2", "E3", "E4_a", "E4_b", "E5"):
-            L, y = _head_means(cres, q, vectors=vec)
-            fits[q] = linear_fit(L, y)
+        fits = {q: linear_growth(*_head_means(cres, q, vectors=vec))
+                for q in ("d_a", "d_b", "E1", "E2", "E3", "E4_a", "E4_b", "E5")}
         for e, d in [tuple(p) for p in prov.get("pairs", ALL_PAIRS)]:
-            eq = f"E4_{d}" if e == "E4" else e
-            (bd, _, r2d), (be, _, r2e) = fits[f"d_{d}"], fits[eq]
-            ok = bd > 0 and r2d >= LINEAR_R2 and be > 0 and r2e >= LINEAR_R2
+            fd, fe = fits[f"d_{d}"], fits[f"E4_{d}" if e == "E4" else e]
             out.append(claim_row(
-                "p1-fig2a-linear", f"At N = 5 both d~ and E grow about linearly in L (straight-line fit of the head "
-                f"means, slope > 0 and R^2 >= {LINEAR_R2})",
+                "p1-fig2a-linear", f"At N = 5 both d~ and E grow about linearly in L (each: {LINEAR_CLAIM})",
                 "Sec. 3.1 / Fig. 2a: 'both the true distance and its expectation grow roughly linearly in L'",
-                f"d~: slope {bd:.3g}, R^2 = {r2d:.3f}; E: slope {be:.3g}, R^2 = {r2e:.3f} ({model})", verdict(ok),
-                _label(e, d, vec)))
+                f"d~: {fd['text']}; E: {fe['text']} ({model})", verdict(fd["ok"] and fe["ok"]), _label(e, d, vec)))
         L_top = max(r["L"] for r in curve if r["vectors"] == vec)
         top = [r for r in res.rows if r["kind"] == "curve" and r["vectors"] == vec and r["L"] == L_top]
         sum_y = np.nanmean([r["sum_y"] for r in top if r["N"] == FIG2A_N])
