@@ -108,14 +108,14 @@ TABLE_TAGS = ("a", "b", "i", "em", "strong", "code", "sup", "sub", "span", "br",
 
 
 def rendered(text) -> str:
-    """Plain notation (`d~`, `R^2`, `<=`, `eps`, ...) as rendered math, outside HTML tags only; other
-    values unchanged (as str)."""
+    """Plain notation (`d~`, `R^2`, `<=`, `eps`, ...) as rendered math, outside HTML tags and outside LaTeX
+    spans `\\( .. \\)` (left to MathJax) only; other values unchanged (as str)."""
     import re
 
     text = str(text).replace("<=", "≤").replace(">=", "≥")
     tag = r"</?(?:%s)\b[^>]*>" % "|".join(TABLE_TAGS)
     text = re.sub(r"<(?!/?(?:%s)\b)" % "|".join(TABLE_TAGS), "&lt;", text)   # "T < 0.1", "x<y": text
-    parts = re.split(f"({tag})", text)
+    parts = re.split(f"({tag}|\\\\\\(.*?\\\\\\))", text)
     for i in range(0, len(parts), 2):                # even parts are text, odd parts are tags
         for pattern, repl in NOTATION:
             parts[i] = re.sub(pattern, lambda m, r=repl: r.replace("\\1", m.group(1) if m.groups() else ""), parts[i])

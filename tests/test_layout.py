@@ -166,6 +166,7 @@ def test_book_helpers():
     want = r"\(\tilde d\) ≤ \(d_{\max}\), \(R^2\) → 1, T &lt; 0.1, ε"
     assert book.rendered("d~ <= d_max, R^2 -> 1, T < 0.1, eps") == want
     assert book.rendered('<a href="a->b">d~</a>') == r'<a href="a->b">\(\tilde d\)</a>'      # tags untouched
+    assert book.rendered(r"\(\alpha_i - s\) alpha") == r"\(\alpha_i - s\) α"                    # LaTeX untouched
     from attnlab.core.verdicts import percent
 
     assert [percent(v) for v in (1.0, 0.0, 0.99996, 0.8997, 5e-5, math.nan)] == [

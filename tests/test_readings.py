@@ -208,3 +208,13 @@ def test_thm1_readings_experiment_and_claims(tiny, war_and_peace):
     assert crit_v["E1 / b / v"] == default["p1-fig2c-critical"]["verdict"]
     with pytest.raises(ValueError, match="unknown vectors"):
         thm1_readings.thm1_readings(tiny, ids, vectors=["q"], progress=False)
+
+
+def test_linear_growth_tells_a_line_from_a_logarithm():
+    from attnlab.normalization.claims import linear_growth
+
+    L = np.array([32, 64, 128, 256, 512], float)
+    assert linear_growth(L, 3.0 * L + 5)["ok"]
+    slow = np.array([18.54, 20.02, 21.89, 24.38, 27.89])          # E1 on MiniLM's keys: a line fits, growth x1.5
+    assert linear_growth(L, slow)["r2"] > 0.95 and not linear_growth(L, slow)["ok"]
+    assert not linear_growth(L, 100 - 0.1 * L)["ok"]

@@ -23,35 +23,41 @@ import torch
 class Reading:
     label: str      # short, for tables and selectors
     source: str     # where it comes from, with its label ([P], [B], [R], [G])
-    formula: str    # plain-text formula (rendered as math in the book)
+    formula: str    # the formula in LaTeX (typeset by the book's tables)
+
+
+def _sum_e(term: str) -> str:
+    """LaTeX of E = (L-N)/L sum_i ||term||."""
+    return r"\(E = \frac{L-N}{L} \sum_i \big\| " + term + r" \big\|\)"
 
 
 E_READINGS: dict[str, Reading] = {
     "E1": Reading("main sum", "[R]/[B] the main sum of the expectation over uniformly random N-subsets (Jensen: "
                   "E1 <= E4); the printed [B] formula with x-bar = N/(L-1) sum_j a_j x_j and the factor read as "
                   "a_i (1 + N/(L-1)); the book's default",
-                  "E = (L-N)/L sum_i ||a_i x_i - N/(L-1) sum_{j != i} a_j x_j||"),
+                  _sum_e(r"\alpha_i x_i - \frac{N}{L-1} \sum_{j \ne i} \alpha_j x_j")),
     "E2": Reading("printed, x-bar = mean", "[B] the published summary's formula read literally, (a_i + N/(L-1)) "
                   "x_i, with x-bar the plain mean of the x_j (x-bar is undefined in the summary)",
-                  "E = (L-N)/L sum_i ||(a_i + N/(L-1)) x_i - (1/L) sum_j x_j||"),
+                  _sum_e(r"(\alpha_i + \frac{N}{L-1})\, x_i - \frac{1}{L} \sum_j x_j")),
     "E3": Reading("printed, x-bar = N/(L-1) sum a x", "[B] the printed formula read literally with "
                   "x-bar = N/(L-1) sum_j a_j x_j",
-                  "E = (L-N)/L sum_i ||(a_i + N/(L-1)) x_i - N/(L-1) sum_j a_j x_j||"),
+                  _sum_e(r"(\alpha_i + \frac{N}{L-1})\, x_i - \frac{N}{L-1} \sum_j \alpha_j x_j")),
     "E4": Reading("exact expectation (Monte Carlo)", "[R] the exact expectation of d~ over uniformly random "
                   "N-subsets (the paper's Eq. 8 before any approximation), seeded Monte Carlo: nested random "
                   "subsets, two per row, with the standard error of each head mean",
-                  "E = E_{I_N ~ U} d~(I_N)"),
+                  r"\(E = \mathbb{E}_{I_N}\, \tilde d(I_N)\)"),
     "E5": Reading("printed, x-bar = sum a x", "[B] the printed formula read literally with x-bar = sum_j a_j x_j, "
                   "the attention-weighted mean (the head's output)",
-                  "E = (L-N)/L sum_i ||(a_i + N/(L-1)) x_i - sum_j a_j x_j||"),
+                  _sum_e(r"(\alpha_i + \frac{N}{L-1})\, x_i - \sum_j \alpha_j x_j")),
 }
 FORMULA_E = ("E1", "E2", "E3", "E5")        # closed forms; E4 is an expectation estimated by Monte Carlo
 
 D_READINGS: dict[str, Reading] = {
     "b": Reading("sum of distances", "[R] the paper's prose ('cumulative distance between s and all "
                  "non-selected embeddings', Cor. 2(ii), linear growth in Fig. 2a); the book's default",
-                 "d~ = sum_{i out} ||a_i x_i - s||"),
-    "a": Reading("distance of the sum", "[S] as typeset in the Moonlight review", "d~ = ||sum_{i out} a_i x_i - s||"),
+                 r"\(\tilde d = \sum_{i \notin I_N} \| \alpha_i x_i - s \|\)"),
+    "a": Reading("distance of the sum", "[S] as typeset in the Moonlight review",
+                 r"\(\tilde d = \| \sum_{i \notin I_N} \alpha_i x_i - s \|\)"),
 }
 
 _BASE_VECTORS = {
@@ -65,62 +71,66 @@ _BASE_VECTORS = {
 }
 VECTORS: dict[str, Reading] = {}
 for _name, (_label, _source) in _BASE_VECTORS.items():
-    VECTORS[_name] = Reading(_label, _source + "; raw", "x_i")
+    VECTORS[_name] = Reading(_label, _source + "; raw", r"\(x_i\)")
     VECTORS[f"{_name}_unit"] = Reading(_label + ", unit", _source + "; L2-normalised (Algorithm 4: 'normalize "
-                                       "token embeddings')", "x_i / ||x_i||")
+                                       "token embeddings')", r"\(x_i / \|x_i\|\)")
 
 RADII: dict[str, Reading] = {
     "nearest": Reading("nearest non-selected, strict", "[P] r = min_{i out} ||a_i x_i - s|| (Sec. 3.2), [R] "
                        "strict < so that the nearest non-selected token is outside; the book's default",
-                       "N_s = #{i in I_N : ||a_i x_i - s|| < r}"),
+                       r"\(N_s = \#\{i \in I_N : \|\alpha_i x_i - s\| < r\}\)"),
     "closed": Reading("nearest non-selected, closed ball", "[P] the same r with the closed ball B_r(s) of the "
                       "definition (<=): the nearest non-selected token then sits on the boundary",
-                      "N_s = #{i in I_N : ||a_i x_i - s|| <= r}"),
+                      r"\(N_s = \#\{i \in I_N : \|\alpha_i x_i - s\| \le r\}\)"),
 }
 ROW_SETS: dict[str, Reading] = {
     "positive_r": Reading("rows with r > 0", "[G10] rows where the ball has a positive radius (the default)",
-                          "rows with L_t > N and r > 0"),
+                          r"rows with \(L_t > N\) and \(r > 0\)"),
     "all": Reading("every row", "[G10] every row with L_t > N; a row with r = 0 counts N_s = 0",
-                   "rows with L_t > N"),
+                   r"rows with \(L_t > N\)"),
 }
 SEP_AGGREGATES: dict[str, Reading] = {
     "median": Reading("median over heads", "[G9] the box plots' median of the per-head token means (default)",
-                      "median_h mean_t N_s/N"),
-    "mean": Reading("mean over heads", "[G9] the mean over heads of the token means", "mean_h mean_t N_s/N"),
-    "q75": Reading("upper quartile", "[G9] the upper edge of the box", "q75_h mean_t N_s/N"),
+                      r"\(\mathrm{median}_h\, \mathrm{mean}_t\, N_s/N\)"),
+    "mean": Reading("mean over heads", "[G9] the mean over heads of the token means",
+                    r"\(\mathrm{mean}_h\, \mathrm{mean}_t\, N_s/N\)"),
+    "q75": Reading("upper quartile", "[G9] the upper edge of the box", r"\(q_{75\%,h}\, \mathrm{mean}_t\, N_s/N\)"),
     "max": Reading("max over heads", "[P] 'the exponential upper bound tracks the empirical maxima'",
-                   "max_h mean_t N_s/N"),
+                   r"\(\max_h\, \mathrm{mean}_t\, N_s/N\)"),
 }
 G_AGGREGATES: dict[str, Reading] = {
     "max_head_mean": Reading("max over heads of the token mean", "[P] Algorithm 5: average over tokens, store the "
-                             "maximum over the (head, layer) pairs (the default)", "max_h mean_t g"),
+                             "maximum over the (head, layer) pairs (the default)", r"\(\max_h\, \mathrm{mean}_t\, g\)"),
     "median_head_mean": Reading("median over heads of the token mean", "[G] a typical head",
-                                "median_h mean_t g"),
-    "max_row": Reading("max over rows", "[G] the worst row of any head (no average over tokens)", "max_{h,t} g"),
+                                r"\(\mathrm{median}_h\, \mathrm{mean}_t\, g\)"),
+    "max_row": Reading("max over rows", "[G] the worst row of any head (no average over tokens)", r"\(\max_{h,t} g\)"),
 }
 DIRECTIONS: dict[str, Reading] = {
     "gaussian": Reading("Gaussian unit vector", "[G] v = z/||z||, z ~ N(0, I) over the visible keys, one per row "
-                        "(the default)", "v = z/||z||"),
+                        "(the default)", r"\(v = z/\|z\|,\ z \sim N(0, I)\)"),
     "rademacher": Reading("random signs", "[G] v = z/||z|| with z_i = -+1 over the visible keys",
-                          "v = z/||z||, z_i in {-1, 1}"),
+                          r"\(v = z/\|z\|,\ z_i \in \{-1, 1\}\)"),
     "worst": Reading("worst direction (eps -> 0)", "[R] the Jacobian's top singular vector: g -> ||grad alpha||_2, "
-                     "the exact spectral norm, on sampled rows", "g = ||(diag(a) - a a^T)/T||_2"),
+                     "the exact spectral norm, on sampled rows",
+                     r"\(g = \|(\mathrm{diag}(\alpha) - \alpha\alpha^\top)/T\|_2\)"),
 }
 XI_READINGS: dict[str, Reading] = {
     "row": Reading("the row's own distance", "[B] 'xi_i = E||a_i x_i - s||, estimated as the row's ||a_i x_i - s||' "
                    "(the default; with it the lower bound is a theorem row by row: 1{X < r} >= 1 - X/r)",
-                   "xi_i = ||a_i x_i - s||"),
+                   r"\(\xi_i = \|\alpha_i x_i - s\|\)"),
     "pair": Reading("mean pairwise spread", "[B] 'or the mean over the other selected ||a_j x_j - a_i x_i||' "
-                    "(0 at N = 1)", "xi_i = mean_{j in I_N, j != i} ||a_j x_j - a_i x_i||"),
+                    "(0 at N = 1)",
+                    r"\(\xi_i = \mathrm{mean}_{j \in I_N, j \ne i} \|\alpha_j x_j - \alpha_i x_i\|\)"),
     "delta": Reading("from the minimum separation", "[R] the bound on E||s - a_i x_i||^2 from Assumptions 1-2 "
                      "(sphere of radius M, pairwise distance >= delta, the row's empirical minimum)",
-                     "xi_i^2 = M^2 sum_{j != i} a_j^2 + (M^2 - delta^2/2) sum_{j != k; j, k != i} a_j a_k"),
+                     r"\(\xi_i^2 = M^2 \sum_{j \ne i} \alpha_j^2 + (M^2 - \delta^2/2) \sum_{j \ne k;\, j, k \ne i} "
+                     r"\alpha_j \alpha_k\)"),
 }
 UPPER_FORMS: dict[str, Reading] = {
     "B": Reading("16 M^2 (as printed)", "[B] the published summary's upper bound (the default)",
-                 "(1/N) sum_i exp(-(r - xi_i)^2 / (16 M^2))"),
+                 r"\(\frac{1}{N} \sum_i e^{-(r - \xi_i)^2 / (16 M^2)}\)"),
     "R": Reading("2 M^2 (Hoeffding, range 2M)", "[R] reconstruction from the proof sketch ('Hoeffding-type')",
-                 "(1/N) sum_i exp(-(xi_i - r)_+^2 / (2 M^2))"),
+                 r"\(\frac{1}{N} \sum_i e^{-(\xi_i - r)_+^2 / (2 M^2)}\)"),
 }
 
 
