@@ -135,6 +135,14 @@ def table(header: Sequence[str], rows: Sequence[Sequence], caption: str = ""):
                 f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
 
 
+def prose(html: str):
+    """A paragraph (or list) of HTML computed on the page, with the checker's plain notation typeset
+    (`rendered`): what chapters display after their tables."""
+    from IPython.display import HTML
+
+    return HTML(f'<div class="mathjax_process">{rendered(html)}</div>')
+
+
 def png(fig, dpi: int = 100, colors: int = 64) -> bytes:
     """The figure as a light PNG (a `colors`-colour palette): frames are embedded in the page and the
     notebook, and this makes them about four times lighter with no visible change."""
