@@ -35,6 +35,23 @@ def fused(request, monkeypatch):
     return request.param
 
 
+@pytest.mark.parametrize("shape", ["causal", "bidirectional"])
+def test_d1_table_and_candidates_meet_at_the_table_limit(shape):
+    """On the kernels, d1 comes from the farthest-visible-key table up to TABLE_D1_N and from the candidates beyond:
+    both equal the oracle on either side of the limit."""
+    g = torch.Generator().manual_seed(3)
+    N0 = distance.TABLE_D1_N
+    L = N0 + 6
+    vis = torch.tril(torch.ones(L, L, dtype=torch.bool)) if shape == "causal" else torch.ones(L, L, dtype=torch.bool)
+    probs = torch.softmax((torch.randn(1, 2, L, L, generator=g) * 2).masked_fill(~vis, float("-inf")), -1)
+    x = torch.randn(1, 2, L, 3, generator=g)
+    ns = [N0 - 1, N0, N0 + 1, N0 + 4]
+    a = distance.distance_stats(probs, x, ns, vis, stats=("d1", "dmax_B"))
+    b = oracle.distance_stats(probs, x, ns, vis, stats=("d1", "dmax_B"))
+    for k in ("d1", "dmax_B"):
+        _close(a[k], b[k])
+
+
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("chunk", [engine.DEFAULT_CHUNK, 40])
 def test_distance_stats_equal_oracle(case, chunk, fused):

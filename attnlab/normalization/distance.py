@@ -31,6 +31,14 @@ DISTANCE_STATS = ("dtilde_b", "dtilde_a", "E", "jensen", "abar", "d1", "R", "dma
                   "E5")
 PRINTED_E = ("E2", "E3", "E5")   # the printed [B] form of E read literally (`attnlab.normalization.readings`)
 FAR_CANDIDATES = 8               # farthest keys kept per key for d1 (exact; rows where all are excluded recompute)
+TABLE_D1_N = 128                 # CPU kernels: d1 from each key's farthest visible key (O(N^2) per row) up to this N,
+                                 # for prefix-shaped rows (the candidates miss the visible keys of short causal rows)
+
+
+def _table_d1(N: int, kernels) -> bool:
+    """d1 of top-N sets of this size from the "small" tables: up to TABLE_D1_N on the CPU kernels, SMALL_N in torch
+    (whose version holds [rows, N, N] tensors)."""
+    return N <= (TABLE_D1_N if kernels is not None else SMALL_N)
 
 
 def _far_tables(rows: "RowBlock", ns: Sequence[int], m: int) -> dict:
@@ -44,14 +52,15 @@ def _far_tables(rows: "RowBlock", ns: Sequence[int], m: int) -> dict:
     xn2 = (Xu * Xu).sum(-1)
     tables = {}
     n_vis = rows.n if rows.prefix else None
-    if n_vis is not None and ns[0] <= SMALL_N:
+    kernels = cpu_kernels(rows.a)
+    if n_vis is not None and _table_d1(ns[0], kernels):
         H = torch.baddbmm(xn2.unsqueeze(-2).expand(-1, K, -1), Xu, Xu.transpose(1, 2), alpha=-2)
         if bool((n_vis == K).all()):
             far2, col = H.amax(-1, keepdim=True), torch.zeros_like(n_vis)
         else:
             far2, col = torch.cummax(H, dim=-1).values, (n_vis - 1).clamp_min(0)
         tables["small"] = (H, xn2, far2.add_(xn2.unsqueeze(-1)), col)
-    if ns[-1] > SMALL_N or "small" not in tables:
+    if not _table_d1(ns[-1], kernels) or "small" not in tables:
         m = min(m, K)
         far_dist = torch.zeros(Xu.shape[0], K, m, dtype=Xu.dtype, device=Xu.device)
         far_idx = torch.zeros(Xu.shape[0], K, m, dtype=torch.long, device=Xu.device)
@@ -75,7 +84,7 @@ def _d1(rows: RowBlock, N: int, tables: dict, ok: torch.Tensor, chunk: int) -> t
     selected gives it. Rows where some j is left undecided are recomputed over all keys. `ok` [b, q]
     marks the rows that count."""
     kernels = cpu_kernels(rows.a)
-    if N <= SMALL_N and "small" in tables and kernels is not None:
+    if _table_d1(N, kernels) and "small" in tables and kernels is not None:
         return kernels.d1_small(*tables["small"], rows.inv, rows.order, N, rows.vis if rows.masked else None)
     b, q, K = rows.a.shape
     j = rows.order[..., :N]                                              # [b, q, N]
