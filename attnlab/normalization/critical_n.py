@@ -197,6 +197,22 @@ def ks_lower_statistic(d_lo, d_hi, e_lo, e_hi) -> float:
     return float(max(t1, t2, 0.0))
 
 
+def certified_rejections(d_lo, d_hi, e_lo, e_hi, ns: Sequence[int], alpha: float) -> dict:
+    """{N: (p_upper, d midpoint mean, e midpoint mean)} for the N of the window whose KS rejection the brackets
+    certify: even the smallest KS statistic compatible with the per-head brackets d_lo..d_hi, e_lo..e_hi ([heads,
+    len(ns)]) has an exact p-value <= alpha / 2. Stops at the first N with no valid head."""
+    out = {}
+    for c, N in enumerate(ns):
+        cols = [d_lo[:, c], d_hi[:, c], e_lo[:, c], e_hi[:, c]]
+        okh = np.all([np.isfinite(col) for col in cols], axis=0)
+        if okh.sum() == 0:
+            break
+        p_up = ks_sf(ks_lower_statistic(*(col[okh] for col in cols)), int(okh.sum()), int(okh.sum()))
+        if p_up <= alpha / 2:
+            out[N] = (p_up, float(np.mean((cols[0] + cols[1])[okh] / 2)), float(np.mean((cols[2] + cols[3])[okh] / 2)))
+    return out
+
+
 class RunningTopN:
     """The incremental scan of `critical_n` (CPU kernels `top_brackets`, `top_exact`): per-head means over the valid
     rows (L_t > N) of the brackets and of the exact values, for windows of consecutive N, from running sums over the
@@ -382,16 +398,7 @@ def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Ten
         certified = {}
         if certify:
             hm = bracket_means(ns)
-            for c, N in enumerate(ns):
-                cols = [hm[k_][:, c] for k_ in ("d_lo", "d_hi", "e_lo", "e_hi")]
-                okh = np.all([np.isfinite(col) for col in cols], axis=0)
-                if okh.sum() == 0:
-                    break
-                D = ks_lower_statistic(*(col[okh] for col in cols))
-                p_up = ks_sf(D, int(okh.sum()), int(okh.sum()))
-                if p_up <= alpha / 2:
-                    certified[N] = (p_up, float(np.mean((cols[0] + cols[1])[okh] / 2)),
-                                    float(np.mean((cols[2] + cols[3])[okh] / 2)))
+            certified = certified_rejections(hm["d_lo"], hm["d_hi"], hm["e_lo"], hm["e_hi"], ns, alpha)
         todo = [N for N in ns if N not in certified]
         exact = {}
         # exact values for the uncertified N, in batches (nb, doubling up to `most`), until the first non-rejection

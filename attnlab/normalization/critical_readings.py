@@ -21,9 +21,8 @@ import torch
 from attnlab.normalization.critical_n import (
     BRACKET_SLACK,
     RunningTopN,
+    certified_rejections,
     ks_first_indistinguishable,
-    ks_lower_statistic,
-    ks_sf,
 )
 from attnlab.normalization.distance import distance_stats
 from attnlab.normalization.engine import check_inputs, cpu_kernels, row_mean
@@ -145,16 +144,7 @@ def critical_n_readings(probs: torch.Tensor, x: torch.Tensor, visible: Optional[
             br = scan.brackets(ns, todo)
             for p in todo:
                 dq, eq = _quantity(p)
-                for c, N in enumerate(ns):
-                    cols = [br[dq][0][:, c], br[dq][1][:, c], br[eq][0][:, c], br[eq][1][:, c]]
-                    okh = np.all([np.isfinite(col) for col in cols], axis=0)
-                    if okh.sum() == 0:
-                        break
-                    D = ks_lower_statistic(*(col[okh] for col in cols))
-                    p_up = ks_sf(D, int(okh.sum()), int(okh.sum()))
-                    if p_up <= alpha / 2:
-                        cert[p][N] = (p_up, float(np.mean((cols[0] + cols[1])[okh] / 2)),
-                                      float(np.mean((cols[2] + cols[3])[okh] / 2)))
+                cert[p] = certified_rejections(*br[dq], *br[eq], ns, alpha)
         exact: dict = {}                     # quantity -> {N: head values [B]}; "E4_*#s": per sample
         pos = {p: 0 for p in todo}
         nb = 8

@@ -145,16 +145,24 @@ def critical_n(
                 e_heads.append(np.mean(es))
         if not d_heads:
             break
-        test = ks_2samp(d_heads, e_heads)
-        res["ns"].append(N)
-        res["pvalues"].append(float(test.pvalue))
-        res["ks"].append(float(test.statistic))
-        res["d_mean"].append(float(np.mean(d_heads)))
-        res["e_mean"].append(float(np.mean(e_heads)))
-        if test.pvalue > alpha:
-            res["n"] = N
+        if _ks_record(res, N, d_heads, e_heads, alpha):
             break
     return res
+
+
+def _ks_record(res: dict, N: int, d_heads, e_heads, alpha: float) -> bool:
+    """Append the KS test of the two per-head samples at N to the scan `res`; True (and res["n"] = N) when it does
+    not reject."""
+    test = ks_2samp(d_heads, e_heads)
+    res["ns"].append(N)
+    res["pvalues"].append(float(test.pvalue))
+    res["ks"].append(float(test.statistic))
+    res["d_mean"].append(float(np.mean(d_heads)))
+    res["e_mean"].append(float(np.mean(e_heads)))
+    if test.pvalue > alpha:
+        res["n"] = N
+        return True
+    return False
 
 
 def critical_n_readings(probs, x, visible=None, *, pairs=None, alpha: float = 0.01, n_max: Optional[int] = None,
@@ -201,16 +209,7 @@ def critical_n_readings(probs, x, visible=None, *, pairs=None, alpha: float = 0.
         for p in list(todo):
             e, d = p
             dk, ek = f"d_{d}", (f"E4_{d}" if e == "E4" else e)
-            dh, eh = [h[dk] for h in heads], [h[ek] for h in heads]
-            test = ks_2samp(dh, eh)
-            res = out[p]
-            res["ns"].append(N)
-            res["pvalues"].append(float(test.pvalue))
-            res["ks"].append(float(test.statistic))
-            res["d_mean"].append(float(np.mean(dh)))
-            res["e_mean"].append(float(np.mean(eh)))
-            if test.pvalue > alpha:
-                res["n"] = N
+            if _ks_record(out[p], N, [h[dk] for h in heads], [h[ek] for h in heads], alpha):
                 todo.remove(p)
     return out
 
