@@ -230,7 +230,8 @@ def test_quick_experiments_return_results(quick_results, tmp_path):
 def test_claims_rows(quick_results):
     rows = scc.tsc_claims(quick_results)
     assert [r["id"] for r in rows] == ["tsc-uniform-rate", "tsc-uniform-constant", "tsc-moments-beta",
-                                       "tsc-hardmax", "tsc-real-beta"]
+                                       "tsc-hardmax", "tsc-real-beta", "tsc-real-beta-heads"]
+    assert rows[-1]["reading"] == scc.HEADS_READING and all(not r["reading"] for r in rows[:-1])
     for r in rows:
         assert set(r) == {"id", "reading", "claim", "paper", "measured", "verdict"}
         assert r["verdict"] in ("holds", "does not hold", "not applicable")
@@ -251,10 +252,10 @@ class TinyBert:
     that real_encoder uses (hf, name, max_positions, capture). Also records the model's own
     attention.self outputs, to check the recomputation."""
 
-    def __init__(self, seed=0):
+    def __init__(self, seed=0, heads=4):
         from transformers import BertConfig, BertModel
 
-        cfg = BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        cfg = BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2, num_attention_heads=heads,
                          intermediate_size=64, max_position_embeddings=64, attn_implementation="eager")
         with torch.random.fork_rng():
             torch.manual_seed(seed)
@@ -313,8 +314,10 @@ def test_real_encoder_on_tiny_bert():
         A_h = sa.scaling * Wk[8 * h:8 * h + 8].T @ Wq[8 * h:8 * h + 8]
         assert r["horizon"] == pytest.approx(theory.horizon(A_h, Sigma), rel=1e-6)
         assert r["horizon_authors"] == pytest.approx(math.sqrt(8) * r["horizon"])
+    assert all(np.isfinite(r[f"beta_{m}"]) and np.isfinite(r[f"beta_{m}_se"]) for r in heads for m in ("mean", "cov"))
     assert "with replacement" in res.provenance["subsampling"].lower()
     scp.plot_real_encoder(res)
+    scp.plot_real_heads(res, 1)
     assert scc.tsc_claims({"real_encoder": res})[-1]["verdict"] in ("holds", "does not hold")
     with pytest.raises(ValueError, match="layers"):
         real_tokens.real_encoder(model, ids=ids, quick=True, layers=[5])
@@ -547,3 +550,31 @@ def test_head_horizons():
     assert theory.head_horizons(Wq, Wk, S, 1)[0] == pytest.approx(theory.horizon(Wk.T @ Wq, S), rel=1e-10)
     with pytest.raises(ValueError, match="n_heads"):
         theory.head_horizons(Wq, Wk, S, 5)
+
+
+def test_head_blocks_are_each_heads_own_moments():
+    g = _gen(21)
+    nh, e, n = 3, 4, 10
+    Y = torch.randn(2, n, nh * e, dtype=f64, generator=g)                  # [b, n, h*e]
+    mean_h, cov_h = real_tokens.head_blocks(*theory.output_moments(Y), nh)
+    for h in range(nh):
+        m, c = theory.output_moments(Y[..., h * e:(h + 1) * e])
+        assert torch.allclose(mean_h[:, h], m) and torch.allclose(cov_h[:, h], c)
+
+
+def test_real_encoder_one_head_per_head_errors_equal_the_layers():
+    model = TinyBert(heads=1)
+    ids = torch.randint(0, 60, (40,), generator=_gen(22))
+    res = real_tokens.real_encoder(model, ids=ids, quick=True, seed=5)
+    for p in res.select(kind="point"):
+        (hp,) = res.select(kind="head_point", layer=p["layer"], n=p["n"], moment=p["moment"])
+        assert hp["head"] == 0 and hp["err_mean"] == pytest.approx(p["err_mean"], rel=1e-12)
+    for l in (0, 1):
+        (head,) = res.select(kind="head", layer=l)
+        for mom in ("mean", "cov"):
+            (f,) = res.select(kind="fit", layer=l, moment=mom)
+            assert head[f"beta_{mom}"] == pytest.approx(f["beta"], rel=1e-9) and np.isfinite(head[f"beta_{mom}"])
+            assert head["horizon"] == pytest.approx(f["horizon"], rel=1e-9)       # one head: A_h = A
+    row = scc.tsc_claims({"real_encoder": res})[-1]
+    assert row["id"] == "tsc-real-beta-heads" and row["verdict"] in ("holds", "does not hold")
+    assert "/2 heads" in row["measured"] and "Spearman" in row["measured"]

@@ -26,7 +26,12 @@ CLAIM_TEXT = {
                 "abstract: 'in this setting, we establish a logarithmic rate of convergence'"),
     "real_beta": ("On a real encoder, fitted |beta| per layer lie at or above beta(H)",
                   "abstract v1: 'Experiments on ... real BERT models on Wikipedia text confirm our predictions'"),
+    "real_beta_heads": ("On a real encoder, each head's fitted |beta| (its own output block) lies at or above "
+                        "beta(H_j) at the head's own horizon H_j",
+                        "abstract v1 as above; per-head H as in the authors' downstream code [CODE]; comparing "
+                        "each head's exponent with beta(H_j) is this book's reading [R] (their plots are per layer)"),
 }
+HEADS_READING = "per head: H_j from A_j = scaling W_kj^T W_qj, |beta| of head j's output block [R]"
 
 
 def _claim_uniform(res: Optional[Result]) -> list[dict]:
@@ -118,6 +123,35 @@ def _claim_real(res: Optional[Result]) -> list[dict]:
                         c + f" ({res.provenance.get('model')})", p)]
 
 
+def _claim_real_heads(res: Optional[Result]) -> list[dict]:
+    """Per head: the share of heads whose mean and covariance exponents are at or above beta(H_j) (the
+    tolerance of the per-layer claim), and the rank correlation of |beta_cov| with H_j across heads (the
+    prediction "larger horizon, slower decay" read across heads; reported, not part of the verdict)."""
+    c, p = CLAIM_TEXT["real_beta_heads"]
+    heads = [h for h in res.select(kind="head") if "beta_cov" in h] if res is not None else []
+    if not heads:
+        why = "not run" if res is None else "no per-head fits in this Result"
+        return [_row("tsc-real-beta-heads", c, p, why, "not applicable", reading=HEADS_READING)]
+    parts, ok = [], True
+    for mom in ("mean", "cov"):
+        fin = [h for h in heads if np.isfinite(h[f"beta_{mom}"])]
+        n_ok = sum(h[f"beta_{mom}"] >= h["beta_ref"] - max(2 * np.nan_to_num(h[f"beta_{mom}_se"]), BETA_TOL_FLOOR)
+                   for h in fin)
+        ok = ok and bool(fin) and n_ok == len(fin)
+        b = [h[f"beta_{mom}"] for h in fin]
+        parts.append(f"{mom}: {n_ok}/{len(fin)} heads at or above beta(H_j) within max(2 se, {BETA_TOL_FLOOR})"
+                     + (f", |beta| {min(b):.3f}..{max(b):.3f}" if b else ""))
+    from scipy.stats import spearmanr
+
+    fin = [h for h in heads if np.isfinite(h["beta_cov"])]
+    rho = spearmanr([h["horizon"] for h in fin], [h["beta_cov"] for h in fin])[0] if len(fin) > 2 else float("nan")
+    Hs = [h["horizon"] for h in heads]
+    meas = "; ".join(parts) + (f"; H_j {min(Hs):.3g}..{max(Hs):.3g} over {len(heads)} heads; Spearman rank "
+                               f"correlation of |beta_cov| with H_j: {rho:+.2f} (the prediction reads it < 0)")
+    return [_row("tsc-real-beta-heads", c + f" ({res.provenance.get('model')})", p, meas,
+                 "holds" if ok else "does not hold", reading=HEADS_READING)]
+
+
 def tsc_claims(results: dict) -> list[dict]:
     """Claim rows (id, claim, paper, measured, verdict) from Results keyed by experiment name:
     "uniform_map", "moment_convergence", "hardmax", "real_encoder" (missing -> "not applicable").
@@ -125,8 +159,10 @@ def tsc_claims(results: dict) -> list[dict]:
     [DERIVED] delta-method constant, which grows like exp(||Sigma^1/2 A x||^2 / 2)); every fitted
     moment |beta| at or above beta(H) within 2 standard errors (the upper-bound reading; our H with
     the temperature inside A, the authors' H reported beside it); hardmax: |slope| < 0.1 for the
-    covariance error at the largest scale (the mean error is fluctuation only, see _claim_hardmax)."""
+    covariance error at the largest scale (the mean error is fluctuation only, see _claim_hardmax); per
+    head (reading HEADS_READING, a last row): every head's exponents at or above beta(H_j)."""
     def get(key):
         return results.get(key) or results.get(f"tsc_{key}")
     return (_claim_uniform(get("uniform_map")) + _claim_moments(get("moment_convergence"))
-            + _claim_hardmax(get("hardmax")) + _claim_real(get("real_encoder")))
+            + _claim_hardmax(get("hardmax")) + _claim_real(get("real_encoder"))
+            + _claim_real_heads(get("real_encoder")))

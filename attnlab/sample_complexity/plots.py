@@ -218,8 +218,64 @@ def plot_sample_reference_effect(result: Result):
         ax.plot(n, [r[key] for r in dec], st, label=lab)
     _loglog(ax)
     ax.set(xlabel="n (tokens)", ylabel="squared error (Frobenius)", title="covariance: the shared bias cancels")
-    ax.legend(fontsize=7)
+    ax.legend()
     p = result.provenance
     fig.suptitle(_title(result, f"Finite reference ({p.get('n_ref')} tokens) vs exact limit, {p.get('tokens', '')}"),
                  fontsize=9)
+    return fig
+
+
+def plot_real_heads(result: Result, layer, horizon_key: str = "horizon"):
+    """One layer of :func:`real_encoder`: each head's fitted |beta| (mean, covariance; error bars =
+    slope se) against the head's own horizon H_h, with the other layers' heads in grey, the layer's
+    own exponent at the layer's H (all heads together, a star) and beta(H) = 1/(2(1+H^2)) [CODE]."""
+    fig, axes = figure_row(2, 3.35, 3.4)
+    heads = result.select(kind="head")
+    mine = [h for h in heads if h["layer"] == layer]
+    H_all = [h[horizon_key] for h in heads] + [f[horizon_key] for f in result.select(kind="fit")]
+    Hg = np.geomspace(min(H_all) / 1.5, max(H_all) * 1.5, 200)
+    for ax, mom, (mk, col) in zip(axes, ("mean", "cov"), (("o", "tab:purple"), ("s", "tab:orange"))):
+        others = [h for h in heads if h["layer"] != layer]
+        ax.plot([h[horizon_key] for h in others], [max(h[f"beta_{mom}"], 1e-3) for h in others], mk, ms=3,
+                color="0.75", label="other layers' heads")
+        ax.errorbar([h[horizon_key] for h in mine], [max(h[f"beta_{mom}"], 1e-3) for h in mine],
+                    yerr=[h[f"beta_{mom}_se"] for h in mine], fmt=mk, ms=4, color=col, capsize=2,
+                    label=f"layer {layer}'s heads, one point each")
+        lay = result.select(kind="fit", layer=layer, moment=mom)
+        if lay:
+            ax.plot([lay[0][horizon_key]], [lay[0]["beta"]], "*", ms=11, color="k", label="layer (heads together)")
+        ax.plot(Hg, beta_reference(Hg), color="darkred", lw=1.3, label=r"$\beta(H)=\frac{1}{2(1+H^2)}$ [CODE]")
+        ax.axhline(0.5, color="grey", ls="--", lw=1)
+        _loglog(ax)
+        ax.set(ylim=(0.01, 1.2), title=f"layer {layer}, {mom} error: fitted exponent",
+               xlabel="horizon $H_h$" + (" (authors: no temperature)" if horizon_key == "horizon_authors" else ""),
+               ylabel=r"fitted $|\beta|$")
+    fig.legend(*axes[1].get_legend_handles_labels(), loc="outside lower center", ncols=2)
+    return fig
+
+
+def plot_authors_sphere_reference(result: Result):
+    """||C||_2 of the sphere limit covariance against the scale: attnlab's, the authors' code's (zero
+    where every Bessel argument passes 2**30 and their A_d guard returns 0) and the hardmax limit;
+    shaded, the scales where all their Dirichlet samples are past 2**30."""
+    from matplotlib.ticker import NullFormatter
+
+    fig, (ax,) = figure_row(1, 5.2, 2.8)
+    ref = sorted(result.select(kind="reference"), key=lambda r: r["scale"])
+    s = np.array([r["scale"] for r in ref])
+    ax.plot(s, [r["cov_norm"] for r in ref], "o-", color="tab:blue", ms=4,
+            label="attnlab: the [CODE] formula, A_d finite")
+    ax.plot(s, [r["cov_norm_authors"] for r in ref], "s--", color="tab:red", ms=4,
+            label="authors' code: A_d = 0 past $2^{30}$ [CODE]")
+    hard = result.select(kind="hardmax")
+    if hard:
+        ax.axhline(hard[0]["cov_norm"], color="k", ls=":", lw=1, label="hardmax limit (Monte Carlo)")
+    zero = [r["scale"] for r in ref if r["frac_beyond_ive"] >= 1.0]
+    if zero:
+        ax.axvspan(min(zero) / 1.3, max(zero) * 1.3, color="tab:red", alpha=0.1, lw=0,
+                   label="every sample past $2^{30}$")
+    ax.set(xscale="log", xlabel="attention scale s", ylabel=r"$\|C\|_2$ of the limit")
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="center left")
     return fig

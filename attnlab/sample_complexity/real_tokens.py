@@ -57,6 +57,21 @@ def multihead_self_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     return out.reshape(*out.shape[:-2], -1)
 
 
+def head_blocks(mean: torch.Tensor, cov: torch.Tensor, n_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each head's own moments from those of the concatenated output: mean ``[..., h * e]`` ->
+    ``[..., h, e]`` and the diagonal blocks of cov ``[..., h * e, h * e]`` -> ``[..., h, e, e]`` (head j's
+    output is the slice ``j*e:(j+1)*e`` of the multi-head output, so these are exactly its moments)."""
+    e = mean.shape[-1] // n_heads
+    blocks = cov.reshape(*cov.shape[:-2], n_heads, e, n_heads, e).diagonal(dim1=-4, dim2=-2)   # [..., e, e, h]
+    return mean.reshape(*mean.shape[:-1], n_heads, e), blocks.movedim(-1, -3)
+
+
+def error_stats(err: np.ndarray, k: int) -> dict:
+    """Mean, std over the k replicates (ddof=1) and error bar of the errors ``[k]`` (ERROR_BARS)."""
+    std = float(err.std(ddof=1)) if k > 1 else 0.0
+    return {"err_mean": float(err.mean()), "err_std": std, "err_se": std / math.sqrt(k), "k": k}
+
+
 def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default",
                  ids: Optional[torch.Tensor] = None, text: Optional[str] = None, corpus: str = "wikitext2",
                  L: Optional[int] = None, offset: int = 0, layers: Optional[Sequence[int]] = None,
@@ -80,7 +95,11 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
     ``encoder.layer[l].attention.self.query/key`` weights (biases ignored, as the authors);
     ``horizon_authors`` omits ``scaling`` (the authors' code).  ``kind="head"`` rows add per-head
     horizons ``A_h = scaling * W_{k,h}^T W_{q,h}`` (:func:`theory.head_horizons`; the authors compute
-    per-head H, without the temperature, in their downstream per-horizon code), with the same Sigma.
+    per-head H, without the temperature, in their downstream per-horizon code), with the same Sigma,
+    and per-head exponents: head j's output is the slice ``j*e:(j+1)*e`` of the layer's output, so the same
+    subsamples give its mean and covariance errors against its own block of the same L-token reference
+    (:func:`head_blocks`; ``kind="head_point"`` rows), fitted with ``fit`` like the layer's:
+    ``beta_mean``, ``beta_cov`` (= -slope), their standard errors ``beta_*_se`` and intercepts.
 
     ``model``: a name for :func:`attnlab.core.models.load_model` or an object with ``hf``, ``name``,
     ``max_positions``, ``capture(ids, keep=...)`` and ``window(text, L, offset)``.  When ``ids``
@@ -136,28 +155,37 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
         H_auth = theory.horizon(A_raw, Sigma, eps=eps)
         nh, e = q.shape[0], q.shape[-1]
         H_heads = theory.head_horizons(Wq, Wk, Sigma, nh, scaling=scaling, eps=eps)
-        rows += [{"kind": "head", "layer": l, "head": h, "horizon": float(H_heads[h]),
-                  "horizon_authors": float(H_heads[h]) / scaling, "beta_ref": theory.beta_reference(float(H_heads[h])),
-                  "beta_ref_authors": theory.beta_reference(float(H_heads[h]) / scaling), "d_head": e}
-                 for h in range(nh)]
+        ref_h = head_blocks(*ref, nh)                                                      # [h, e], [h, e, e]
+        head_pts = []
         for n in n_values:
             gen = mc.make_generator(mc.derive_seed(seed, l, n), device)
             idx = mc.subsample_iid(Lw, n, k, generator=gen, device=device)                 # [k, n]
             b = mc.replicate_batch(n, k, max_scores, device, heads=nh)
-            em, ec = [], []
+            errs = {key: [] for key in ("mean", "cov", "head_mean", "head_cov")}
             for s in range(0, k, b):
                 sub = idx[s:s + b]                                                          # [b, n]
                 qs, ks, vs = (t[:, sub].transpose(0, 1) for t in (q, kk, v))                # [b, h, n, e]
                 mean, cov = theory.output_moments(multihead_self_attention(qs, ks, vs, scaling, max_scores=max_scores))
-                a, c = theory.moment_errors(mean, cov, *ref, cov_norm=cov_norm)
-                em.append(a.cpu())
-                ec.append(c.cpu())
-            for mom, parts in (("mean", em), ("cov", ec)):
-                err = torch.cat(parts).numpy()
-                std = float(err.std(ddof=1)) if k > 1 else 0.0
-                rows.append({"kind": "point", "layer": l, "horizon": H, "horizon_authors": H_auth,
-                             "n": n, "moment": mom, "err_mean": float(err.mean()), "err_std": std,
-                             "err_se": std / math.sqrt(k), "k": k})
+                a, c = theory.moment_errors(mean, cov, *ref, cov_norm=cov_norm)             # [b]
+                ah, ch = theory.moment_errors(*head_blocks(mean, cov, nh), *ref_h, cov_norm=cov_norm)   # [b, h]
+                for key, val in zip(errs, (a, c, ah, ch)):
+                    errs[key].append(val.cpu())
+            for mom in ("mean", "cov"):
+                rows.append({"kind": "point", "layer": l, "horizon": H, "horizon_authors": H_auth, "n": n,
+                             "moment": mom, **error_stats(torch.cat(errs[mom]).numpy(), k)})
+                per_head = torch.cat(errs["head_" + mom]).numpy()                            # [k, h]
+                head_pts += [{"kind": "head_point", "layer": l, "head": h, "n": n, "moment": mom,
+                              **error_stats(per_head[:, h], k)} for h in range(nh)]
+        rows += head_pts
+        for h in range(nh):
+            fm, fc = (fit_row([r for r in head_pts if r["head"] == h and r["moment"] == mom], fit)
+                      for mom in ("mean", "cov"))
+            Hh = float(H_heads[h])
+            rows.append({"kind": "head", "layer": l, "head": h, "horizon": Hh, "horizon_authors": Hh / scaling,
+                         "beta_ref": theory.beta_reference(Hh), "beta_ref_authors": theory.beta_reference(Hh / scaling),
+                         "d_head": e, "beta_mean": fm["beta"], "beta_mean_se": fm["slope_se"],
+                         "intercept_mean": fm["intercept"], "beta_cov": fc["beta"], "beta_cov_se": fc["slope_se"],
+                         "intercept_cov": fc["intercept"], "n_points": fm["n_points"], "k": k})
         for mom in ("mean", "cov"):
             fr = fit_row([r for r in rows if r["kind"] == "point" and r["layer"] == l and r["moment"] == mom], fit)
             rows.append({"kind": "fit", "layer": l, "horizon": H, "horizon_authors": H_auth, "moment": mom,
@@ -179,6 +207,9 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
         horizon_def="H = ||Sigma^1/2 A Sigma^1/2||_2, Sigma = population covariance of the layer inputs "
                     f"(+ eps I, eps={eps}), A = scaling * sum_h W_kh^T W_qh (biases ignored); "
                     "horizon_authors without scaling; kind='head' rows: the same with A_h = scaling * W_kh^T W_qh",
+        per_head="kind='head_point' rows: errors of head j's output block (mean: its e coordinates; covariance: "
+                 "its e x e diagonal block) against the same block of the L-token reference, same subsamples; "
+                 "kind='head' rows: their slope fits (beta_mean, beta_cov, *_se) with the layer's fit",
         scaling=scaling, cov_norm=cov_norm, error_bars=ERROR_BARS, fit=fit_label(fit, "real_encoder"), fit_method=fit,
         temperature_convention=theory.TEMPERATURE_CONVENTION, dtype=str(dt), moments_dtype="float64",
         device=device, max_scores=max_scores, torch_threads=torch.get_num_threads(),
