@@ -99,3 +99,44 @@ def test_bad_scores_and_names():
         nz.get_normalizer("softermax")
     with pytest.raises(ValueError, match="alpha"):
         nz.entmax(torch.randn(3), alpha=0.5)
+
+
+def causal_rows(seed=0, shape=(2, 3, 150, 150), scale=3.0):
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(*shape, generator=g) * scale
+    z[:, 1] *= 0.02                                   # a near-uniform head: supports far beyond TOPK
+    return z, torch.tril(torch.ones(shape[-2:], dtype=torch.bool))
+
+
+def test_row_blocks_cover_each_rows_visible_keys():
+    _, vis = causal_rows()
+    blocks = nz.row_blocks(vis[None, None], 150, 150)
+    assert len(blocks) > 1 and blocks[0][0].start == 0 and blocks[-1][0].stop == 150
+    assert all(a[0].stop == b[0].start for a, b in zip(blocks, blocks[1:]))            # contiguous, in order
+    for rows, width in blocks:
+        assert width < 150 or rows.stop == 150
+        assert not vis[rows, width:].any() and vis[rows.stop - 1, width - 1]        # tight: the last row's last key
+    assert nz.row_blocks(torch.ones(150, 150, dtype=torch.bool), 150, 150) == [(slice(0, 150), 150)]
+    assert nz.row_blocks(torch.ones(150, dtype=torch.bool), 150, 150) == [(slice(0, 150), 150)]
+
+
+@pytest.mark.parametrize("name,alpha", [("sparsemax", 2.0), ("entmax15", 1.5)])
+def test_row_blocks_and_partial_sort_are_exact(name, alpha):
+    """Row blocks and the partial sort give bit for bit what the library's full sort gives on whole rows."""
+    from entmax import entmax15, sparsemax
+
+    z, vis = causal_rows()
+    fill = z.masked_fill(~vis, float("-inf")).amax(-1, keepdim=True) - 1 / (alpha - 1) - 1
+    reference = {2.0: sparsemax, 1.5: entmax15}[alpha](torch.where(vis, z, fill), dim=-1) * vis
+    fast = nz.get_normalizer(name)(z, vis)
+    assert torch.equal(fast, reference)
+    assert torch.equal(nz.entmax(z, vis, alpha=alpha, method="sort"), reference)
+    assert (fast[:, 1] > 0).sum(-1).max() > 2 * nz.TOPK                             # the doubling was needed
+
+
+@pytest.mark.parametrize("name", sorted(nz.NORMALIZERS))
+def test_jacobian_equals_autograd_row_by_row(name):
+    z = torch.randn(12, generator=torch.Generator().manual_seed(3)) * 2
+    fn = nz.get_normalizer(name)
+    expect = torch.autograd.functional.jacobian(lambda s: fn(s), z)
+    torch.testing.assert_close(nz.jacobian(fn, z), expect, rtol=0, atol=1e-7)

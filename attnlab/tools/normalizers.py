@@ -18,54 +18,97 @@ import torch
 from entmax import entmax15, entmax_bisect, sparsemax
 
 Normalizer = Callable[[torch.Tensor, Optional[torch.Tensor]], torch.Tensor]
+TOPK = 16             # sparsemax / 1.5-entmax sort at least each row's top 16 (the library doubles it where needed)
+MIN_BLOCK_ROWS = 64   # `row_blocks`: at least this many query rows per block
+MAX_BLOCKS = 16       # and at most this many blocks
 
 
 def _prepare(scores: torch.Tensor, visible: Optional[torch.Tensor], T: float):
-    """Validate; return float32 scores / T, the visible mask (full shape) and rows with any visible key."""
+    """Validate; return float32 scores / T, the visible mask (bool, broadcastable to the scores) and rows
+    with any visible key [..., 1]. All-finite scores (a model's raw scores) cost one check and no copy."""
     if not isinstance(scores, torch.Tensor) or scores.ndim < 1:
         raise ValueError("scores must be a tensor [..., keys]")
     if not (isinstance(T, (int, float)) and math.isfinite(T) and T > 0):
         raise ValueError(f"temperature T must be a finite number > 0, got {T!r}")
     z = scores if scores.dtype == torch.float64 else scores.float()  # float32 unless given float64
-    if torch.isnan(z).any() or bool((z == float("inf")).any()):
-        bad = (torch.isnan(z) | (z == float("inf"))).nonzero()[0].tolist()
-        raise ValueError(f"scores have NaN or +inf at position {tuple(bad)}: a masked key must be -inf")
     if visible is None:
         visible = z > float("-inf")
     else:
-        visible = torch.broadcast_to(visible.to(torch.bool), z.shape)
-    if torch.isinf(z[visible]).any():
-        raise ValueError("visible scores must be finite (use `visible` to mask keys, not -inf)")
-    z = torch.where(visible, z, torch.zeros((), dtype=z.dtype)) / T
-    return z, visible, visible.any(dim=-1, keepdim=True)
+        visible = visible.to(torch.bool)
+        torch.broadcast_shapes(visible.shape, z.shape)                 # a mask that does not fit fails here
+    if not bool(torch.isfinite(z.sum())):           # a finite sum: every score is finite (one cheap pass)
+        if torch.isnan(z).any() or bool((z == float("inf")).any()):
+            bad = (torch.isnan(z) | (z == float("inf"))).nonzero()[0].tolist()
+            raise ValueError(f"scores have NaN or +inf at position {tuple(bad)}: a masked key must be -inf")
+        if torch.isinf(z[torch.broadcast_to(visible, z.shape)]).any():
+            raise ValueError("visible scores must be finite (use `visible` to mask keys, not -inf)")
+        z = torch.where(visible, z, torch.zeros((), dtype=z.dtype))
+    return (z if T == 1 else z / T), visible, visible.any(dim=-1, keepdim=True)
 
 
 def softmax(scores: torch.Tensor, visible: Optional[torch.Tensor] = None, *, T: float = 1.0) -> torch.Tensor:
     """exp(z_i/T) / sum_j exp(z_j/T) over visible keys. Stable for T down to 1e-4 (max-subtracted)."""
     z, visible, any_row = _prepare(scores, visible, T)
-    z = z.masked_fill(~visible, float("-inf")).masked_fill(~any_row, 0.0)
-    return torch.softmax(z, dim=-1) * visible * any_row
+    # in place only on a tensor of our own (never on the caller's scores)
+    z = z.masked_fill(~visible, float("-inf")) if z is scores else z.masked_fill_(~visible, float("-inf"))
+    if bool(any_row.all()):                     # exp(-inf) = 0: masked keys get exactly 0 already
+        return torch.softmax(z, dim=-1)
+    return torch.softmax(z.masked_fill(~any_row, 0.0), dim=-1) * visible * any_row
+
+
+def row_blocks(visible: torch.Tensor, n_rows: int, n_keys: int) -> list[tuple[slice, int]]:
+    """(query rows, key width) blocks covering the rows of a mask visible (broadcastable to [..., Q, K]):
+    the visible keys of a block's rows all lie in [0, width). A causal mask gives widths that grow with
+    the rows (about half the keys in all); a mask whose rows all see their last key gives one block."""
+    vis = visible if visible.ndim >= 2 else visible[None]
+    vis = torch.broadcast_to(vis.reshape(-1, *vis.shape[-2:]).any(0), (n_rows, n_keys))   # [Q, K]: seen by any
+    last = torch.where(vis.any(-1), n_keys - vis.flip(-1).int().argmax(-1), 0)          # [Q]: 1 + last visible key
+    if bool((last == n_keys).all()):
+        return [(slice(0, n_rows), n_keys)]
+    size = max(MIN_BLOCK_ROWS, -(-n_rows // MAX_BLOCKS))
+    return [(slice(a, min(a + size, n_rows)), max(1, int(last[a:a + size].max()))) for a in range(0, n_rows, size)]
 
 
 def _entmax_family(fn, alpha: float, scores, visible, T, **kw) -> torch.Tensor:
-    z, visible, any_row = _prepare(scores, visible, T)
+    """fn (a sparse normalizer of the entmax library) over the visible keys, row block by row block
+    (`row_blocks`: a causal row is not sorted over the keys it cannot see). With a partial sort (`k`
+    in kw), each block sorts the top max(k, 2 x the previous block's median support) keys of its rows
+    (exact whatever k: the library doubles k for the rows whose support fills it)."""
+    z, visible, _ = _prepare(scores, visible, T)
+    if z.ndim < 2:
+        return _entmax_rows(fn, alpha, z, visible, kw)
+    blocks = row_blocks(visible, *z.shape[-2:])
+    if len(blocks) == 1:
+        return _entmax_rows(fn, alpha, z, visible, kw)
+    out = z.new_zeros(z.shape)
+    for rows, width in blocks:
+        vis = torch.broadcast_to(visible, z.shape)[..., rows, :width]
+        y = _entmax_rows(fn, alpha, z[..., rows, :width], vis, kw)
+        if kw.get("k"):
+            kw = {**kw, "k": max(kw["k"], 2 * int((y > 0).sum(-1).median()))}
+        out[..., rows, :width] = y
+    return out
+
+
+def _entmax_rows(fn, alpha: float, z: torch.Tensor, visible: torch.Tensor, kw: dict) -> torch.Tensor:
+    """fn over the last axis of z [..., K], masked keys set below every row's threshold, then 0."""
     # A masked key must fall below the threshold tau >= (alpha-1) z_max - 1, i.e. z <= z_max - 1/(alpha-1).
-    z_max = z.masked_fill(~visible, float("-inf")).amax(dim=-1, keepdim=True).masked_fill(~any_row, 0.0)
-    fill = (z_max - 1.0 / (alpha - 1.0) - 1.0).detach()
-    z = torch.where(visible, z, fill)
-    return fn(z, dim=-1, **kw) * visible * any_row
+    z_max = z.masked_fill(~visible, float("-inf")).amax(dim=-1, keepdim=True)
+    fill = (z_max.masked_fill(z_max == float("-inf"), 0.0) - 1.0 / (alpha - 1.0) - 1.0).detach()
+    return fn(torch.where(visible, z, fill), dim=-1, **kw) * visible
 
 
 def sparsemax_(scores, visible=None, *, T: float = 1.0) -> torch.Tensor:
     """Sparsemax (Martins & Astudillo 2016): Euclidean projection of z/T onto the simplex; exact zeros."""
-    return _entmax_family(sparsemax, 2.0, scores, visible, T)
+    return _entmax_family(sparsemax, 2.0, scores, visible, T, k=TOPK)
 
 
 def entmax(scores, visible=None, *, alpha: float = 1.5, T: float = 1.0, method: str = "auto") -> torch.Tensor:
     """alpha-entmax (Peters et al. 2019): alpha=1 softmax, 1.5 the common choice, 2 sparsemax.
 
     method: "sort" (exact, sort-based; alpha in {1.5, 2} only), "bisect" (any alpha > 1), or "auto"
-    (sort where it exists, else bisection).
+    (where it exists, the same exact algorithm sorting only each row's largest keys, `_entmax_family`;
+    else bisection).
     """
     if not (isinstance(alpha, (int, float)) and alpha >= 1):
         raise ValueError(f"entmax alpha must be >= 1, got {alpha!r}")
@@ -77,7 +120,7 @@ def entmax(scores, visible=None, *, alpha: float = 1.5, T: float = 1.0, method: 
     if method == "sort" and alpha not in exact:
         raise ValueError(f"no exact sort-based entmax for alpha={alpha}; use method='bisect'")
     if method != "bisect" and alpha in exact:
-        return _entmax_family(exact[alpha], alpha, scores, visible, T)
+        return _entmax_family(exact[alpha], alpha, scores, visible, T, k=TOPK if method == "auto" else None)
     return _entmax_family(partial(entmax_bisect, alpha=alpha), alpha, scores, visible, T)
 
 
@@ -103,8 +146,8 @@ def sa_softmax(scores, visible=None, *, variant: str = "normalized", T: float = 
     variant "normalized": (z - min(z_min, 0)) / (max(0, z_max) - min(z_min, 0)) * softmax(z)   (in [0, 1])
     with z_min, z_max over the row's visible keys.
     """
-    p = softmax(scores, visible, T=T)
     z, visible, any_row = _prepare(scores, visible, T)
+    p = softmax(z, visible)
     if variant == "plain":
         return z * p
     if variant != "normalized":
@@ -112,7 +155,7 @@ def sa_softmax(scores, visible=None, *, variant: str = "normalized", T: float = 
     lo = z.masked_fill(~visible, float("inf")).amin(dim=-1, keepdim=True).clamp(max=0.0)
     hi = z.masked_fill(~visible, float("-inf")).amax(dim=-1, keepdim=True).clamp(min=0.0)
     lo, hi = lo.masked_fill(~any_row, 0.0), hi.masked_fill(~any_row, 1.0)
-    return (z - lo) / (hi - lo).clamp(min=1e-12) * p
+    return (z - lo).div_((hi - lo).clamp(min=1e-12)).mul_(p)        # (z - lo) / (hi - lo) * p, one new tensor
 
 
 NORMALIZERS: dict[str, Callable[..., torch.Tensor]] = {
@@ -149,10 +192,16 @@ def softmax_jacobian(probs: torch.Tensor, T: float = 1.0) -> torch.Tensor:
 
 
 def jacobian(normalizer: Normalizer, scores: torch.Tensor, visible: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Autograd Jacobian of one row: scores [K] -> [K, K] (row i = d weight_i / d score_j)."""
+    """Autograd Jacobian of one row: scores [K] -> [K, K] (row i = d weight_i / d score_j), from one
+    backward pass over K copies of the row (copy i carries output i's gradient)."""
     if scores.ndim != 1:
         raise ValueError("jacobian() takes one row of scores [K]")
-    return torch.autograd.functional.jacobian(lambda z: normalizer(z, visible), scores.float())
+    K = scores.shape[0]
+    z = scores.detach().float().expand(K, K).clone().requires_grad_(True)         # [copy, key]
+    with torch.enable_grad():
+        weights = normalizer(z, visible)
+        (grad,) = torch.autograd.grad(weights.diagonal().sum(), z)
+    return grad
 
 
 def spectral_norm(jac: torch.Tensor) -> torch.Tensor:
