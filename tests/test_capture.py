@@ -75,8 +75,28 @@ def test_swap_in_chosen_layers_only(tiny):
     ids = torch.arange(100, 130)
     base = tiny.capture(ids, keep=("probs",)).probs
     with tiny.normalizer(get_normalizer("sparsemax"), layers=[1]):
-        sw = tiny.capture(ids, keep=("probs",)).probs
-    assert torch.equal(sw[0], base[0]) and not torch.allclose(sw[1], base[1])
+        sw = tiny.capture(ids, keep=("probs", "scores"))
+    assert torch.equal(sw.probs[0], base[0]) and not torch.allclose(sw.probs[1], base[1])
+    # the swapped layer's own weights are recorded (beside a native layer's, in the same buffer)
+    assert torch.equal(sw.probs[1], get_normalizer("sparsemax")(sw.scores[1].nan_to_num(neginf=0.0), sw.visible()))
+
+
+def test_capture_reusing_native_layers_is_exact(tiny):
+    ids = torch.arange(200, 240)
+    record = tiny.layer_outputs(ids)
+    assert len(record.outputs) == tiny.n_layers == len(tiny.blocks)
+    with tiny.normalizer(get_normalizer("entmax15"), layers=[1]):
+        full = tiny.capture(ids, layers=[1], keep=("probs", "scores", "v"))
+        reused = tiny.capture(ids, layers=[1], keep=("probs", "scores", "v"), reuse=(record, 1))
+        logits = tiny.forward(ids).logits
+        logits_reused = tiny.forward(ids, reuse=(record, 1)).logits
+        with pytest.raises(ValueError, match="native normalizer"):
+            tiny.forward(ids, reuse=(record, 2))            # layer 1 is swapped: it may not be reused
+    assert all(torch.equal(getattr(full, k), getattr(reused, k)) for k in ("probs", "scores", "v"))
+    assert torch.equal(logits, logits_reused)
+    with pytest.raises(ValueError, match="other token ids"):
+        tiny.forward(ids + 1, reuse=(record, 1))
+    assert not any("forward" in vars(b) for b in tiny.blocks)      # the blocks compute again afterwards
 
 
 def test_custom_function_without_mask_function_is_not_causal(tiny):

@@ -4,8 +4,10 @@ Trace is the one object that crosses from the model world into the math world.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
@@ -80,6 +82,7 @@ class Trace:
 # function receives no mask at all and a causal model silently attends to the future.
 
 IMPLEMENTATION = "attnlab"
+CHUNK_ELEMENTS = 1 << 22    # scores formed at a time on the CPU (16 MiB of float32): `head_chunks`
 
 
 class CaptureState:
@@ -96,6 +99,7 @@ class CaptureState:
         self.normalizers: dict[int, object] = {}
         self.mask_seen: Optional[torch.Tensor] = None
         self.buffers: dict[str, torch.Tensor] = {}   # name -> [layer, head, query, key], written in place
+        self.stop_after: Optional[int] = None        # raise StopCapture once this layer is recorded
 
     def start(self, keep: set[str], layers: list[int], heads: Optional[list[int]]) -> None:
         self.records, self.buffers, self.keep = {}, {}, set(keep)
@@ -107,9 +111,8 @@ class CaptureState:
 
     def slot(self, name: str, layer: int, shape, device) -> Optional[torch.Tensor]:
         """A [1, head, query, key] view of the buffer for `name` at `layer`, or None when writing in
-        place is not possible (not kept, a head subset, batch > 1, not on the CPU, a swapped normalizer)."""
-        if (name not in self.keep or self.heads is not None or shape[0] != 1 or device.type != "cpu"
-                or layer in self.normalizers):
+        place is not possible (not kept, a head subset, batch > 1, not on the CPU)."""
+        if name not in self.keep or self.heads is not None or shape[0] != 1 or device.type != "cpu":
             return None
         if name not in self.buffers:
             self.buffers[name] = torch.empty((len(self.layer_order), *shape[1:]), dtype=torch.float32)
@@ -131,7 +134,8 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
 
     query/key/value: [batch, head, token, d_head]; returns ([batch, token, head, d_head], probs).
     While recording on the CPU, scores and probs are written straight into the Trace's buffers
-    (`out=`), so capturing costs no extra copy of the [head, query, key] matrices.
+    (`out=`), so capturing costs no extra copy of the [head, query, key] matrices. On the CPU the
+    [query, key] matrices are formed a few heads at a time (`head_chunks`): same numbers, small temporaries.
     """
     state: Optional[CaptureState] = getattr(module, "_attnlab", None)
     layer = getattr(module, "_attnlab_layer", None)
@@ -149,20 +153,47 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
     shape = (*query.shape[:-1], key.shape[-2])  # [batch, head, query, key]
     slot = (lambda name: state.slot(name, layer, shape, query.device)) if recording else (lambda name: None)
     scores_out = slot("scores")
-    scores = torch.matmul(query, key.transpose(2, 3), out=scores_out)
-    scores = scores.mul_(scaling) if scores_out is not None else scores * scaling
+    scores = scores_out
+    if scores is None and recording and "scores" in state.keep:
+        scores = query.new_empty(shape)           # kept below (a head subset, a batch, not on the CPU)
+    probs = slot("probs")
+    probs = query.new_empty(shape) if probs is None else probs
+    output = query.new_empty((*shape[:-1], value.shape[-1]))                      # [batch, head, query, d_head]
     swap = state.normalizers.get(layer) if state is not None else None
-    if swap is None:
-        masked = scores + attention_mask if attention_mask is not None else scores
-        probs = torch.softmax(masked, dim=-1, out=slot("probs"))
-    else:
-        visible = visible_from_mask(attention_mask, scores.shape[-2], scores.shape[-1])
-        probs = swap(scores, visible).to(value.dtype)
-    probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
-    output = torch.matmul(probs, value).transpose(1, 2).contiguous()
+    visible = visible_from_mask(attention_mask, shape[-2], shape[-1]) if swap is not None else None
+    for b, heads in head_chunks(shape, query.device):
+        kept = None if scores is None else scores[b, heads]
+        s = torch.matmul(query[b, heads], key[b, heads].transpose(-1, -2), out=kept)
+        s = s.mul_(scaling) if kept is not None else s * scaling
+        if swap is None:
+            mask = _pick(attention_mask, b, heads)
+            torch.softmax(s + mask if mask is not None else s, dim=-1, out=probs[b, heads])
+        else:
+            probs[b, heads] = swap(s, _pick(visible, b, heads))
+        p = torch.nn.functional.dropout(probs[b, heads], p=dropout, training=module.training)
+        torch.matmul(p, value[b, heads], out=output[b, heads])
     if recording:
         _record(state, layer, query, key, value, scores, probs, attention_mask, direct=scores_out is not None)
-    return output, probs
+        if layer == state.stop_after:
+            raise StopCapture      # the later layers cannot change what was recorded
+    return output.transpose(1, 2).contiguous(), probs
+
+
+def head_chunks(shape, device, elements: int = CHUNK_ELEMENTS) -> list[tuple[int, slice]]:
+    """(batch index, heads) chunks of a [batch, head, query, key] attention: on the CPU as many heads
+    as fit in `elements` scores (small temporaries are reused; a fresh 100 MiB tensor costs more in page
+    faults than the arithmetic on it), elsewhere every head at once."""
+    n_b, n_h = shape[0], shape[1]
+    per = n_h if device.type != "cpu" else max(1, min(n_h, elements // max(1, shape[2] * shape[3])))
+    return [(b, slice(h, min(h + per, n_h))) for b in range(n_b) for h in range(0, n_h, per)]
+
+
+def _pick(mask: Optional[torch.Tensor], b: int, heads: slice) -> Optional[torch.Tensor]:
+    """mask [batch|1, head|1, query, key] -> the [head|1, query, key] part for batch b and `heads`."""
+    if mask is None:
+        return None
+    m = mask[min(b, mask.shape[0] - 1)]
+    return m if m.shape[0] == 1 else m[heads]
 
 
 def _record(state, layer, query, key, value, scores, probs, attention_mask, direct: bool):
@@ -220,3 +251,56 @@ def stack_records(state: CaptureState, layers: list[int], keep) -> dict[str, tor
             )
         out[name] = torch.stack([state.records[l][name] for l in layers])
     return out
+
+
+class StopCapture(Exception):
+    """Raised by the attention function after the last recorded layer; `AttnModel.capture` catches it."""
+
+
+# --------------------------------------------------------------------------- reusing a native pass's layers
+
+@dataclass(frozen=True)
+class LayerOutputs:
+    """What every layer block returned in one native forward pass of `ids` [batch, token]
+    (`AttnModel.layer_outputs`); `outputs[i]` is layer i's."""
+
+    ids: torch.Tensor
+    outputs: tuple
+
+
+def find_blocks(hf: torch.nn.Module, attention_modules: Sequence[torch.nn.Module]) -> Optional[list]:
+    """The layer blocks (items of a ModuleList, in layer order) holding each attention module, or None."""
+    for ml in hf.modules():
+        if isinstance(ml, torch.nn.ModuleList) and len(ml) == len(attention_modules):
+            if all(any(m is a for m in block.modules()) for block, a in zip(ml, attention_modules)):
+                return list(ml)
+    return None
+
+
+def detached(output):
+    """A copy of a block's output (a tensor or a tuple of them) that later in-place operations cannot change."""
+    if isinstance(output, torch.Tensor):
+        return output.detach().clone()
+    return tuple(detached(o) for o in output) if isinstance(output, tuple) else output
+
+
+def _replay(output, *args, **kwargs):
+    return detached(output)
+
+
+@contextlib.contextmanager
+def replaying(blocks: Sequence[torch.nn.Module], record: LayerOutputs, ids: torch.Tensor, upto: int):
+    """Within the context, blocks 0..upto-1 return `record`'s outputs instead of computing them: exact
+    when the pass runs `record.ids` with the native normalizer in those layers (checked by the caller)."""
+    if not torch.equal(record.ids.cpu(), ids.cpu()):
+        raise ValueError("reuse: the layer outputs were recorded for other token ids")
+    saved = [block.__dict__.get("forward") for block in blocks[:upto]]
+    for block, out in zip(blocks[:upto], record.outputs):
+        block.forward = functools.partial(_replay, out)
+    try:
+        yield
+    finally:
+        for block, old in zip(blocks[:upto], saved):
+            del block.forward
+            if old is not None:
+                block.forward = old

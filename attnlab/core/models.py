@@ -136,6 +136,7 @@ class AttnModel:
         self.state = CaptureState()
         self._modules = self._discover()
         self.n_layers = len(self._modules)
+        self.blocks = cap.find_blocks(self.hf, self._modules)   # layer blocks, for `reuse` (None: not found)
         cfg = hf.config
         self.n_heads = int(getattr(cfg, "num_attention_heads", getattr(cfg, "n_head", 0)))
         self.d_head = int(getattr(cfg, "head_dim", None)
@@ -192,11 +193,13 @@ class AttnModel:
 
     # ------------------------------------------------------------ capture
     def capture(self, ids, *, layers: Optional[Sequence[int]] = None, heads: Optional[Sequence[int]] = None,
-                keep: Iterable[str] = ("probs",), text_sha256: Optional[str] = None) -> Trace:
+                keep: Iterable[str] = ("probs",), text_sha256: Optional[str] = None,
+                reuse: Optional[tuple[cap.LayerOutputs, int]] = None) -> Trace:
         """One forward pass of a single sequence `ids` [token]; returns the kept tensors as a Trace.
 
         keep: subset of ("q", "k", "v", "scores", "probs", "hidden"). Memory grows with
-        layers x heads x L^2 for scores/probs: choose layers/heads at long L.
+        layers x heads x L^2 for scores/probs: choose layers/heads at long L. The pass stops after the
+        last recorded layer. reuse: (`layer_outputs(ids)`, n): layers 0..n-1 are not computed again.
         """
         ids = self._check_ids(ids)
         keep = set(keep)
@@ -210,17 +213,51 @@ class AttnModel:
             raise ValueError(f"heads must be in [0, {self.n_heads}), got {head_list}")
         st = self.state
         st.start(keep, layer_list, None if heads is None else head_list)
+        st.stop_after = max(layer_list)
         try:
-            with torch.no_grad():
+            with torch.no_grad(), self._reusing(reuse, ids[None]):
                 self.hf(input_ids=ids[None].to(self.device))
+        except cap.StopCapture:
+            pass
         finally:
-            st.recording = False
+            st.recording, st.stop_after = False, None
         tensors = cap.stack_records(st, layer_list, sorted(keep))
         st.records, st.buffers = {}, {}
         scaling = float(getattr(self._modules[0], "scaling", self.d_head ** -0.5))
         return Trace(model_name=self.name, token_ids=ids.cpu(), layers=layer_list, heads=head_list,
                      causal=self.causal, scaling=scaling, text_sha256=text_sha256,
                      meta={"model_source": self.source}, **tensors)
+
+    def layer_outputs(self, ids) -> cap.LayerOutputs:
+        """What every layer block returns in a native forward pass of ids [token] or [batch, token]: pass it
+        as `reuse=(outputs, n)` to `forward` / `capture` of the same ids with another normalizer in layers
+        >= n only, and layers 0..n-1 are not computed again (same numbers)."""
+        if self.blocks is None:
+            raise ValueError(f"{self.name}: no list of layer blocks found; run without reuse")
+        if self.state.normalizers:
+            raise ValueError("layer_outputs records the native model: call it outside `normalizer(...)`")
+        ids = torch.as_tensor(ids)
+        ids = ids if ids.ndim == 2 else ids.reshape(1, -1)
+        outs: dict[int, object] = {}
+        hooks = [b.register_forward_hook(lambda m, a, o, i=i: outs.__setitem__(i, cap.detached(o)))
+                 for i, b in enumerate(self.blocks)]
+        try:
+            self.forward(ids, use_cache=False)
+        finally:
+            for h in hooks:
+                h.remove()
+        return cap.LayerOutputs(ids.cpu(), tuple(outs[i] for i in range(self.n_layers)))
+
+    @contextlib.contextmanager
+    def _reusing(self, reuse: Optional[tuple[cap.LayerOutputs, int]], ids: torch.Tensor):
+        if reuse is None or reuse[1] <= 0:
+            yield
+            return
+        record, upto = reuse
+        if any(l < upto for l in self.state.normalizers):
+            raise ValueError(f"reuse: layers below {upto} must run the native normalizer")
+        with cap.replaying(self.blocks, record, ids, upto):
+            yield
 
     # ------------------------------------------------------------ normalizer swap
     @contextlib.contextmanager
@@ -243,13 +280,15 @@ class AttnModel:
         finally:
             self.hf.set_attn_implementation(cap.IMPLEMENTATION)
 
-    def forward(self, ids, **kwargs):
-        """Plain forward pass of ids [token] or [batch, token], no recording; returns the HF output."""
+    def forward(self, ids, *, reuse: Optional[tuple[cap.LayerOutputs, int]] = None, **kwargs):
+        """Plain forward pass of ids [token] or [batch, token], no recording; returns the HF output.
+        reuse: (`layer_outputs(ids)`, n): layers 0..n-1 are not computed again."""
         ids = torch.as_tensor(ids)
         for row in (ids if ids.ndim == 2 else ids.reshape(1, -1)):        # every row, not only the first
             self._check_ids(row)
-        with torch.no_grad():
-            return self.hf(input_ids=(ids if ids.ndim == 2 else ids[None]).to(self.device), **kwargs)
+        ids = ids if ids.ndim == 2 else ids[None]
+        with torch.no_grad(), self._reusing(reuse, ids):
+            return self.hf(input_ids=ids.to(self.device), **kwargs)
 
     def provenance(self) -> dict:
         return {"model": self.name, "model_source": self.source, "model_weights_sha256": self.weights_sha256,
