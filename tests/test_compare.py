@@ -3,6 +3,7 @@
 Causality of every swapped normalizer is tested in test_capture.py (test_swapped_normalizer_preserves_causality).
 """
 import argparse
+import json
 import math
 
 import pytest
@@ -63,6 +64,21 @@ def test_one_layer_at_a_time(tiny, war_and_peace):
     assert res.name == "compare_normalizers_each"
     assert [r["swap"] for r in res.rows] == list(range(tiny.n_layers))
     assert all(r["drift"] > 0 for r in res.rows)
+
+
+def test_one_layer_at_a_time_reuses_native_layers_exactly(tiny, war_and_peace):
+    """swap="each" does not recompute the layers below the swapped one: same numbers as recomputing them."""
+    kw = dict(specs=[cmp.spec("entmax15"), cmp.spec("softmax", T=0.5)], swap="each", lengths=[40], n_top=2, n_sep=4,
+              max_rows=8, jac_rows=2, progress=False)
+    fast = cmp.compare_normalizers(tiny, war_and_peace, **kw)
+    blocks, tiny.blocks = tiny.blocks, None               # as for a model without a list of layer blocks
+    try:
+        slow = cmp.compare_normalizers(tiny, war_and_peace, **kw)
+    finally:
+        tiny.blocks = blocks
+    def same(rows):  # every value but the timing, NaN included
+        return json.dumps([{k: v for k, v in r.items() if k != "seconds"} for r in rows], sort_keys=True)
+    assert same(fast.rows) == same(slow.rows)
 
 
 def test_autograd_jacobian_matches_exact_softmax(tiny, war_and_peace):

@@ -8,7 +8,7 @@ change; it says nothing about a model *trained* with that normalizer (which woul
 (normalizer, L[, swapped layer]):
 
 - the attention the swapped model produces, measured with the paper-1 metrics (`attnlab.normalization`,
-  through `attnlab.tools.diagnose.head_stats`): max weight, entropy (and / log L), d~ at N = 5, N_s/N at
+  through the per-head statistics of `attnlab.tools.diagnose`): max weight, entropy (and / log L), d~ at N = 5, N_s/N at
   N = 16 (on `max_rows` = 32 evenly spaced query rows per head), critical N / L (KS test pooling all
   swapped heads, N scanned up to L/4: enough to place it against the paper's 6%), means over heads;
 - the Jacobian spectral norm of the normalizer with respect to the model's own (native-temperature)
@@ -29,6 +29,11 @@ row sum is reported as `weight_sum`).
 `bench_normalizers(...)`: the exact sort-based sparsemax / 1.5-entmax of the `entmax` library against
 partial sorting (`k=`, the library's exact top-k with doubling) and bisection, on the model's real
 scores and on synthetic ones; all times and ratios from one run (`attnlab bench normalizers`).
+
+**Speed.** A causal model runs one pass per normalizer at the longest L (shorter L are prefixes; the
+per-row weight statistics are computed once per pass, one layer and one causal block of rows at a time);
+a capture stops after the last recorded layer; with swap="each", the layers below the swapped one
+are not computed again (`AttnModel.layer_outputs`: the native model's, same numbers).
 """
 from __future__ import annotations
 
@@ -37,12 +42,15 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+import numpy as np
 import torch
 
 from attnlab.core.models import as_attn_model
 from attnlab.core.result import Result, provenance
 from attnlab.core.text import resolve_text
 from attnlab.core.util import progress as progress_bar
+from attnlab.normalization.critical_n import RunningTopN, brackets_for, certified_rejections
+from attnlab.normalization.engine import cpu_kernels
 from attnlab.normalization.gradients import softmax_jacobian_norm
 from attnlab.tools import normalizers
 from attnlab.tools.diagnose import (
@@ -52,8 +60,12 @@ from attnlab.tools.diagnose import (
     N_TOP,
     check_lengths,
     critical_grid,
-    head_stats,
+    distance_heads,
+    mean_separability,
     pooled_critical_n,
+    row_sample,
+    row_weight_stats,
+    sample_view,
     text_window,
 )
 
@@ -64,6 +76,7 @@ N_WINDOWS = 2
 MAX_ROWS_COMPARE = 32     # rows per head for N_s/N, d~, critical N (a budget: the default grid runs in ~2 min)
 CRIT_MAX_FRAC_COMPARE = 0.25   # scan N up to L/4: enough to place the critical N against the paper's 6% line
 HELD_OUT_START = 0.5      # held-out windows come from the second half of the text
+LOSS_CHUNK = 64           # positions per log-softmax over the vocabulary (small temporaries)
 
 
 @dataclass(frozen=True)
@@ -120,17 +133,31 @@ def held_out_windows(model, text: str, L: int, n: int, *, start_frac: float = HE
     return torch.stack(out)
 
 
-def forward_outputs(model, ids: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+def forward_outputs(model, ids: torch.Tensor, reuse=None) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """One forward pass of ids [n, L] -> final hidden states [n, L, d] (float32) and, for a model with
-    an LM head, the next-token loss of every position [n, L-1] (None otherwise)."""
-    out = model.forward(ids, output_hidden_states=True)
+    an LM head, the next-token loss of every position [n, L-1] (None otherwise). reuse: `AttnModel.forward`'s."""
+    out = model.forward(ids, output_hidden_states=True, use_cache=False, reuse=reuse)
     hidden = out.hidden_states[-1].float()
     logits = getattr(out, "logits", None)
     if logits is None:
         return hidden, None
-    lp = torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
-                                           ids[:, 1:].reshape(-1).to(logits.device), reduction="none")
-    return hidden, lp.reshape(ids.shape[0], -1).cpu()
+    # = cross_entropy(reduction="none"), LOSS_CHUNK positions at a time (no copy of the logits)
+    targets, n = ids[:, 1:, None].to(logits.device), ids.shape[1] - 1          # position t predicts token t + 1
+    chunks = [slice(a, min(a + LOSS_CHUNK, n)) for a in range(0, n, LOSS_CHUNK)]
+    logp = [torch.log_softmax(logits[:, c].float(), dim=-1).gather(-1, targets[:, c]) for c in chunks]
+    return hidden, -torch.cat(logp, dim=1).squeeze(-1).cpu()
+
+
+def row_weights(trace) -> dict[str, torch.Tensor]:
+    """`row_weight_stats` of every query row of a trace's probs: each [layer, head, Q] float64, computed one
+    layer and one block of rows at a time (`normalizers.row_blocks`: causal rows read only the keys they see)."""
+    vis = trace.visible()
+    Q, K = trace.probs.shape[-2:]
+    blocks = normalizers.row_blocks(vis, Q, K)
+    per_layer = [[row_weight_stats(p[:, rows, :width], vis[rows, :width]) for rows, width in blocks]
+                 for p in trace.probs]
+    return {k: torch.stack([torch.cat([b[k] for b in layer], dim=-1) for layer in per_layer])
+            for k in per_layer[0][0]}
 
 
 def hidden_drift(hidden: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
@@ -231,7 +258,11 @@ def compare_normalizers(model, text=None, *, lengths: Optional[Sequence[int]] = 
     lens_needed = [Lmax] if model.causal else grid
     metric_ids = {L: text_window(model, text, L) for L in lens_needed}
     cost_ids = {L: held_out_windows(model, text, L, n_windows) for L in lens_needed}
-    native = {L: forward_outputs(model, cost_ids[L]) for L in lens_needed}
+    # swap="each": the layers below the swapped one are the native model's, recorded once per window
+    recorded = ({L: (model.layer_outputs(metric_ids[L]), model.layer_outputs(cost_ids[L])) for L in lens_needed}
+                if swap == "each" and model.blocks is not None else {})
+    native = {L: forward_outputs(model, cost_ids[L], reuse=(recorded[L][1], model.n_layers) if recorded else None)
+              for L in lens_needed}
     targets = ["all"] if swap == "all" else list(range(model.n_layers))
     rows = []
     total = len(targets) * len(specs) * len(lens_needed)
@@ -244,18 +275,20 @@ def compare_normalizers(model, text=None, *, lengths: Optional[Sequence[int]] = 
             for Lpass in lens_needed:
                 next(it, None)
                 t0 = time.perf_counter()
+                rec_metric, rec_cost = ((r, target) for r in recorded[Lpass]) if recorded else (None, None)
                 with model.normalizer(fn, layers=swap_layers):
                     full = model.capture(metric_ids[Lpass], layers=swap_layers, keep=("probs", "scores", "v"),
-                                         text_sha256=tprov.get("text_sha256"))
-                    hidden, loss = forward_outputs(model, cost_ids[Lpass])
+                                         text_sha256=tprov.get("text_sha256"), reuse=rec_metric)
+                    hidden, loss = forward_outputs(model, cost_ids[Lpass], reuse=rec_cost)
                 drift_tok = hidden_drift(hidden, native[Lpass][0])          # [n, L]
+                weights = row_weights(full)                                  # [layer, head, Lpass] per row
                 pass_seconds = time.perf_counter() - t0
                 for L in (grid if model.causal else [Lpass]):
                     t1 = time.perf_counter()
                     trace = full if L == full.n_tokens else full.prefix(L)
-                    row = _metric_row(sp, trace, L, n_top=n_top, n_sep=n_sep, max_rows=max_rows, jac_rows=jac_rows,
-                                      alpha=alpha, crit_max_frac=crit_max_frac, crit_step_frac=crit_step_frac,
-                                      seed=seed + L)
+                    row = _metric_row(sp, trace, L, {k: w[..., :L] for k, w in weights.items()}, n_top=n_top,
+                                      n_sep=n_sep, max_rows=max_rows, jac_rows=jac_rows, alpha=alpha,
+                                      crit_max_frac=crit_max_frac, crit_step_frac=crit_step_frac, seed=seed + L)
                     row["swap"] = target
                     row["drift"] = float(drift_tok[:, :L].mean())
                     if loss is not None:
@@ -318,20 +351,23 @@ def compare_normalizers(model, text=None, *, lengths: Optional[Sequence[int]] = 
     return Result(name, rows, prov)
 
 
-def _metric_row(
-    sp: NormSpec, trace, L: int, *, n_top, n_sep, max_rows, jac_rows, alpha, crit_max_frac, crit_step_frac, seed
-) -> dict:
-    """Model-level (mean over the trace's heads) metrics of one swapped trace at length L."""
+def _metric_row(sp: NormSpec, trace, L: int, weights: dict, *, n_top, n_sep, max_rows, jac_rows, alpha,
+                crit_max_frac, crit_step_frac, seed) -> dict:
+    """Model-level (mean over the trace's heads) metrics of one swapped trace at length L; weights: its
+    `row_weights` [layer, head, L]."""
     ns = critical_grid(L, n_top=n_top, max_frac=crit_max_frac, step_frac=crit_step_frac)
-    st = head_stats(trace, n_top=n_top, n_sep=n_sep, max_rows=max_rows, ns=ns, jacobian=False)
-    crit = pooled_critical_n(st["d_heads"], st["e_heads"], ns, L, alpha)
+    ps, vs = sample_view(trace.probs, trace.visible(), row_sample(L, max_rows))
+    crit, d = grid_critical_n(ps, trace.v, vs, ns, n_top, L, alpha)
     jn, method = jacobian_norms(sp, trace, jacobian_sample(trace, jac_rows, seed))
     return {
         "normalizer": sp.label,
         "family": sp.name,
         "params": json.dumps(sp.kwargs, sort_keys=True),
         "L": L,
-        **{k: _nanmean(st[k]) for k in ("max_weight", "entropy", "entropy_norm", "weight_sum", "dtilde", "ns_frac")},
+        **{k: _nanmean(weights[k].mean(-1)) for k in ("max_weight", "entropy", "weight_sum")},
+        "entropy_norm": _nanmean(torch.nanmean(weights["entropy_norm"], dim=-1)),
+        "dtilde": _nanmean(d[..., -1]),                                # d~ at N = n_top, the last column
+        "ns_frac": _nanmean(mean_separability(ps, trace.v, n_sep, vs)),
         "critical_n": crit["critical_n"],
         "critical_n_frac": crit["critical_n_frac"],
         "critical_n_censored": crit["critical_n_censored"],
@@ -341,6 +377,29 @@ def _metric_row(
         "jac_rows": int(len(jn)),
         "jac_method": method,
     }
+
+
+def grid_critical_n(probs, x, visible, ns: Sequence[int], n_top: int, L: int, alpha: float) -> tuple[dict, np.ndarray]:
+    """`pooled_critical_n` on the grid ns of the rows probs [..., Q, K] (vectors x [..., K, D], visible [Q, K])
+    and the per-head d~ [..., k] at the grid's first k values of N (the last is n_top), for less work, same
+    numbers: the grid up to n_top is computed exactly (`distance_heads`; a value at N depends only on the
+    grid up to N); beyond it, the brackets of the incremental scan (`critical_n.RunningTopN`) certify the
+    KS rejections (p <= alpha / 2 whatever the exact values), and only if one is not certified is the
+    whole grid computed exactly."""
+    k = list(ns).index(n_top) + 1
+    d, e = distance_heads(probs, x, visible, ns[:k])
+    crit = pooled_critical_n(d, e, ns[:k], L, alpha)
+    rest = list(ns[k:])
+    if rest and crit["critical_n_censored"] and crit["critical_n_testable"]:
+        certified = {}
+        if cpu_kernels(probs) is not None:
+            scan = RunningTopN(probs, x, visible, rest[-1])
+            hm = brackets_for(scan.brackets(list(range(1, rest[-1] + 1))), "b")
+            cols = [n - 1 for n in rest]
+            certified = certified_rejections(*(hm[b][:, cols] for b in ("d_lo", "d_hi", "e_lo", "e_hi")), rest, alpha)
+        if len(certified) < len(rest):
+            crit = pooled_critical_n(*distance_heads(probs, x, visible, ns), ns, L, alpha)
+    return {**crit, "critical_n_max": int(max(ns))}, d
 
 
 def summary_table(

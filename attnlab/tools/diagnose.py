@@ -201,9 +201,9 @@ def critical_grid(
     return sorted(n for n in grid if 1 <= n < L)
 
 
-def weight_stats(probs: torch.Tensor, visible: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Means over the query rows of probs [..., Q, K] (visible bool [Q, K]) -> each [...] float64:
-    max_weight; entropy (nats) and entropy_norm = H / log L_t (rows with L_t >= 2) of the row's weights
+def row_weight_stats(probs: torch.Tensor, visible: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per query row of probs [..., Q, K] (visible bool [Q, K]) -> each [..., Q] float64: max_weight;
+    entropy (nats) and entropy_norm = H / log L_t (NaN for rows with L_t < 2) of the row's weights
     renormalised to sum 1 (a no-op except for normalizers whose weights do not sum to 1, e.g.
     SA-Softmax); weight_sum = the row's total weight."""
     vis = visible.to(torch.bool)
@@ -213,12 +213,13 @@ def weight_stats(probs: torch.Tensor, visible: torch.Tensor) -> dict[str, torch.
     H = entropy(a, vis)
     del a
     Hn = torch.where(Lt > 1, H / Lt.clamp_min(2).log(), torch.full_like(H, float("nan")))
-    return {
-        "max_weight": max_weight(probs, vis).mean(-1),
-        "entropy": H.mean(-1),
-        "entropy_norm": torch.nanmean(Hn, dim=-1),
-        "weight_sum": total.mean(-1),
-    }
+    return {"max_weight": max_weight(probs, vis), "entropy": H, "entropy_norm": Hn, "weight_sum": total}
+
+
+def weight_stats(probs: torch.Tensor, visible: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Means over the query rows of `row_weight_stats` -> each [...] float64 (entropy_norm: rows with L_t >= 2)."""
+    rows = row_weight_stats(probs, visible)
+    return {k: torch.nanmean(v, dim=-1) if k == "entropy_norm" else v.mean(-1) for k, v in rows.items()}
 
 
 def distance_heads(
