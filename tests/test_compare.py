@@ -122,3 +122,25 @@ def test_bench_quick_cli(capsys):
 
     best = benchmarks.recommend(Result("bench_normalizers", rows))
     assert {(b["case"], b["alpha"]) for b in best} == {("model", 2.0), ("model", 1.5), ("dense", 2.0), ("dense", 1.5)}
+
+
+@pytest.mark.parametrize("scale", [0.0, 1.0])
+def test_grid_critical_n_equals_the_whole_grid(scale):
+    """The certified shortcut beyond N = n_top gives the critical N of the whole grid, computed exactly:
+    uniform rows (scale 0: found at N = 48, the fallback to the whole grid) and random ones (censored, certified)."""
+    from attnlab.tools.diagnose import critical_grid, distance_heads, pooled_critical_n
+
+    g = torch.Generator().manual_seed(5)
+    L, n_top = 96, 5
+    z = torch.randn(2, 6, L, L, generator=g) * scale
+    vis = torch.tril(torch.ones(L, L, dtype=torch.bool))
+    probs = torch.softmax(z.masked_fill(~vis, float("-inf")), dim=-1)
+    x = torch.randn(2, 6, L, 8, generator=g)
+    ns = critical_grid(L, n_top=n_top, max_frac=0.5, step_frac=0.02)
+    crit, d = cmp.grid_critical_n(probs, x, vis, ns, n_top, L, 0.05)
+    d_all, e_all = distance_heads(probs, x, vis, ns)
+    whole = pooled_critical_n(d_all, e_all, ns, L, 0.05)
+    assert {k: crit[k] for k in whole} == pytest.approx(whole, nan_ok=True)
+    assert (crit["critical_n"] == 48) == (scale == 0.0)
+    k = list(ns).index(n_top) + 1
+    assert d == pytest.approx(d_all[..., :k])
