@@ -81,12 +81,7 @@ def fd_grad_norms(
     """
     check_direction(direction)
     vis = visible_scores(scores, visible)
-    Ts = [float(t) for t in temperatures]
-    Es = [float(e) for e in epsilons]
-    if not Ts or not all(math.isfinite(t) and t > 0 for t in Ts):
-        raise ValueError(f"temperatures must be finite numbers > 0, got {Ts}")
-    if not Es or not all(math.isfinite(e) and e > 0 for e in Es):
-        raise ValueError(f"epsilons must be finite numbers > 0, got {Es}")
+    Ts, Es = positive_grid("temperatures", temperatures), positive_grid("epsilons", epsilons)
     lead = scores.shape[:-2]
     S = scores.reshape(-1, *scores.shape[-2:])
     B, Q, K = S.shape
@@ -140,9 +135,7 @@ def fd_grad_limit(
     """
     check_direction(direction)
     vis = visible_scores(scores, visible)
-    Es = [float(e) for e in epsilons]
-    if not Es or not all(math.isfinite(e) and e > 0 for e in Es):
-        raise ValueError(f"epsilons must be finite numbers > 0, got {Es}")
+    Es = positive_grid("epsilons", epsilons)
     lead = scores.shape[:-2]
     S = scores.reshape(-1, *scores.shape[-2:])
     B, Q, K = S.shape
@@ -161,6 +154,14 @@ def fd_grad_limit(
             out[bs, qs, ei] = (d2.sqrt() / eps).cpu()
     out[:, ~ok.cpu()] = float("nan")
     return out.reshape(*lead, Q, len(Es))
+
+
+def positive_grid(name: str, values: Sequence[float]) -> list[float]:
+    """values as floats, or one ValueError when the grid is empty or has a value that is not finite and > 0."""
+    out = [float(v) for v in values]
+    if not out or not all(math.isfinite(v) and v > 0 for v in out):
+        raise ValueError(f"{name} must be finite numbers > 0, got {out}")
+    return out
 
 
 def _exp_(z: torch.Tensor, low: float) -> torch.Tensor:

@@ -292,24 +292,27 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 def fd_grad_norms(scores, temperatures, epsilons, visible=None, *, seed: int = 0, direction: str = "gaussian",
                   **_ignored) -> torch.Tensor:
     """Per-row loop version of `fd_grad_norms` (same directions, same output)."""
-    vis_t = visible_scores(scores, visible)
-    lead = scores.shape[:-2]
-    S = scores.reshape(-1, *scores.shape[-2:]).double().numpy()
-    B, Q, K = S.shape
-    V = random_directions((B,), vis_t, seed, direction).numpy()
-    vis = vis_t.numpy()
-    out = np.full((B, Q, len(temperatures), len(epsilons)), np.nan)
-    for b in range(B):
-        for t in range(Q):
-            idx = np.flatnonzero(vis[t])
-            if len(idx) < 2:
-                continue
-            l, v = S[b, t, idx], V[b, t, idx]
-            for ti, T in enumerate(temperatures):
-                base = _softmax(l / T)
-                for ei, eps in enumerate(epsilons):
-                    out[b, t, ti, ei] = np.linalg.norm(_softmax((l + eps * v) / T) - base) / eps
+    lead, Q = scores.shape[:-2], scores.shape[-2]
+    out = np.full((int(np.prod(lead)), Q, len(temperatures), len(epsilons)), np.nan)
+    for b, t, l, v in _perturbed_rows(scores, visible, seed, direction):
+        for ti, T in enumerate(temperatures):
+            base = _softmax(l / T)
+            for ei, eps in enumerate(epsilons):
+                out[b, t, ti, ei] = np.linalg.norm(_softmax((l + eps * v) / T) - base) / eps
     return torch.from_numpy(out).reshape(*lead, Q, len(temperatures), len(epsilons))
+
+
+def _perturbed_rows(scores, visible, seed: int, direction: str):
+    """(head b, row t, the row's visible logits l, its direction v) for every row with >= 2 visible keys."""
+    vis_t = visible_scores(scores, visible)
+    S = scores.reshape(-1, *scores.shape[-2:]).double().numpy()
+    V = random_directions((S.shape[0],), vis_t, seed, direction).numpy()
+    vis = vis_t.numpy()
+    for b in range(S.shape[0]):
+        for t in range(S.shape[1]):
+            idx = np.flatnonzero(vis[t])
+            if len(idx) >= 2:
+                yield b, t, S[b, t, idx], V[b, t, idx]
 
 
 def softmax_jacobian_norm(probs, T: float = 1.0, visible=None, **_ignored) -> torch.Tensor:
@@ -345,21 +348,11 @@ def _uniform_argmax(z: np.ndarray) -> np.ndarray:
 def fd_grad_limit(scores, epsilons, visible=None, *, seed: int = 0, direction: str = "gaussian",
                   **_ignored) -> torch.Tensor:
     """Per-row loop version of `fd_grad_limit`: ||u(l + eps v) - u(l)|| / eps, u = uniform on the argmax set."""
-    vis_t = visible_scores(scores, visible)
-    lead = scores.shape[:-2]
-    S = scores.reshape(-1, *scores.shape[-2:]).double().numpy()
-    B, Q, K = S.shape
-    V = random_directions((B,), vis_t, seed, direction).numpy()
-    vis = vis_t.numpy()
-    out = np.full((B, Q, len(epsilons)), np.nan)
-    for b in range(B):
-        for t in range(Q):
-            idx = np.flatnonzero(vis[t])
-            if len(idx) < 2:
-                continue
-            l, v = S[b, t, idx], V[b, t, idx]
-            for ei, eps in enumerate(epsilons):
-                out[b, t, ei] = np.linalg.norm(_uniform_argmax(l + eps * v) - _uniform_argmax(l)) / eps
+    lead, Q = scores.shape[:-2], scores.shape[-2]
+    out = np.full((int(np.prod(lead)), Q, len(epsilons)), np.nan)
+    for b, t, l, v in _perturbed_rows(scores, visible, seed, direction):
+        for ei, eps in enumerate(epsilons):
+            out[b, t, ei] = np.linalg.norm(_uniform_argmax(l + eps * v) - _uniform_argmax(l)) / eps
     return torch.from_numpy(out).reshape(*lead, Q, len(epsilons))
 
 

@@ -207,3 +207,10 @@ def describe(registry: dict[str, Reading], name: str) -> str:
     """'name (label): source' for provenance and tables."""
     r = registry[name]
     return f"{name} ({r.label}): {r.source}"
+
+
+def check_names(what: str, names, registry: dict) -> None:
+    """One ValueError naming the unknown entries of `names` and the registry's choices."""
+    bad = [n for n in names if n not in registry]
+    if bad:
+        raise ValueError(f"unknown {what} {bad}; choose from {', '.join(registry)}")

@@ -133,9 +133,7 @@ def thm1_readings(model, ids, *, quick: bool = False, progress: bool = True, cap
     model), `seed`/`samples` (E4's random subsets), `alpha` (KS level)."""
     t0 = time.perf_counter()
     vectors = list(vectors or R.VECTORS)
-    bad = [v for v in vectors if v not in R.VECTORS]
-    if bad:
-        raise ValueError(f"unknown vectors {bad}; choose from {', '.join(R.VECTORS)}")
+    R.check_names("vectors", vectors, R.VECTORS)
     pairs = check_pairs(pairs)
     if not 0 < float(alpha) < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")

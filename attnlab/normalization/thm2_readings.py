@@ -149,9 +149,7 @@ def separability_readings(model, ids, *, quick: bool = False, progress: bool = T
     t0 = time.perf_counter()
     p = _protocol(SEP_PROTOCOL, protocol)
     names = list(p["vectors"] or readings.VECTORS)
-    bad = [n for n in names if n not in readings.VECTORS]
-    if bad:
-        raise ValueError(f"unknown vectors {bad}; choose from {', '.join(readings.VECTORS)}")
+    readings.check_names("vectors", names, readings.VECTORS)
     trace, L, cap_s = _capture(model, ids, quick, p["L"], {"probs"} | readings.needs(names))
     ns = [n for n in (p["ns"] or range(1, (8 if quick else FIG3_NMAX) + 1)) if n < L]
     vis = trace.visible()
@@ -227,9 +225,7 @@ def gradient_readings(model, ids, *, quick: bool = False, progress: bool = True,
     t0 = time.perf_counter()
     p = _protocol(GRAD_PROTOCOL, protocol)
     dirs = list(p["directions"] or readings.DIRECTIONS)
-    bad = [d for d in dirs if d not in readings.DIRECTIONS]
-    if bad:
-        raise ValueError(f"unknown directions {bad}; choose from {', '.join(readings.DIRECTIONS)}")
+    readings.check_names("directions", dirs, readings.DIRECTIONS)
     trace, L, cap_s = _capture(model, ids, quick, p["L"], {"scores"})
     Ts = [float(t) for t in (p["temperatures"] or temperature_grid(quick))]
     Es = [float(e) for e in (p["epsilons"] or EPSILONS)]
