@@ -55,11 +55,16 @@ DEFAULTS = {"x": "v", "keys": "visible", "seed": 0, "alpha": KS_ALPHA, "n_max": 
             "impl": "vectorised", "chunk": DEFAULT_CHUNK, "reading": "b", "threads": None}
 
 
-def resolve_protocol(quick: bool, protocol: dict) -> dict:
-    bad = set(protocol) - set(DEFAULTS)
+def with_defaults(defaults: dict, protocol: dict) -> dict:
+    """defaults updated by protocol; one ValueError naming any option that defaults does not know."""
+    bad = set(protocol) - set(defaults)
     if bad:
-        raise ValueError(f"unknown protocol option(s) {sorted(bad)}; known: {sorted(DEFAULTS)}")
-    p = dict(DEFAULTS, **protocol)
+        raise ValueError(f"unknown protocol option(s) {sorted(bad)}; known: {sorted(defaults)}")
+    return dict(defaults, **protocol)
+
+
+def resolve_protocol(quick: bool, protocol: dict) -> dict:
+    p = with_defaults(DEFAULTS, protocol)
     if p["x"] not in ("v", "hidden"):
         raise ValueError(f"x must be 'v' (value vectors) or 'hidden' (layer inputs), got {p['x']!r}")
     if p["keys"] not in ("visible", "all"):

@@ -30,7 +30,7 @@ from attnlab.core.verdicts import claim_row, percent, verdict
 from attnlab.normalization import gradients, readings, separability
 from attnlab.normalization.claims import SLOPE_TOL, linear_fit
 from attnlab.normalization.engine import DEFAULT_CHUNK, row_mean, visible_scores
-from attnlab.normalization.experiments import HOLD_ATOL, HOLD_RTOL, temperature_grid
+from attnlab.normalization.experiments import HOLD_ATOL, HOLD_RTOL, temperature_grid, with_defaults
 from attnlab.normalization.paper import EPSILONS, FIG3_NMAX, ONE_OVER_T_BELOW, SATURATION_N, SEPARABILITY_BAND
 from attnlab.normalization.plots import title
 
@@ -50,13 +50,6 @@ _AGG = {"median": np.nanmedian, "mean": np.nanmean, "max": np.nanmax,
 
 
 # ------------------------------------------------------------------------------------------------ shared
-
-def _protocol(defaults: dict, protocol: dict) -> dict:
-    bad = set(protocol) - set(defaults)
-    if bad:
-        raise ValueError(f"unknown protocol option(s) {sorted(bad)}; known: {sorted(defaults)}")
-    return dict(defaults, **protocol)
-
 
 def _capture(model, ids, quick: bool, L, keep: set):
     """One forward pass over the first L tokens of ids [L_max] (default all of them; quick: at most 128)."""
@@ -147,7 +140,7 @@ def separability_readings(model, ids, *, quick: bool = False, progress: bool = T
     "nearest" / "positive_r" add delta, xi_*, lower_* / upper_B_* / upper_R_* (token means) and *_holds (the
     fraction of rows where the bound holds against the strict count; the closed ball differs only at ties)."""
     t0 = time.perf_counter()
-    p = _protocol(SEP_PROTOCOL, protocol)
+    p = with_defaults(SEP_PROTOCOL, protocol)
     names = list(p["vectors"] or readings.VECTORS)
     readings.check_names("vectors", names, readings.VECTORS)
     trace, L, cap_s = _capture(model, ids, quick, p["L"], {"probs"} | readings.needs(names))
@@ -223,7 +216,7 @@ def gradient_readings(model, ids, *, quick: bool = False, progress: bool = True,
     Logits: the model's own pre-softmax scores over the visible keys (T = 1 is the native model). Protocol:
     `directions`, `temperatures`, `epsilons`, `seed` (0), `jac_rows`, `L`, `text`, `chunk`, `threads`."""
     t0 = time.perf_counter()
-    p = _protocol(GRAD_PROTOCOL, protocol)
+    p = with_defaults(GRAD_PROTOCOL, protocol)
     dirs = list(p["directions"] or readings.DIRECTIONS)
     readings.check_names("directions", dirs, readings.DIRECTIONS)
     trace, L, cap_s = _capture(model, ids, quick, p["L"], {"scores"})

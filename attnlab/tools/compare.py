@@ -275,7 +275,7 @@ def compare_normalizers(model, text=None, *, lengths: Optional[Sequence[int]] = 
             for Lpass in lens_needed:
                 next(it, None)
                 t0 = time.perf_counter()
-                rec_metric, rec_cost = ((r, target) for r in recorded[Lpass]) if recorded else (None, None)
+                rec_metric, rec_cost = [(r, target) for r in recorded[Lpass]] if recorded else [None, None]
                 with model.normalizer(fn, layers=swap_layers):
                     full = model.capture(metric_ids[Lpass], layers=swap_layers, keep=("probs", "scores", "v"),
                                          text_sha256=tprov.get("text_sha256"), reuse=rec_metric)
