@@ -98,6 +98,27 @@ def test_running_sums_equal_brackets_and_distance_stats(vis):
             scan.brackets([1, 2])
 
 
+@pytest.mark.parametrize("D", [4, 16])
+def test_exact_state_kept_or_made_per_call(monkeypatch, D):
+    """The running x_i.s kept between exact calls (stepped on, or reset when a call goes back) == made afresh in
+    each call (no room to keep it: zero and stepped for small N, else from s (small D) or from X X^T (large D))."""
+    probs, x, visible = _inputs(seed=5, heads=8, L=24, D=D, vis="causal", shared=D == 16)
+    v = engine.check_inputs(probs, x, visible)
+    calls = ([1, 2], [3, 9], [10, 11, 18], [4, 12], [15, 22, 23])
+    need = ("d_a", "d_b", "E1", "E2")
+    kept = critical_n.RunningTopN(probs, x, v, 23)
+    got = [kept.exact(ns, need=need) for ns in calls]
+    monkeypatch.setattr(critical_n, "STATE_ELEMENTS", 0)
+    fresh = critical_n.RunningTopN(probs, x, v, 23)
+    for ns, g in zip(calls, got):
+        f = fresh.exact(ns, need=need)
+        st = distance.distance_stats(probs, x, ns, visible, stats=("dtilde_a", "dtilde_b", "E", "E2"))
+        for k, s in zip(need, ("dtilde_a", "dtilde_b", "E", "E2")):
+            np.testing.assert_allclose(g[k], f[k], rtol=1e-9, err_msg=k)
+            np.testing.assert_allclose(g[k], engine.row_mean(st[s], -2).reshape(-1, len(ns)), rtol=1e-6, err_msg=k)
+    assert not hasattr(fresh, "tv_state") and kept.n_state == 14
+
+
 def test_fallback_without_kernels(monkeypatch):
     """ATTNLAB_KERNELS=0 (or a GPU): the old path, same answer."""
     probs, x, visible = _inputs(seed=2, vis="bidirectional")

@@ -28,6 +28,7 @@ from attnlab.normalization.engine import (
 BRACKET_SLACK = 2e-6             # covers rounding of the exact values (float32 roots, `root_sum`)
 GRAM_ELEMENTS = 1 << 24          # float64 elements of the Gram matrices X X^T held at once (128 MiB)
 DOTS_ELEMENTS = 1 << 27          # float64 elements of the x_i.o and x_i.m kept for a whole scan (1 GiB)
+STATE_ELEMENTS = 1 << 28         # float64 elements of the running x_i.s kept between exact calls (2 GiB)
 
 
 def ks_first_indistinguishable(d_heads: np.ndarray, e_heads: np.ndarray, ns: Sequence[int],
@@ -223,7 +224,8 @@ class RunningTopN:
     [u, K]; o = sum_i y_i [B, Q, D], SA = sum_i ||y_i||^2 and Syn = sum_i ||y_i|| [B, Q] over the visible keys
     (float64); order [B, Q, k] (`kernels.sorted_keys`, sorted once past SMALL_N; int16 for K < 2^15); and the running
     sums of the bracket windows, s [B, Q, D] and pre [B, Q] (sum of y_j and of ||y_j|| over the first n_done keys).
-    Memory beyond the inputs: about B Q (2 n_max + 16 D) bytes, plus GRAM_ELEMENTS float64 for X X^T.
+    Memory beyond the inputs: about B Q (2 n_max + 16 D) bytes, plus GRAM_ELEMENTS float64 for X X^T and, once
+    exact values are asked for, 8 B Q K bytes for the running x_i.s (while that is at most STATE_ELEMENTS float64).
     """
 
     def __init__(self, probs, x, vis, n_max: int, order: Optional[torch.Tensor] = None):
@@ -240,10 +242,27 @@ class RunningTopN:
         self.Lt = vis.sum(-1).double()
         self.hi = (vis * torch.arange(1, K + 1)).amax(-1)                # last visible key + 1
         self.o, self.SA, self.Syn = self.kernels.row_sums(self.P, self.Xu, self.xn2, self.inv, self.hi, self.vis_k)
+        self.o2 = (self.o * self.o).sum(-1)
+        self.dots = {}
+        self._start(order)
+
+    def _start(self, order: Optional[torch.Tensor]) -> None:
+        """The scan's own state: running sums at N = 0 over `order` (None: each row's top N by weight)."""
+        B, Q, K = self.P.shape
         self.s, self.pre, self.n_done = torch.zeros_like(self.o), torch.zeros(B, Q, dtype=torch.float64), 0
         self.fixed = order is not None
         self.order = (order.reshape(B, Q, -1).contiguous() if self.fixed
                       else torch.empty(B, Q, 0, dtype=torch.int16 if K < 1 << 15 else torch.int32))
+        self.__dict__.pop("tv_state", None)
+
+    def reordered(self, order: torch.Tensor) -> "RunningTopN":
+        """A scan of the same rows over another order of their keys (e.g. random subsets), sharing everything that
+        does not depend on the order (weights, x, o, the sums, the x_i.o and x_i.m products) with this one."""
+        import copy
+
+        other = copy.copy(self)
+        other._start(order)
+        return other
 
     def _order(self, k: int) -> torch.Tensor:
         if not self.fixed and self.order.shape[-1] < k:
@@ -257,8 +276,6 @@ class RunningTopN:
         """x_i.o [b, Q, K] (E1, E3, E5) and (x_i.m [b, Q, K], ||m||^2 [b, Q]) (E2) of the heads bs, or None (then
         `kernels.top_exact` makes them): they do not depend on N, so they are made once per scan and kept while
         they fit in DOTS_ELEMENTS float64 (else made per call)."""
-        if not hasattr(self, "dots"):
-            self.dots = {}
         B, Q, K = self.P.shape
         keep = 2 * B * Q * K <= DOTS_ELEMENTS
         out = []
@@ -294,16 +311,19 @@ class RunningTopN:
 
     def exact(self, ns: Sequence[int], need: Sequence[str] = ("d_b", "E1")) -> dict[str, np.ndarray]:
         """Per-head means [B, len(ns)] of the exact `need` (of `kernels.EXACT_STATS`: d_a, d_b, E1, E2, E3, E5) for
-        ascending ns: one pass from ns[0] to ns[-1], over blocks of heads whose Gram matrices X X^T (d_b) and
-        [heads, Q, K] dot products hold at most GRAM_ELEMENTS float64 each."""
+        ascending ns: one pass from ns[0] to ns[-1], over blocks of heads whose Gram matrices X X^T (d~) and
+        [heads, Q, K] dot products hold at most GRAM_ELEMENTS float64 each. The running top sums of d~ (x_i.s,
+        ||s||^2) are kept from call to call while they fit in STATE_ELEMENTS float64, so a scan that asks for
+        growing N steps through each key once."""
         n0, n1 = ns[0], ns[-1]
         want = np.zeros(n1 - n0 + 1, bool)
         want[np.asarray(ns) - n0] = True
         order = self._order(n1)
-        B, _, K = self.P.shape
+        B, Q, K = self.P.shape
         stats = self.kernels.EXACT_STATS
         out = torch.empty(len(stats), B, len(want), dtype=torch.float64)
-        gram = "d_b" in need
+        gram = bool({"d_a", "d_b"} & set(need))
+        state = self._state(n0) if gram else None
         step = max(1, GRAM_ELEMENTS // (K * K))
         for b0 in range(0, B, step):
             bs = slice(b0, min(B, b0 + step))
@@ -311,10 +331,26 @@ class RunningTopN:
             Xb = self.Xu[uniq]
             G = torch.bmm(Xb, Xb.transpose(1, 2)) if gram else None
             xo, xm = self._dots(b0, bs, need)
+            st = None if state is None else (state[0][bs], state[1][bs], state[2])
             out[:, bs] = self.kernels.top_exact(self.P[bs], Xb, self.xn2[uniq], G, inv, order[bs], self.o[bs],
-                                                self.Lt, self.hi, self.vis_k, n0, want, need, xo=xo, xm=xm)
+                                                self.Lt, self.hi, self.vis_k, n0, want, need, xo=xo, xm=xm, state=st,
+                                                o2=self.o2[bs])
+        if state is not None:
+            self.n_state = max(state[2], n0 - 1)
         means = self.means(out[..., torch.from_numpy(want)], list(ns))
         return {k: means[stats.index(k)] for k in need}
+
+    def _state(self, n0: int):
+        """(x_i.s [B, Q, K], ||s||^2 [B, Q], n) of the running top sum kept between `exact` calls (reset when a
+        call asks for an N below it), or None when it would not fit in STATE_ELEMENTS (each call makes its own)."""
+        B, Q, K = self.P.shape
+        if B * Q * K > STATE_ELEMENTS:
+            return None
+        if not hasattr(self, "tv_state") or self.n_state > n0 - 1:
+            self.tv_state = torch.zeros(B, Q, K, dtype=torch.float64)
+            self.s2_state = torch.zeros(B, Q, dtype=torch.float64)
+            self.n_state = 0
+        return self.tv_state, self.s2_state, self.n_state
 
 
 def brackets_for(hm: dict[str, np.ndarray], reading: str) -> dict[str, np.ndarray]:

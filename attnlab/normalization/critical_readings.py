@@ -198,7 +198,7 @@ class _KernelScan:
 
     def __init__(self, probs, x, vis, n_max, orders):
         self.top = RunningTopN(probs, x, vis, n_max)
-        self.rand = [RunningTopN(probs, x, vis, n_max, order=o) for o in orders]
+        self.rand = [self.top.reordered(o) for o in orders]
         self.formula = None
         self.Lt = self.top.Lt
 

@@ -388,32 +388,34 @@ EXACT_STATS = ("d_a", "d_b", "E1", "E2", "E3", "E5")
 
 
 @numba.njit(parallel=True, fastmath=FASTMATH, cache=True)
-def _top_exact(a, X, xn2, G, inv, order, o, s0, tv0, xo, o2, xm, m2, Lt, hi, vis, n0, want, need, out):
+def _top_exact(a, xn2, G, inv, order, tv_s, s2_s, n_s, xo, o2, xm, m2, Lt, hi, vis, n0, want, need, out):
     """Exact d~ (a, b) of the first N keys of each row's `order` and the closed-form expectations E1, E2, E3, E5, for
-    the N = n0 + w with want[w] (w < W), stepping N = n0 .. through the order. a, X, xn2, inv, order, Lt as in
-    `_top_brackets`; G [u, K, K] float64 = X X^T (d_b; else shape [0, 0, 0]); o [b, q, D] = sum_i y_i; s0 [b, q, D]
-    the sum of y_j over the
-    first n0 - 1 keys of the order and tv0 [b, q, K] = x_i.s0 (d_b); xo [b, q, K] = x_i.o, o2 [b, q] = ||o||^2 (the
-    E's but E2); xm [b, q, K] = x_i.m, m2 = ||m||^2, m the plain mean of the row's visible x (E2) (unused ones: shape
-    [0, 0, 0] / [0, 0]); hi [q] last visible key + 1; vis uint8 [q, K] (shape [0, K]: all visible); need uint8 [6]:
-    which of EXACT_STATS to compute; out float64 [6, b, W] += each summed over the rows with Lt > N. Per N the new
-    key j adds a_j G[j] to t = x_i.s and 2 a_j t_j + a_j^2 ||x_j||^2 to ||s||^2, so that d~ (b) is one pass over the
-    keys, ||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 t_i) + ||s||^2; the E's are root sums over the keys of
-    ||l_i x_i - mu xbar||^2 = l_i (l_i ||x_i||^2 - 2 mu x_i.xbar) + mu^2 ||xbar||^2, with (l_i, mu, xbar) =
+    the N = n0 + w with want[w] (w < W), stepping N = n0 .. through the order. a [b, q, K]; xn2 [u, K] = ||x_i||^2;
+    G [u, K, K] float64 = X X^T (d~; else shape [0, 0, 0]); inv [b] head -> x; order [b, q, k]; the state of the
+    running top sum s (d~; else shape [0, 0, 0] / [0, 0]): tv_s [b, q, K] = x_i.s and s2_s [b, q] = ||s||^2 for s
+    the sum of y_j = a_j x_j over the first n_s keys of the order (n_s <= n0 - 1), stepped on to the first n0 - 1
+    keys and written back there (the next call, for N >= n0, starts from it); o2 [b, q] = ||o||^2, o = sum_i y_i;
+    xo [b, q, K] = x_i.o (E1, E3, E5); xm [b, q, K] = x_i.m, m2 = ||m||^2, m the plain mean of the row's visible x
+    (E2) (unused ones: shape [0, 0, 0] / [0, 0]); Lt [q] visible keys (float64); hi [q] last visible key + 1; vis
+    uint8 [q, K] (shape [0, K]: all visible); need uint8 [6]: which of EXACT_STATS to compute; out float64 [6, b, W]
+    += each summed over the rows with Lt > N. Per N the new key j adds a_j G[j] to t = x_i.s and 2 a_j t_j + a_j^2
+    ||x_j||^2 to ||s||^2, so that d~ (b) is one pass over the keys, ||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 t_i) +
+    ||s||^2, and d~ (a) one more, ||o - 2 s||^2 = ||o||^2 - 4 sum_i a_i t_i + 4 ||s||^2; the E's are root sums over the
+    keys of ||l_i x_i - mu xbar||^2 = l_i (l_i ||x_i||^2 - 2 mu x_i.xbar) + mu^2 ||xbar||^2, with (l_i, mu, xbar) =
     (a_i (1 + c), c, o) for E1, (a_i + c, 1, m) for E2, (a_i + c, c, o) for E3, (a_i + c, 1, o) for E5,
-    c = N / (L - 1), each times (L - N) / L. Squares in float64, roots in float32 (~1e-7 relative)."""
+    c = N / (L - 1), each times (L - N) / L. Squares in float64, roots in float32 (~1e-7 relative). O(K) per row and
+    N, no D: the vectors enter through G only."""
     b, q, K = a.shape
-    D = X.shape[2]
     every = vis.shape[0] == 0
     last = 0
     for w in range(want.shape[0]):
         if want[w]:
             last = w
     need_a, need_b = need[0] != 0, need[1] != 0
+    need_s = need_a or need_b
     for m in numba.prange(b):
         u = inv[m]
         tv, keep, visf, av = np.empty(K), np.empty(K), np.empty(K), np.empty(K)
-        sv = np.empty(D)
         for t in range(q):
             L, h = Lt[t], hi[t]
             if L <= n0:
@@ -425,11 +427,19 @@ def _top_exact(a, X, xn2, G, inv, order, o, s0, tv0, xo, o2, xm, m2, Lt, hi, vis
             for c in range(n0 - 1):
                 keep[order[m, t, c]] = 0.0
             s2 = 0.0
-            if need_a:
-                sv[:] = s0[m, t]
-            if need_b:
-                tv[:h] = tv0[m, t, :h]
-                s2 = _dot(s0[m, t], s0[m, t])
+            if need_s:
+                s2 = s2_s[m, t]
+                tv[:h] = tv_s[m, t, :h]
+                for N in range(n_s + 1, n0):                        # the state on to the first n0 - 1 keys
+                    j = order[m, t, N - 1]
+                    aj = av[j]
+                    s2 += aj * (2.0 * tv[j] + aj * xn2[u, j])
+                    g = G[u, j]
+                    for i in range(h):
+                        tv[i] += aj * g[i]
+                if n0 - 1 > n_s:
+                    tv_s[m, t, :h] = tv[:h]
+                    s2_s[m, t] = s2
             for w in range(last + 1):
                 N = n0 + w
                 if N >= L:
@@ -437,21 +447,18 @@ def _top_exact(a, X, xn2, G, inv, order, o, s0, tv0, xo, o2, xm, m2, Lt, hi, vis
                 j = order[m, t, N - 1]
                 aj = av[j]
                 keep[j] = 0.0
-                if need_b:
+                if need_s:
                     s2 += aj * (2.0 * tv[j] + aj * xn2[u, j])
                     g = G[u, j]
                     for i in range(h):
                         tv[i] += aj * g[i]
-                if need_a:
-                    for d in range(D):
-                        sv[d] += aj * X[u, j, d]
                 if not want[w]:
                     continue
                 if need_a:
-                    acc, orow = 0.0, o[m, t]
-                    for d in range(D):
-                        acc += (orow[d] - 2.0 * sv[d]) ** 2
-                    out[0, m, w] += np.sqrt(acc)
+                    os_ = 0.0
+                    for i in range(h):
+                        os_ += av[i] * tv[i]
+                    out[0, m, w] += np.sqrt(max(o2[m, t] - 4.0 * os_ + 4.0 * s2, 0.0))
                 if need_b:
                     acc = 0.0
                     for i in range(h):
@@ -485,35 +492,39 @@ def _top_exact(a, X, xn2, G, inv, order, o, s0, tv0, xo, o2, xm, m2, Lt, hi, vis
                     out[5, m, w] += scale * e5
 
 
-def top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0: int, want, need=EXACT_STATS, xo=None, xm=None):
+def top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0: int, want, need=EXACT_STATS, xo=None, xm=None,
+              state=None, o2=None):
     """float64 [6, b, len(want)]: per head, the sums of EXACT_STATS (d_a, d_b, E1, E2, E3, E5) over the rows with
     Lt > N, for the N = n0 + w with want[w] (`_top_exact`; zero elsewhere and for the stats not in `need`). CPU
     tensors a [b, q, K], X [u, K, D] float64, xn2 [u, K], inv [b], order [b, q, k], o [b, q, D] (sum of y_i), Lt [q],
-    hi [q]; G [u, K, K] = X X^T (None when d_b is not needed); xo = x_i.o and xm = x_i.m [b, q, K] when the caller
-    has them (else made here). The dot products with o, m and s0 are matrix products (BLAS), once per call."""
+    hi [q]; G [u, K, K] = X X^T (None when no d~ is needed); xo = x_i.o and xm = x_i.m [b, q, K] when the caller
+    has them (else made here, one matrix product each). state (d~): (tv [b, q, K], s2 [b, q], n), the running top
+    sum over the first n <= n0 - 1 keys of each order (`_top_exact`), stepped on in place to n0 - 1 (a caller that
+    scans N upwards keeps it between calls); None: made here (zero for small n0, else one product with G). o2 [b, q]
+    = ||o||^2 when the caller has it."""
     use_threads()
     b, q, K = a.shape
     out = torch.zeros(len(EXACT_STATS), b, len(want), dtype=torch.float64)
-    if "d_b" in need and G is None:
-        raise ValueError("d_b needs the Gram matrices G = X X^T")
-    Xb = X[inv]                                                          # [b, K, D] (views of the distinct x)
+    need_s = bool({"d_a", "d_b"} & set(need))
+    if need_s and G is None:
+        raise ValueError("d~ needs the Gram matrices G = X X^T")
     empty3, empty2 = torch.empty(0, 0, 0, dtype=torch.float64), torch.empty(0, 0, dtype=torch.float64)
-    s0 = tv0 = empty3
-    if {"d_a", "d_b"} & set(need):
-        first = torch.zeros(b, q, K, dtype=torch.float64)
-        if n0 > 1:
-            first.scatter_(-1, order[..., :n0 - 1].long(), 1.0)
-        w = first.mul_(a.double() * (vis if vis is not None else 1.0))
-        s0 = torch.bmm(w, Xb)                                            # [b, q, D]
-        tv0 = torch.bmm(s0, Xb.transpose(1, 2)) if "d_b" in need else empty3
-    o2 = (o * o).sum(-1)
+    if not need_s:
+        state = (empty3, empty2, 0)
+    elif state is None:
+        state = fresh_state(a, X, G, inv, order, vis, n0)
+    tv, s2, n_s = state
+    if n_s > n0 - 1:
+        raise ValueError(f"the running state holds {n_s} keys, past N = {n0} - 1")
+    o2 = (o * o).sum(-1) if o2 is None else o2
     if {"E1", "E3", "E5"} & set(need):
-        xo = torch.bmm(o, Xb.transpose(1, 2)) if xo is None else xo
+        xo = torch.bmm(o, X[inv].transpose(1, 2)) if xo is None else xo
     else:
         xo = empty3
     m2 = empty2
     if "E2" in need:
         if xm is None:
+            Xb = X[inv]
             vf = torch.ones(q, K, dtype=torch.float64) if vis is None else vis.double()
             mean = torch.matmul(vf, Xb) / Lt.view(-1, 1)                 # [b, q, D]
             xm, m2 = torch.bmm(mean, Xb.transpose(1, 2)), (mean * mean).sum(-1)
@@ -523,9 +534,23 @@ def top_exact(a, X, xn2, G, inv, order, o, Lt, hi, vis, n0: int, want, need=EXAC
         xm = empty3
     G = empty3 if G is None else G
     flags = np.array([k in need for k in EXACT_STATS], np.uint8)
-    arrays = (o, s0, tv0, xo, o2, xm, m2)
-    _top_exact(_floats(a), X.numpy(), xn2.numpy(), G.contiguous().numpy(), inv.numpy(), order.numpy(),
-               *(t.contiguous().numpy() for t in arrays), Lt.numpy(), hi.numpy(), _vis(vis, K), int(n0),
-               np.asarray(want, np.uint8), flags, out.numpy())
+    _top_exact(_floats(a), xn2.numpy(), G.contiguous().numpy(), inv.numpy(), order.numpy(), tv.numpy(), s2.numpy(),
+               int(n_s), *(t.contiguous().numpy() for t in (xo, o2, xm, m2)), Lt.numpy(), hi.numpy(), _vis(vis, K),
+               int(n0), np.asarray(want, np.uint8), flags, out.numpy())
     return out
 
+
+def fresh_state(a, X, G, inv, order, vis, n0: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The running top sum of `_top_exact` over the first n0 - 1 keys of each row's order: (tv = x_i.s [b, q, K],
+    ||s||^2 [b, q], n) float64; for n0 - 1 <= K / 4 empty (n = 0: the kernel steps it on, O(K) per key), else
+    from s (two products with X, O(K D) per row) or with G (one, O(K^2) per row), whichever is smaller."""
+    b, q, K = a.shape
+    if n0 - 1 <= K // 4:
+        return torch.zeros(b, q, K, dtype=torch.float64), torch.zeros(b, q, dtype=torch.float64), 0
+    w = torch.zeros(b, q, K, dtype=torch.float64).scatter_(-1, order[..., :n0 - 1].long(), 1.0)
+    w.mul_(a.double() * (vis if vis is not None else 1.0))
+    if 2 * X.shape[-1] < K:
+        s = torch.bmm(w, X[inv])
+        return torch.bmm(s, X[inv].transpose(1, 2)), (s * s).sum(-1), n0 - 1
+    tv = torch.bmm(w, G[inv])
+    return tv, (w * tv).sum(-1), n0 - 1
