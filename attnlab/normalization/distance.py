@@ -176,7 +176,7 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     need_d1 = bool({"d1", "dmax_B", "dmax_R", "dmax_a"} & need)
     need_top = need_d1 or bool({"R", "abar"} & need)
     lengths, prefix = vis.sum(-1), prefix_lengths(vis) is not None      # (once, not per block)
-    for bs, qs in blocks(B, Q, K, chunk):
+    for bs, qs in row_blocks(B, Q, K, chunk, lengths, ns):
         Xu, inv, _ = unique_x(X, xmap, bs, dtype)
         rows = RowBlock(P[bs, qs], vis[qs], Xu, inv, ns[-1], dtype, lengths[qs], prefix,
                         order=None if order is None else order[bs, qs])
@@ -205,6 +205,9 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
         s = torch.zeros_like(o)
         n_done = 0
         for c, N in enumerate(ns):
+            if not bool((Lt > N).any()):                                 # no row of the block is long enough
+                out[:, c:, bs, qs] = float("nan")
+                break
             ok = (Lt > N).expand(a.shape[:2])
             s += rows.top_sum(n_done, N)
             n_done = N
@@ -247,6 +250,20 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
                 res["dmax_a"] = bounds.theorem1_fixed_bound_a(abar, d1, R)
             out[:, c, bs, qs] = nan_rows(torch.stack([res[k] for k in stats]), ok)
     return {k: out[i].permute(1, 2, 0).reshape(*lead, Q, len(ns)) for i, k in enumerate(stats)}
+
+
+def row_blocks(B: int, Q: int, K: int, chunk: int, lengths: torch.Tensor, ns: Sequence[int]):
+    """`engine.blocks`, with the rows also cut where a row's visible keys first exceed each N in ns, when they grow
+    with the row (causal): a block then holds only rows valid for the same N, and skips the N none of its rows has
+    (at L = 1024 and N = L - 1, one row instead of 1024)."""
+    n = lengths.cpu()
+    cuts = [0, Q]
+    if Q > 1 and bool((n[1:] >= n[:-1]).all()):
+        cuts = sorted({0, Q, *(int(torch.searchsorted(n, N, right=True)) for N in ns)})
+    for q0, q1 in zip(cuts, cuts[1:]):
+        if q1 > q0:
+            for bs, qs in blocks(B, q1 - q0, K, chunk):
+                yield bs, slice(q0 + qs.start, q0 + qs.stop)
 
 
 def dtilde(probs, x, n: int, visible=None, *, reading: str = "b", chunk: int = DEFAULT_CHUNK) -> torch.Tensor:

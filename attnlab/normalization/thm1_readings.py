@@ -48,6 +48,7 @@ def expectation_bound(N: int, L: int) -> float:
     they grow like (L - N) ||xbar||."""
     return 1 + 2 * N * L / (L - 1)
 E_STATS = {"E1": "E", "E2": "E2", "E3": "E3", "E5": "E5"}
+CURVE_DTYPE = torch.float32    # the curves' matrix products (squares and sums stay float64: `distance_stats`)
 
 
 def reading_lengths(model, n_tokens: int, quick: bool, lengths: Optional[Sequence[int]] = None) -> list[int]:
@@ -66,12 +67,13 @@ def curve_rows(trace, vectors: str, L: int, ns: Sequence[int], seed: int, sample
     """kind="curve" rows of one trace (L tokens) and vector reading: per (N, layer, head)."""
     x = R.vectors(trace, vectors)
     vis = trace.visible()
-    st = distance_stats(trace.probs, x, ns, vis, stats=("dtilde_a", "dtilde_b", *E_STATS.values()))
+    st = distance_stats(trace.probs, x, ns, vis, stats=("dtilde_a", "dtilde_b", *E_STATS.values()), dtype=CURVE_DTYPE)
     vals = {"d_a": st["dtilde_a"], "d_b": st["dtilde_b"], **{e: st[k] for e, k in E_STATS.items()}}
+    per_sample = [distance_stats(trace.probs, x, ns, vis, stats=("dtilde_a", "dtilde_b"),
+                                 order=R.random_orders(trace.probs.shape[:-2], vis, seed, s), dtype=CURVE_DTYPE)
+                  for s in range(samples)]                                           # (both readings: one pass)
     for d in ("a", "b"):
-        per = [distance_stats(trace.probs, x, ns, vis, stats=(f"dtilde_{d}",),
-                              order=R.random_orders(trace.probs.shape[:-2], vis, seed, s))[f"dtilde_{d}"]
-               for s in range(samples)]
+        per = [st[f"dtilde_{d}"] for st in per_sample]
         means = torch.stack([row_mean(p, dim=-2) for p in per])                      # [S, layer, head, N]
         vals[f"E4_{d}"] = torch.stack(per).mean(0)
         se = means.std(0, unbiased=True) / samples ** 0.5 if samples > 1 else torch.full_like(means[0], np.nan)
