@@ -118,6 +118,44 @@ def test_row_summary_fd_and_jacobian_equal_oracle():
         _close(gradients.softmax_jacobian_norm(pT, T, vis, method="secular"), ref, atol=1e-10)
 
 
+def test_fd_grad_norms_leave_out_keys_no_causal_row_sees():
+    """Causal rows are cut into spans that leave out the keys none of their rows sees (`engine.key_spans`): same
+    values as the oracle; other visibility is one span over every key a row sees."""
+    g = torch.Generator().manual_seed(3)
+    L = 48
+    tril = torch.tril(torch.ones(L, L, dtype=torch.bool))
+    spans = engine.key_spans(tril)
+    assert len(spans) == 8 and spans[0] == (slice(0, 6), 6) and spans[-1] == (slice(42, 48), 48)
+    assert engine.key_spans(torch.ones(L, L, dtype=torch.bool)) == [(slice(0, L), L)]
+    scores = torch.randn(2, 3, L, L, generator=g, dtype=torch.float64).masked_fill(~tril, float("-inf"))
+    Ts, Es = [0.003, 1.0, 30.0], [1e-3, 10.0]
+    _close(gradients.fd_grad_norms(scores, Ts, Es, tril, seed=1), oracle.fd_grad_norms(scores, Ts, Es, tril, seed=1),
+           atol=1e-9)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_secular_top_eigenvalue_equals_eigvalsh(monkeypatch, fused):
+    """The secular solver (CPU kernel: safeguarded Newton; torch: bisection) == eigvalsh to 1e-12 absolute, on soft
+    and near one-hot rows, a tie at the top, one visible key and masked keys."""
+    from attnlab.normalization import engine
+
+    monkeypatch.setattr(engine, "FUSED", fused)
+    g = torch.Generator().manual_seed(7)
+    L = 40
+    vis = torch.rand(L, L, generator=g) > 0.3
+    vis[:, 0] = True
+    vis[3] = False
+    vis[3, 0] = True                                        # one visible key
+    s = torch.randn(2, L, L, generator=g, dtype=torch.float64) * 3
+    s[0, 5, :2] = 10.0                                       # a tie at the top
+    vis[5, :2] = True
+    for T in (1e-3, 0.05, 1.0, 100.0):
+        a = torch.softmax((s / T).masked_fill(~vis, float("-inf")), -1)
+        ref = oracle.softmax_jacobian_norm(a, T, vis)
+        got = gradients.softmax_jacobian_norm(a, T, vis, method="secular")
+        _close(got * T, ref * T, atol=1e-12)
+
+
 def test_metrics_match_bounds_formulas_row_by_row():
     _, probs, x, _, _ = _inputs(seed=3, layers=1, heads=1, L=9, causal=False)
     N = 3

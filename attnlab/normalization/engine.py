@@ -137,6 +137,18 @@ def blocks(B: int, Q: int, K: int, chunk: int) -> Iterator[tuple[slice, slice]]:
                 yield slice(b0, b0 + 1), slice(q0, min(Q, q0 + nq))
 
 
+def key_spans(vis: torch.Tensor, pieces: int = 8) -> list[tuple[slice, int]]:
+    """(rows, hi) spans of a block's rows, vis bool [q, K]: hi = the last key any of those rows sees, + 1, so that
+    the keys past it (invisible to all of them) can be left out. Causal rows (the visible keys grow with the row)
+    are cut into `pieces` spans (about half the keys left out); other visibility is one span."""
+    q, K = vis.shape
+    last = (vis * torch.arange(1, K + 1, device=vis.device)).amax(-1)            # last visible key + 1 per row
+    if q >= 2 * pieces and bool((last[1:] >= last[:-1]).all()) and int(last[0]) < K:
+        cuts = [round(i * q / pieces) for i in range(pieces + 1)]
+        return [(slice(a, b), int(last[b - 1])) for a, b in zip(cuts, cuts[1:])]
+    return [(slice(0, q), int(last.max()) if q else K)]
+
+
 def sort_keys(a: torch.Tensor, vis: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """order, rank [b, q, K]: keys by weight descending (visible first, ties -> lower index)."""
     key = a.masked_fill(~vis, float("-inf"))

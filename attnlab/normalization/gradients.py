@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from attnlab.normalization import bounds
-from attnlab.normalization.engine import DEFAULT_CHUNK, blocks, check_inputs, visible_scores
+from attnlab.normalization.engine import DEFAULT_CHUNK, blocks, check_inputs, cpu_kernels, key_spans, visible_scores
 
 #: how the unit direction v of Alg. 5 is drawn (`attnlab.normalization.readings.DIRECTIONS`): z/||z|| over the
 #: visible keys with z ~ N(0, I) ("gaussian", the default) or z_i = -+1 ("rademacher")
@@ -90,28 +90,32 @@ def fd_grad_norms(
     masked = not bool(vis.all())
     inf = float("inf")
     for bs, qs in blocks(B, Q, K, chunk):
-        l = S[bs, qs].double()
-        if masked:
-            l = torch.where(vis[qs], l, -inf)  # -inf on invisible keys
-        l.sub_(l.amax(-1, keepdim=True))  # max 0: softmax is shift-invariant
-        l_min = float((torch.where(vis[qs], l, inf) if masked else l).amin())  # lowest visible logit
-        v = torch.stack([_direction(b, vis[qs], seed, Q, qs, direction) for b in range(bs.start, bs.stop)])
-        lT, p, e = torch.empty_like(l), torch.empty_like(l), torch.empty_like(l)
-        for ti, T in enumerate(Ts):
-            torch.div(l, T, out=lT)
-            _exp_(p.copy_(lT), l_min / T)  # max exponent 0
-            p.div_(p.sum(-1, keepdim=True))  # softmax(l / T)
-            for ei, eps in enumerate(Es):
-                # exponents (l + eps v) / T, at most eps / T (l <= 0, |v_i| <= 1): shifted only when large
-                torch.add(lT, v, alpha=eps / T, out=e)
-                low = (l_min - eps) / T
-                if eps / T > 300:
-                    e.sub_(e.amax(-1, keepdim=True))
-                    low = -inf
-                _exp_(e, low)
-                total = e.sum(-1, keepdim=True)
-                e.addcmul_(p, total, value=-1)  # e - total * p = total * (p' - p)
-                out[bs, qs, ti, ei] = (torch.linalg.vector_norm(e, dim=-1) / (total.squeeze(-1) * eps)).cpu()
+        v_all = torch.stack([_direction(b, vis[qs], seed, Q, qs, direction) for b in range(bs.start, bs.stop)])
+        for rs, hi in key_spans(vis[qs]):               # causal rows: the keys none of them sees are left out
+            vv = vis[qs][rs, :hi]
+            rows = slice(qs.start + rs.start, qs.start + rs.stop)
+            l = S[bs, rows, :hi].double()
+            if masked:
+                l = torch.where(vv, l, -inf)  # -inf on invisible keys
+            l.sub_(l.amax(-1, keepdim=True))  # max 0: softmax is shift-invariant
+            l_min = float((torch.where(vv, l, inf) if masked else l).amin())  # lowest visible logit
+            v = v_all[:, rs, :hi]
+            lT, p, e = torch.empty_like(l), torch.empty_like(l), torch.empty_like(l)
+            for ti, T in enumerate(Ts):
+                torch.div(l, T, out=lT)
+                _exp_(p.copy_(lT), l_min / T)  # max exponent 0
+                p.div_(p.sum(-1, keepdim=True))  # softmax(l / T)
+                for ei, eps in enumerate(Es):
+                    # exponents (l + eps v) / T, at most eps / T (l <= 0, |v_i| <= 1): shifted only when large
+                    torch.add(lT, v, alpha=eps / T, out=e)
+                    low = (l_min - eps) / T
+                    if eps / T > 300:
+                        e.sub_(e.amax(-1, keepdim=True))
+                        low = -inf
+                    _exp_(e, low)
+                    total = e.sum(-1, keepdim=True)
+                    e.addcmul_(p, total, value=-1)  # e - total * p = total * (p' - p)
+                    out[bs, rows, ti, ei] = (torch.linalg.vector_norm(e, dim=-1) / (total.squeeze(-1) * eps)).cpu()
     out[:, ~ok.cpu()] = float("nan")
     return out.reshape(*lead, Q, len(Ts), len(Es))
 
@@ -186,7 +190,8 @@ def softmax_jacobian_norm(
     `probs` are the weights at temperature T (a = softmax(l/T)). The matrix is symmetric PSD, so its
     norm is its largest eigenvalue: method "eigvalsh" (reference, O(K^3) per row) or "secular"
     (same value, O(K) per row and iteration: bisection of `1 = sum_i a_i^2/(a_i - lam)` on
-    `[a_(2), a_(1)]`, where interlacing puts the top eigenvalue).
+    `[a_(2), a_(1)]`, where interlacing puts the top eigenvalue; on CPU with the kernels, safeguarded Newton steps
+    in one numba pass per step, `gradient_kernels.secular_top`).
     """
     bounds.check_T(T)
     vis = check_inputs(probs, None, visible)
@@ -202,7 +207,11 @@ def softmax_jacobian_norm(
             res[i : i + step] = torch.linalg.eigvalsh(J)[..., -1]
         return res.reshape(lead) / T
     if method == "secular":
-        return _secular_top(a) / T
+        if cpu_kernels(a) is None:
+            return _secular_top(a) / T
+        from attnlab.normalization.gradient_kernels import secular_top
+
+        return secular_top(a) / T
     raise ValueError(f"method must be 'eigvalsh' or 'secular', got {method!r}")
 
 
