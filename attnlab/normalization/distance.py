@@ -253,17 +253,18 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
 
 
 def row_blocks(B: int, Q: int, K: int, chunk: int, lengths: torch.Tensor, ns: Sequence[int]):
-    """`engine.blocks`, with the rows also cut where a row's visible keys first exceed each N in ns, when they grow
-    with the row (causal): a block then holds only rows valid for the same N, and skips the N none of its rows has
-    (at L = 1024 and N = L - 1, one row instead of 1024)."""
+    """`engine.blocks`, with each block's rows also cut where a row's visible keys first exceed each N in ns, when
+    they grow with the row (causal): a block then holds only rows valid for the same N and skips the N none of its
+    rows has (at L = 1024 and N = L - 1, one row instead of 1024). The heads per block stay those of
+    `engine.blocks` (per-head tables are made per block)."""
     n = lengths.cpu()
-    cuts = [0, Q]
+    cuts = []
     if Q > 1 and bool((n[1:] >= n[:-1]).all()):
-        cuts = sorted({0, Q, *(int(torch.searchsorted(n, N, right=True)) for N in ns)})
-    for q0, q1 in zip(cuts, cuts[1:]):
-        if q1 > q0:
-            for bs, qs in blocks(B, q1 - q0, K, chunk):
-                yield bs, slice(q0 + qs.start, q0 + qs.stop)
+        cuts = sorted({int(torch.searchsorted(n, N, right=True)) for N in ns})
+    for bs, qs in blocks(B, Q, K, chunk):
+        edges = [qs.start, *(c for c in cuts if qs.start < c < qs.stop), qs.stop]
+        for q0, q1 in zip(edges, edges[1:]):
+            yield bs, slice(q0, q1)
 
 
 def dtilde(probs, x, n: int, visible=None, *, reading: str = "b", chunk: int = DEFAULT_CHUNK) -> torch.Tensor:
