@@ -118,6 +118,19 @@ def test_row_summary_fd_and_jacobian_equal_oracle():
         _close(gradients.softmax_jacobian_norm(pT, T, vis, method="secular"), ref, atol=1e-10)
 
 
+def test_row_blocks_cut_causal_rows_inside_the_head_blocks():
+    """distance_stats' blocks: causal rows cut at each N (rows valid for the same N together), never more heads per
+    block than `engine.blocks` gives (per-head tables are made per block); bidirectional rows are not cut."""
+    B, Q, chunk = 12, 64, 64 * 64 * 3
+    causal = torch.arange(1, Q + 1)
+    got = list(distance.row_blocks(B, Q, Q, chunk, causal, [5, 32, 63]))
+    plain = list(engine.blocks(B, Q, Q, chunk))
+    assert max(b.stop - b.start for b, _ in got) == max(b.stop - b.start for b, _ in plain) == 3
+    assert {(q.start, q.stop) for _, q in got} == {(0, 5), (5, 32), (32, 63), (63, 64)}
+    assert sum((b.stop - b.start) * (q.stop - q.start) for b, q in got) == B * Q
+    assert list(distance.row_blocks(B, Q, Q, chunk, torch.full((Q,), Q), [5, 32])) == plain
+
+
 def test_fd_grad_norms_leave_out_keys_no_causal_row_sees():
     """Causal rows are cut into spans that leave out the keys none of their rows sees (`engine.key_spans`): same
     values as the oracle; other visibility is one span over every key a row sees."""
