@@ -319,7 +319,7 @@ class RunningTopN:
         want = np.zeros(n1 - n0 + 1, bool)
         want[np.asarray(ns) - n0] = True
         order = self._order(n1)
-        B, Q, K = self.P.shape
+        B, _, K = self.P.shape
         stats = self.kernels.EXACT_STATS
         out = torch.empty(len(stats), B, len(want), dtype=torch.float64)
         gram = bool({"d_a", "d_b"} & set(need))
