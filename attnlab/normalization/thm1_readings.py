@@ -48,7 +48,7 @@ def expectation_bound(N: int, L: int) -> float:
     they grow like (L - N) ||xbar||."""
     return 1 + 2 * N * L / (L - 1)
 E_STATS = {"E1": "E", "E2": "E2", "E3": "E3", "E5": "E5"}
-CURVE_DTYPE = torch.float32    # the curves' matrix products (squares and sums stay float64: `distance_stats`)
+CURVE_DTYPE = torch.float32    # the curves' matrix products (CPU: squares and sums stay float64, `distance_stats`)
 
 
 def reading_lengths(model, n_tokens: int, quick: bool, lengths: Optional[Sequence[int]] = None) -> list[int]:
