@@ -118,6 +118,49 @@ def test_row_summary_fd_and_jacobian_equal_oracle():
         _close(gradients.softmax_jacobian_norm(pT, T, vis, method="secular"), ref, atol=1e-10)
 
 
+@pytest.mark.parametrize("shape", ["bidirectional", "window", "causal"])
+def test_row_summary_block_paths_equal_oracle(shape, fused):
+    """row_summary first runs as if every value were finite (checked block by block) and falls back to the full
+    checks at a -inf mask: all finite (bidirectional), finite with a narrower `visible` (window), -inf masks
+    (causal); probs with exact zeros (0 log 0); several blocks; numpy's log on the kernels, torch's without."""
+    g = torch.Generator().manual_seed(4)
+    L, D = 12, 4
+    q, k = torch.randn(2, 3, L, D, generator=g), torch.randn(2, 3, L, D, generator=g)
+    scores = 0.5 * q @ k.transpose(-1, -2)
+    band = (torch.arange(L)[:, None] - torch.arange(L)[None, :]).abs() <= 3
+    vis = {"bidirectional": None, "window": band, "causal": torch.tril(torch.ones(L, L, dtype=torch.bool))}[shape]
+    if shape == "causal":
+        scores = scores.masked_fill(~vis, float("-inf"))
+    probs = torch.softmax(scores.masked_fill(~vis, float("-inf")) if vis is not None else scores, -1)
+    probs[0, 1, 5] = 0.0                                                  # an exact zero weight
+    for chunk in (rows.ROW_CHUNK, 2 * L):
+        a = rows.row_summary(scores, probs, q, k, 0.5, vis, chunk=chunk)
+        b = oracle.row_summary(scores, probs, q, k, 0.5, vis)
+        for key in b:
+            _close(a[key].double(), b[key].double(), atol=1e-6)
+
+
+def test_row_summary_names_a_bad_value_wherever_it_is():
+    """The block-by-block check finds what the full checks find, masked keys included."""
+    g = torch.Generator().manual_seed(5)
+    L, D = 6, 3
+    q, k = torch.randn(1, 2, L, D, generator=g), torch.randn(1, 2, L, D, generator=g)
+    vis = torch.tril(torch.ones(L, L, dtype=torch.bool))
+    scores = (0.5 * q @ k.transpose(-1, -2)).masked_fill(~vis, float("-inf"))
+    probs = torch.softmax(scores, -1)
+    bad = scores.clone()
+    bad[0, 1, 2, 4] = math.nan                                            # on a masked key
+    with pytest.raises(ValueError, match=r"scores have NaN or \+inf at position \(0, 1, 2, 4\)"):
+        rows.row_summary(bad, probs, q, k, 0.5, vis)
+    for value, what in ((math.nan, "NaN"), (-math.inf, "an infinity")):
+        badp = probs.clone()
+        badp[0, 0, 3, 1] = value
+        with pytest.raises(ValueError, match=f"probs has {what} at position \\(0, 0, 3, 1\\)"):
+            rows.row_summary(scores, badp, q, k, 0.5, vis)
+        with pytest.raises(ValueError, match=f"probs has {what} at position \\(0, 0, 3, 1\\)"):
+            rows.row_summary(scores.masked_fill(~vis, 0.0), badp, q, k, 0.5, None)    # all finite scores
+
+
 def test_row_blocks_cut_causal_rows_inside_the_head_blocks():
     """distance_stats' blocks: causal rows cut at each N (rows valid for the same N together), never more heads per
     block than `engine.blocks` gives (per-head tables are made per block); bidirectional rows are not cut."""

@@ -48,12 +48,14 @@ SMALL_N = 16                     # N <= SMALL_N: d1 from each key's farthest vis
 # ----------------------------------------------------------------------------------------- checking
 
 def check_inputs(probs: torch.Tensor, x: Optional[torch.Tensor] = None,
-                 visible: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Validate shapes and values; return `visible` as bool [Q, K]. Raises ValueError with the fix."""
+                 visible: Optional[torch.Tensor] = None, *, values: bool = True) -> torch.Tensor:
+    """Validate shapes and (values=True) values; return `visible` as bool [Q, K]. Raises ValueError with
+    the fix. values=False: the caller checks the values itself (as `rows.row_summary` does, block by block)."""
     if not isinstance(probs, torch.Tensor) or probs.dim() < 2:
         raise ValueError(f"probs must be a tensor [..., Q, K], got {getattr(probs, 'shape', type(probs))}")
     Q, K = probs.shape[-2:]
-    check_finite(probs, "probs", "check the model's attention (fully masked rows?)")
+    if values:
+        check_finite(probs, "probs", "check the model's attention (fully masked rows?)")
     if x is not None:
         if x.dim() < 2 or x.shape[-2] != K:
             raise ValueError(f"x must be [..., K={K}, D] to match probs [..., Q, K]; got {tuple(x.shape)}")
@@ -62,7 +64,8 @@ def check_inputs(probs: torch.Tensor, x: Optional[torch.Tensor] = None,
             raise ValueError("x has more leading dims than probs")
         if any(d not in (1, p) for d, p in zip(reversed(xl), reversed(pl))):   # (torch.broadcast_shapes: ms)
             raise ValueError(f"leading dims of x {xl} do not broadcast to those of probs {pl}")
-        check_finite(x, "x")
+        if values:
+            check_finite(x, "x")
     if visible is None:
         return torch.ones(Q, K, dtype=torch.bool, device=probs.device)
     if visible.shape != (Q, K):
@@ -125,7 +128,8 @@ def flatten_heads(probs: torch.Tensor, x: Optional[torch.Tensor]):
 
 
 def blocks(B: int, Q: int, K: int, chunk: int) -> Iterator[tuple[slice, slice]]:
-    """(heads, rows) slices with heads * rows * K <= chunk (at least one row)."""
+    """(heads, rows) slices with heads * rows * K <= chunk (at least one row), in the order of the
+    flattened [B, Q] rows (concatenating per-block results gives them in order)."""
     if Q * K <= chunk:
         nb = max(1, chunk // (Q * K))
         for b0 in range(0, B, nb):
@@ -345,6 +349,9 @@ def visible_scores(scores: torch.Tensor, visible: Optional[torch.Tensor]) -> tor
     Q, K = scores.shape[-2:]
     if visible is not None and visible.shape != (Q, K):
         raise ValueError(f"visible must be bool [Q={Q}, K={K}], got {tuple(visible.shape)}")
+    if bool(torch.isfinite(scores.sum())):                               # one reduction: no -inf, NaN or +inf
+        vis = torch.ones(Q, K, dtype=torch.bool, device=scores.device)
+        return vis if visible is None else visible.to(device=vis.device, dtype=torch.bool).clone()
     flat = scores.reshape(-1, Q, K)
     lo, hi = flat.amin(0), flat.amax(0)  # NaN propagates
     if torch.isnan(hi).any() or bool((hi == float("inf")).any()):
