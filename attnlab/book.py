@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 from attnlab.core.cache import cached, model_key
 from attnlab.core.result import Result
 from attnlab.core.style import use_figure_style
-from attnlab.figures import FIGURES, Inputs, compute_figures
+from attnlab.figures import Inputs, cached_figures
 
 use_figure_style()          # every chapter's figures: text >= 9 pt at the size the page shows them
 
@@ -36,39 +36,11 @@ def inputs(model: Optional[str] = None, device: Optional[str] = None) -> Inputs:
     return inp
 
 
-def _key(fig_id: str, inp: Inputs, quick: bool) -> dict:
-    key = {"figure": fig_id, "quick": quick, "device": inp.device}
-    if FIGURES[fig_id].needs == "model+text":
-        key.update(model_key(inp.model), text=inp.corpus.sha256)
-    elif FIGURES[fig_id].needs == "encoder":
-        key.update(model_key(inp.encoder))
-    return key
-
-
 def figure_results(fig_ids: Sequence[str], inp: Optional[Inputs] = None, *, quick: bool = False,
                    refresh: bool = False) -> dict[str, Result]:
-    """{id: Result} for `fig_ids`; missing ones are computed together (sharing forward passes) and cached."""
-    inp = inp or inputs()
-    out: dict[str, Result] = {}
-    missing = []
-    for fig_id in fig_ids:
-        try:
-            out[fig_id] = cached(fig_id, _key(fig_id, inp, quick), _raise_missing, refresh=refresh)
-        except _Missing:
-            missing.append(fig_id)
-    if missing:
-        fresh = compute_figures(missing, inp, quick=quick, progress=False)
-        for fig_id, result in fresh.items():
-            out[fig_id] = cached(fig_id, _key(fig_id, inp, quick), lambda r=result: r, refresh=True)
-    return {i: out[i] for i in fig_ids}
-
-
-class _Missing(Exception):
-    pass
-
-
-def _raise_missing():
-    raise _Missing
+    """{id: Result} for `fig_ids`, from the on-disk cache when present; missing ones are computed together
+    (sharing forward passes) and cached (`attnlab.figures.cached_figures`, which `attnlab check` reads too)."""
+    return cached_figures(fig_ids, inp or inputs(), quick=quick, refresh=refresh)
 
 
 @lru_cache(maxsize=8)
@@ -304,11 +276,6 @@ def verdict_summary(rows: Sequence[dict]):
 def claims(inp: Optional[Inputs] = None) -> list[dict]:
     """Every claim row of both papers on this build's model (the table `attnlab check` prints), from
     the cached figure Results (computed once for every chapter)."""
-    from attnlab.figures import CLAIMS, PAPERS, figure_ids
+    from attnlab.figures import claim_rows
 
-    inp = inp or inputs()
-    rows: list[dict] = []
-    for paper in PAPERS:
-        results = figure_results(figure_ids(paper), inp)
-        rows += CLAIMS[paper]({FIGURES[i].claim_key: r for i, r in results.items()})
-    return rows
+    return claim_rows(inp or inputs(), quick=False, progress=False)

@@ -171,6 +171,47 @@ def compute_figures(fig_ids, inputs: Inputs, *, quick: bool = False, progress: b
     return {i: out[i] for i in fig_ids}
 
 
+def _cache_key(fig_id: str, inputs: Inputs, quick: bool) -> dict:
+    """What a figure's Result depends on besides the package's sources (`core.cache` adds those)."""
+    from attnlab.core.cache import model_key
+
+    key = {"figure": fig_id, "quick": quick, "device": inputs.device}
+    if FIGURES[fig_id].needs == "model+text":
+        key.update(model_key(inputs.model), text=inputs.corpus.sha256)
+    elif FIGURES[fig_id].needs == "encoder":
+        key.update(model_key(inputs.encoder))
+    return key
+
+
+class _NotCached(Exception):
+    pass
+
+
+def _not_cached():
+    raise _NotCached
+
+
+def cached_figures(fig_ids, inputs: Inputs, *, quick: bool = False, refresh: bool = False,
+                   progress: bool = False) -> dict[str, Result]:
+    """Like `compute_figures`, from the results cache when a Result is there (`core.cache`: same sources,
+    model weights, text, grids; provenance says `loaded_from_cache`); the missing ones are computed
+    together (sharing forward passes) and stored. refresh=True: compute all and store."""
+    from attnlab.core.cache import cached
+
+    out: dict[str, Result] = {}
+    missing = []
+    for fig_id in fig_ids:
+        try:
+            out[fig_id] = cached(fig_id, _cache_key(fig_id, inputs, quick), _not_cached, refresh=refresh)
+        except _NotCached:
+            missing.append(fig_id)
+    if missing:
+        fresh = compute_figures(missing, inputs, quick=quick, progress=progress)
+        for fig_id, result in fresh.items():
+            out[fig_id] = cached(fig_id, _cache_key(fig_id, inputs, quick), lambda r=result: r, refresh=True)
+    return {i: out[i] for i in fig_ids}
+
+
 def _text(inputs: Inputs) -> dict:
     return dict(inputs.corpus.provenance(), offset=0)
 
@@ -205,15 +246,29 @@ def write_manifest(out: Path, results: dict[str, Result], paths: dict[str, list[
     return path
 
 
-def claim_rows(inputs: Inputs, *, quick: bool, paper: str = "all", progress: bool = True,
-               readings: bool = True) -> list[dict]:
-    """Compute the Results the claims need and return every claim row (id, reading, claim, paper, measured,
-    verdict); `readings=False` leaves out the Results and rows of the other readings (`READING_FIGURES`)."""
-    rows: list[dict] = []
+def claim_results(inputs: Inputs, *, quick: bool, paper: str = "all", progress: bool = True, readings: bool = True,
+                  cache: bool = True, refresh: bool = False) -> dict[str, dict[str, Result]]:
+    """{paper: {figure id: Result}}: the Results the claims of `paper` ("all" or one of PAPERS) need, from
+    the results cache where there (`cached_figures`; cache=False or refresh=True: computed now);
+    `readings=False` leaves out the Results of the other readings (`READING_FIGURES`)."""
+    out = {}
     for name in PAPERS:
         if paper not in ("all", name):
             continue
         ids = [i for i in figure_ids(name) if readings or i not in READING_FIGURES]
-        results = compute_figures(ids, inputs, quick=quick, progress=progress)
-        rows += CLAIMS[name]({FIGURES[i].claim_key: r for i, r in results.items()})
+        out[name] = (cached_figures(ids, inputs, quick=quick, refresh=refresh, progress=progress) if cache
+                     else compute_figures(ids, inputs, quick=quick, progress=progress))
+    return out
+
+
+def claim_table(results: dict[str, dict[str, Result]]) -> list[dict]:
+    """Every claim row (id, reading, claim, paper, measured, verdict) of `claim_results`' Results."""
+    rows: list[dict] = []
+    for name, res in results.items():
+        rows += CLAIMS[name]({FIGURES[i].claim_key: r for i, r in res.items()})
     return rows
+
+
+def claim_rows(inputs: Inputs, **options) -> list[dict]:
+    """`claim_table(claim_results(inputs, **options))`: the claim checker's table."""
+    return claim_table(claim_results(inputs, **options))

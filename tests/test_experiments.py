@@ -221,3 +221,32 @@ def test_tiny_gpt2_quick(tiny):
     assert all(r["cor1_holds"] == 1.0 for r in res["fig1"].rows)
     assert all(r["logit_err"] < 1e-3 for r in res["fig1"].rows)
     assert np.isfinite(res["fig4"].column("g_max")).all()
+
+
+def test_check_reads_the_results_cache_and_refresh_recomputes(tmp_path, monkeypatch, capsys):
+    """`attnlab check` takes each Result from the results cache when the book (or an earlier check) stored it
+    under the same key, says how many, and prints the same table; --refresh computes them all again."""
+    from attnlab import cli, figures
+
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    computed = []
+    real = figures.compute_figures
+
+    def counting(ids, *a, **k):
+        computed.append(list(ids))
+        return real(ids, *a, **k)
+
+    monkeypatch.setattr(figures, "compute_figures", counting)
+    argv = ["check", "--model", "tiny-gpt2", "--quick", "--paper", "normalization", "--readings", "default"]
+    tables, said = [], []
+    for extra in ([], [], ["--refresh"]):
+        assert cli.main(argv + extra) == 0
+        out, err = capsys.readouterr()
+        tables.append(out)
+        said.append(next(line for line in err.splitlines() if line.startswith("[check]")))
+    assert said[0].startswith("[check] 6 Results: 0 from the results cache")
+    assert said[0].endswith("6 computed now; --refresh recomputes all")
+    assert said[1].startswith("[check] 6 Results: 6 from the results cache") and "0 computed now" in said[1]
+    assert said[2].endswith("6 computed now")
+    assert [len(c) for c in computed] == [6, 6] and computed[0] == computed[1]     # first run and --refresh
+    assert tables[0] == tables[1] == tables[2] and "holds" in tables[0]

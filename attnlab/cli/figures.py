@@ -8,7 +8,16 @@ import time
 
 from attnlab.cli.options import model_args
 from attnlab.core.util import writable_dir
-from attnlab.figures import FIGURES, PAPERS, Inputs, claim_rows, compute_figures, save_figure, write_manifest
+from attnlab.figures import (
+    FIGURES,
+    PAPERS,
+    Inputs,
+    claim_results,
+    claim_table,
+    compute_figures,
+    save_figure,
+    write_manifest,
+)
 
 
 def add_cli(sub) -> None:
@@ -28,6 +37,9 @@ def add_cli(sub) -> None:
     c.add_argument("--readings", choices=["all", "default"], default="all",
                    help="all: also one row per reading of each open formula (reading column); default: the book's "
                         "readings only")
+    c.add_argument("--refresh", action="store_true",
+                   help="recompute every Result (default: the results cache's, where the book or an earlier check "
+                        "stored one for the same sources, model weights and text)")
     c.set_defaults(func=run_check)
 
 
@@ -72,8 +84,15 @@ def format_table(rows: list[dict], widths=(18, 16, 36, 30, 40, 14)) -> str:
 
 
 def run_check(args) -> int:
-    rows = claim_rows(Inputs(args.model, args.device), quick=args.quick, paper=args.paper,
-                      readings=args.readings == "all")
+    from attnlab.core.cache import results_dir
+
+    results = claim_results(Inputs(args.model, args.device), quick=args.quick, paper=args.paper,
+                            readings=args.readings == "all", refresh=args.refresh)
+    every = [r for res in results.values() for r in res.values()]
+    stored = sum(bool(r.provenance.get("loaded_from_cache")) for r in every)
+    _progress_print(f"[check] {len(every)} Results: {stored} from the results cache ({results_dir()}), "
+                    f"{len(every) - stored} computed now" + ("" if args.refresh else "; --refresh recomputes all"))
+    rows = claim_table(results)
     if args.json:
         keys = ("id", "reading", "claim", "paper", "measured", "verdict")
         print(json.dumps([{k: r.get(k) for k in keys} for r in rows], indent=2))
