@@ -30,6 +30,7 @@ from attnlab.tools.diagnose import text_window
 MIN_TIMED_S = 1.0      # bench_figures: a timing that takes less is repeated (at most MAX_REPEATS runs in all)
 MAX_REPEATS = 25
 
+
 def _subset(trace, n_layers: int):
     """The first n_layers layers of a trace (all heads)."""
     from dataclasses import replace

@@ -183,32 +183,18 @@ def _cache_key(fig_id: str, inputs: Inputs, quick: bool) -> dict:
     return key
 
 
-class _NotCached(Exception):
-    pass
-
-
-def _not_cached():
-    raise _NotCached
-
-
 def cached_figures(fig_ids, inputs: Inputs, *, quick: bool = False, refresh: bool = False,
                    progress: bool = False) -> dict[str, Result]:
     """Like `compute_figures`, from the results cache when a Result is there (`core.cache`: same sources,
     model weights, text, grids; provenance says `loaded_from_cache`); the missing ones are computed
     together (sharing forward passes) and stored. refresh=True: compute all and store."""
-    from attnlab.core.cache import cached
+    from attnlab.core.cache import store, stored
 
-    out: dict[str, Result] = {}
-    missing = []
-    for fig_id in fig_ids:
-        try:
-            out[fig_id] = cached(fig_id, _cache_key(fig_id, inputs, quick), _not_cached, refresh=refresh)
-        except _NotCached:
-            missing.append(fig_id)
+    out = {} if refresh else {i: stored(i, _cache_key(i, inputs, quick)) for i in fig_ids}
+    missing = [i for i in fig_ids if out.get(i) is None]
     if missing:
         fresh = compute_figures(missing, inputs, quick=quick, progress=progress)
-        for fig_id, result in fresh.items():
-            out[fig_id] = cached(fig_id, _cache_key(fig_id, inputs, quick), lambda r=result: r, refresh=True)
+        out.update({i: store(i, _cache_key(i, inputs, quick), r) for i, r in fresh.items()})
     return {i: out[i] for i in fig_ids}
 
 
@@ -247,17 +233,16 @@ def write_manifest(out: Path, results: dict[str, Result], paths: dict[str, list[
 
 
 def claim_results(inputs: Inputs, *, quick: bool, paper: str = "all", progress: bool = True, readings: bool = True,
-                  cache: bool = True, refresh: bool = False) -> dict[str, dict[str, Result]]:
+                  refresh: bool = False) -> dict[str, dict[str, Result]]:
     """{paper: {figure id: Result}}: the Results the claims of `paper` ("all" or one of PAPERS) need, from
-    the results cache where there (`cached_figures`; cache=False or refresh=True: computed now);
+    the results cache where there (`cached_figures`; refresh=True: computed now and stored);
     `readings=False` leaves out the Results of the other readings (`READING_FIGURES`)."""
     out = {}
     for name in PAPERS:
         if paper not in ("all", name):
             continue
         ids = [i for i in figure_ids(name) if readings or i not in READING_FIGURES]
-        out[name] = (cached_figures(ids, inputs, quick=quick, refresh=refresh, progress=progress) if cache
-                     else compute_figures(ids, inputs, quick=quick, progress=progress))
+        out[name] = cached_figures(ids, inputs, quick=quick, refresh=refresh, progress=progress)
     return out
 
 

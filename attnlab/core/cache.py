@@ -50,19 +50,33 @@ def key_hash(key: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def cached(name: str, key: dict, compute: Callable[[], Result], *, refresh: bool = False) -> Result:
-    """Load the Result stored under (name, key), or compute, store and return it. A stored Result that
-    fails verification (`Result.load`: missing, truncated, edited files) is a miss: one warning, then
-    recompute and store again."""
-    folder = results_dir() / f"{name}-{key_hash(key)}"
-    if not refresh and ((folder / f"{name}.json").exists() or (folder / f"{name}.csv").exists()):
-        try:
-            result = Result.load(folder, name)
-        except CorruptResult as exc:
-            warnings.warn(f"attnlab cache: {exc}; recomputing", stacklevel=2)
-        else:
-            result.provenance = dict(result.provenance, loaded_from_cache=True)
-            return result
-    result = compute()
-    result.save(folder)
+def _folder(name: str, key: dict) -> Path:
+    return results_dir() / f"{name}-{key_hash(key)}"
+
+
+def stored(name: str, key: dict) -> Result | None:
+    """The Result stored under (name, key) (provenance `loaded_from_cache`), or None. One that fails
+    verification (`Result.load`: missing, truncated, edited files) is a miss: one warning, then None."""
+    folder = _folder(name, key)
+    if not ((folder / f"{name}.json").exists() or (folder / f"{name}.csv").exists()):
+        return None
+    try:
+        result = Result.load(folder, name)
+    except CorruptResult as exc:
+        warnings.warn(f"attnlab cache: {exc}; recomputing", stacklevel=3)
+        return None
+    result.provenance = dict(result.provenance, loaded_from_cache=True)
     return result
+
+
+def store(name: str, key: dict, result: Result) -> Result:
+    """Store `result` under (name, key), replacing what was there; returns it."""
+    result.save(_folder(name, key))
+    return result
+
+
+def cached(name: str, key: dict, compute: Callable[[], Result], *, refresh: bool = False) -> Result:
+    """Load the Result stored under (name, key) (`stored`), or compute, store and return it (refresh=True:
+    always compute)."""
+    result = None if refresh else stored(name, key)
+    return result if result is not None else store(name, key, compute())

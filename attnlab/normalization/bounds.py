@@ -73,13 +73,17 @@ def corollary1_delta(q: torch.Tensor, k: torch.Tensor, visible: torch.Tensor | N
 
     q [..., Q, D], k [..., K, D], visible bool [Q, K] (default all) -> Delta [..., Q] float64.
     """
+    from attnlab.normalization.engine import prefix_lengths
+
     qn = q.double().norm(dim=-1)                                   # [..., Q]
     kn = k.double().norm(dim=-1)                                   # [..., K]
-    if visible is None:
-        kmax = kn.max(dim=-1, keepdim=True).values                 # [..., 1]
-    else:
-        kmax = kn.unsqueeze(-2).masked_fill(~visible, float("-inf")).max(dim=-1).values  # [..., Q]
-    return qn * kmax
+    if visible is None or bool(visible.all()):
+        return qn * kn.amax(-1, keepdim=True)                      # [..., 1] broadcast over the rows
+    n = prefix_lengths(visible)
+    if n is not None:                                              # row t sees keys 0..n_t-1 (causal): O(K) per head
+        kmax = torch.cummax(kn, dim=-1).values[..., (n - 1).clamp_min(0)]
+        return qn * torch.where(n > 0, kmax, float("-inf"))
+    return qn * kn.unsqueeze(-2).masked_fill(~visible, float("-inf")).amax(-1)   # [..., Q]
 
 
 def corollary1_log_band(L, delta, T) -> tuple[torch.Tensor, torch.Tensor]:

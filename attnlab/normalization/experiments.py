@@ -262,14 +262,15 @@ def fig1_rows(trace, p: dict, L: int, window: int = 0) -> list[dict]:
     tol = 1e-9
     cor_ok = ((st["log_min_w"] >= st["cor1_lo"] - tol) & (st["log_max_w"] <= st["cor1_hi"] + tol)).double()
     lem_ok = ((st["log_min_w"] >= st["lemma1_lo"] - tol) & (st["log_max_w"] <= st["lemma1_hi"] + tol)).double()
-    # row means, one reduction for all; log weights and bands in log10
-    source = {"max_weight": "max_weight", "entropy": "entropy", "entropy_norm": "entropy_norm",
-              "log10_min_w": "log_min_w", "log10_max_w": "log_max_w", "log10_cor1_lo": "cor1_lo",
-              "log10_cor1_hi": "cor1_hi", "log10_lemma1_lo": "lemma1_lo", "log10_lemma1_hi": "lemma1_hi",
-              "mean_row_len": "L"}
-    means = torch.stack([st[k] for k in source.values()] + [cor_ok, lem_ok]).mean(-1)
-    values = {n: (m / ln10 if n.startswith("log10_") else m) for n, m in zip(source, means)}
-    values.update(cor1_holds=means[-2], lemma1_holds=means[-1], logit_err=st["logit_err"].amax(-1))
+    values = {
+        "max_weight": st["max_weight"].mean(-1), "entropy": st["entropy"].mean(-1),
+        "entropy_norm": st["entropy_norm"].mean(-1),
+        "log10_min_w": st["log_min_w"].mean(-1) / ln10, "log10_max_w": st["log_max_w"].mean(-1) / ln10,
+        "log10_cor1_lo": st["cor1_lo"].mean(-1) / ln10, "log10_cor1_hi": st["cor1_hi"].mean(-1) / ln10,
+        "log10_lemma1_lo": st["lemma1_lo"].mean(-1) / ln10, "log10_lemma1_hi": st["lemma1_hi"].mean(-1) / ln10,
+        "cor1_holds": cor_ok.mean(-1), "lemma1_holds": lem_ok.mean(-1),
+        "logit_err": st["logit_err"].amax(-1), "mean_row_len": st["L"].mean(-1),
+    }
     return _head_rows(trace, values, window=window, L=L, uniform=1.0 / L, n_rows=trace.probs.shape[-2])
 
 
