@@ -202,34 +202,71 @@ def _text(inputs: Inputs) -> dict:
     return dict(inputs.corpus.provenance(), offset=0)
 
 
-def save_figure(result: Result, out: Path) -> list[Path]:
+def save_figure(result: Result, out: Path) -> dict[Path, str]:
     """<id>.csv, <id>.json (provenance) and <id>.png (titled with model and text by the plot function),
-    each written atomically (a kill leaves the previous file, never half of one)."""
+    each written atomically (a kill leaves the previous file, never half of one). Returns {path: sha256
+    of the bytes written}."""
     import io
 
-    paths = list(result.save(out).values())
+    written = result.save(out)
     buf = io.BytesIO()
     FIGURES[result.name].plot(result).savefig(buf, format="png", dpi=120, bbox_inches="tight")
     png = Path(out) / f"{result.name}.png"
-    atomic_write(png, buf.getvalue())
-    return paths + [png]
+    written[png] = atomic_write(png, buf.getvalue())
+    return written
 
 
-def write_manifest(out: Path, results: dict[str, Result], paths: dict[str, list[Path]]) -> Path:
-    """manifest.json, written last: the run (time, model, text) and every file it wrote with its sha256.
-    A file of the folder that the manifest does not list (or lists with another sha256) is from another
-    run, so an interrupted run over an older one never passes for a whole set."""
-    import hashlib
+def write_figures(out: Path, results: dict[str, Result], *, report: Optional[Callable[[str, list[Path]], None]] = None
+                  ) -> Path:
+    """Save every figure of `results` into `out` (`save_figure`), then manifest.json (`write_manifest`),
+    all under one lock on `out` (`folder_lock`): two runs on one folder take turns, so the folder ends
+    as one run's set. report(fig_id, paths) is called after each figure. Returns the manifest's path."""
+    from attnlab.core.util import folder_lock
+
+    written: dict[Path, str] = {}
+    with folder_lock(out):
+        for fig_id, result in results.items():
+            files = save_figure(result, out)
+            written.update(files)
+            if report is not None:
+                report(fig_id, list(files))
+        return write_manifest(out, results, written)
+
+
+def write_manifest(out: Path, results: dict[str, Result], written: dict[Path, str]) -> Path:
+    """manifest.json, written last: the run (time, model, text) and every file it wrote with the sha256
+    of the bytes it wrote (not of what is on disk now). A file of the folder that the manifest does not
+    list, or whose bytes differ from its sha256, is from another run (`verify_manifest`)."""
     import json
 
     first = next(iter(results.values()), None)
     prov = first.provenance if first is not None else {}
-    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for ps in paths.values() for p in ps}
     run = {"created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "model": prov.get("model"),
-           "text_sha256": prov.get("text_sha256"), "figures": list(results), "files": files}
+           "text_sha256": prov.get("text_sha256"), "figures": list(results),
+           "files": {Path(p).name: sha for p, sha in written.items()}}
     path = Path(out) / "manifest.json"
     atomic_write(path, json.dumps(run, indent=2).encode())
     return path
+
+
+def verify_manifest(out: Path) -> list[str]:
+    """The problems of folder `out` against its manifest.json, one line each ([] = every listed file
+    holds the bytes its run wrote)."""
+    import hashlib
+    import json
+
+    try:
+        files = json.loads((Path(out) / "manifest.json").read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return [f"{out}/manifest.json: unreadable ({type(exc).__name__})"]
+    problems = []
+    for name, sha in files.items():
+        path = Path(out) / name
+        if not path.is_file():
+            problems.append(f"{name}: missing")
+        elif hashlib.sha256(path.read_bytes()).hexdigest() != sha:
+            problems.append(f"{name}: not the bytes this run wrote (another run replaced it)")
+    return problems
 
 
 def claim_results(inputs: Inputs, *, quick: bool, paper: str = "all", progress: bool = True, readings: bool = True,

@@ -181,10 +181,53 @@ def test_figures_are_written_whole_with_a_manifest_of_the_run(tmp_path, monkeypa
     from dataclasses import replace
 
     monkeypatch.setitem(figures.FIGURES, "fig2a", replace(figures.FIGURES["fig2a"], plot=_tiny_plot))
-    paths = figures.save_figure(r, tmp_path)
-    manifest = json.loads(figures.write_manifest(tmp_path, {"fig2a": r}, {"fig2a": paths}).read_text())
-    assert sorted(manifest["files"]) == sorted(p.name for p in paths) and manifest["model"] == "m"
+    manifest = json.loads(figures.write_figures(tmp_path, {"fig2a": r}).read_text())
+    assert sorted(manifest["files"]) == ["fig2a.csv", "fig2a.json", "fig2a.png"] and manifest["model"] == "m"
     assert not [p for p in tmp_path.iterdir() if p.suffix == ".part"]
+    assert figures.verify_manifest(tmp_path) == []
+
+
+def test_the_manifest_vouches_only_for_the_bytes_its_run_wrote(tmp_path, monkeypatch):
+    """Another run replaces fig2a.csv while this one draws its PNG: the manifest holds the sha256 of what
+    this run wrote, so the mixed folder fails verification (it used to hash the files found on disk)."""
+    import json
+
+    from attnlab import figures
+
+    r = _result()
+    r.name = "fig2a"
+    from dataclasses import replace
+
+    def plot_while_another_run_writes(result):
+        (tmp_path / "fig2a.csv").write_bytes(b"L,value\n1,2\n")
+        return _tiny_plot(result)
+
+    monkeypatch.setitem(figures.FIGURES, "fig2a", replace(figures.FIGURES["fig2a"], plot=plot_while_another_run_writes))
+    figures.write_figures(tmp_path, {"fig2a": r})
+    assert json.loads((tmp_path / "manifest.json").read_text())["files"]["fig2a.csv"] != \
+        __import__("hashlib").sha256(b"L,value\n1,2\n").hexdigest()
+    assert figures.verify_manifest(tmp_path) == ["fig2a.csv: not the bytes this run wrote (another run replaced it)"]
+
+
+def test_two_runs_on_one_folder_take_turns(tmp_path):
+    """folder_lock: while one run writes --out, a second waits; it enters only after the first is done."""
+    order = []
+    inside = threading.Event()
+
+    def second():
+        inside.wait(10)
+        with util.folder_lock(tmp_path):
+            order.append("second")
+
+    t = threading.Thread(target=second)
+    t.start()
+    with util.folder_lock(tmp_path):
+        inside.set()
+        t.join(0.5)
+        assert t.is_alive(), "the second run entered while the first held the folder"
+        order.append("first")
+    t.join(10)
+    assert order == ["first", "second"]
 
 
 def _tiny_plot(result):

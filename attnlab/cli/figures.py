@@ -15,8 +15,7 @@ from attnlab.figures import (
     claim_results,
     claim_table,
     compute_figures,
-    save_figure,
-    write_manifest,
+    write_figures,
 )
 
 
@@ -56,12 +55,12 @@ def run_figures(args) -> int:
     inputs = Inputs(args.model, args.device)
     t0 = time.perf_counter()
     results = compute_figures(ids, inputs, quick=args.quick)
-    written = {}
-    for fig_id, result in results.items():
-        written[fig_id] = save_figure(result, out)
-        _progress_print(f"[{fig_id}] {FIGURES[fig_id].title}: model {result.provenance.get('model', 'synthetic')}"
-                        f" -> " + ", ".join(p.name for p in written[fig_id]))
-    write_manifest(out, results, written)
+
+    def report(fig_id, paths):
+        model = results[fig_id].provenance.get("model", "synthetic")
+        _progress_print(f"[{fig_id}] {FIGURES[fig_id].title}: model {model} -> " + ", ".join(p.name for p in paths))
+
+    write_figures(out, results, report=report)
     _progress_print(f"{len(results)} figures in {time.perf_counter() - t0:.1f} s, written to {out}/ "
                     "(manifest.json names the run)")
     return 0

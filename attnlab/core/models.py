@@ -56,6 +56,24 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+def refuse_code(directory: Path) -> None:
+    """Raise ModelUnavailable when a model directory asks to run code of its own: an `auto_map` in any
+    of its JSON files (config.json, tokenizer_config.json, processor files...). Checked before any
+    loader reads the directory; every loader also passes trust_remote_code=False, so transformers never
+    asks on stdin whether to run it (a piped "y" would answer that question)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return
+    for path in sorted(directory.glob("*.json")):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        if '"auto_map"' in text:
+            raise ModelUnavailable(f"{path} names code of its own (auto_map): attnlab never runs a model "
+                                   "directory's code; use a directory without auto_map")
+
+
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -102,7 +120,7 @@ def gpt2_tokenizer(source: Optional[str] = None):
         try:
             from transformers import AutoTokenizer
 
-            tok = AutoTokenizer.from_pretrained(source, local_files_only=not hub_reachable())
+            tok = AutoTokenizer.from_pretrained(source, local_files_only=not hub_reachable(), trust_remote_code=False)
             check_gpt2_tokenizer(tok)
             return tok
         except Exception as exc:  # noqa: BLE001 - fall through to the local files, report all
@@ -351,6 +369,8 @@ def load_pretrained(source: str, device: str = "cpu", name: Optional[str] = None
         raise ModelUnavailable(f"{source}: no such directory")
     online = False if is_dir else hub_reachable()
     src = str(local_dir) if is_dir else source
+    if is_dir:
+        refuse_code(local_dir)
     try:
         hf = _from_pretrained(src, local_only=not online)
     except Exception as exc:  # noqa: BLE001 - every cause becomes one line that says what to do
@@ -365,7 +385,7 @@ def load_pretrained(source: str, device: str = "cpu", name: Optional[str] = None
     else:
         from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(src, local_files_only=not online)
+        tok = AutoTokenizer.from_pretrained(src, local_files_only=not online, trust_remote_code=False)
     where = f"local directory {src}" if is_dir else f"hub {source} ({'downloaded/cached' if online else 'cache'})"
     return AttnModel(name or source, hf, tok, source=where, weights_sha256=sha, device=device)
 
@@ -419,8 +439,8 @@ def load_minilm(device: str = "cpu") -> AttnModel:
         raise ModelUnavailable(f"MiniLM weights checksum mismatch ({sha} != {MINILM_SHA256}): corrupt download?")
     with quiet_transformers():
         hf = BertModel.from_pretrained(directory, attn_implementation="eager", use_safetensors=True,
-                                       add_pooling_layer=False, local_files_only=True)
-    tok = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+                                       add_pooling_layer=False, local_files_only=True, trust_remote_code=False)
+    tok = AutoTokenizer.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
     return AttnModel("minilm", hf, tok, source=source, weights_sha256=sha, device=device)
 
 

@@ -82,10 +82,11 @@ class Result:
         """Distinct values of `key` over the rows that have it, in first-seen order."""
         return list(dict.fromkeys(r[key] for r in self.rows if r.get(key) is not None))
 
-    def save(self, out_dir: str | os.PathLike) -> dict[str, Path]:
+    def save(self, out_dir: str | os.PathLike) -> dict[Path, str]:
         """Write <name>.csv, then <name>.json (provenance, columns, row count and the CSV's sha256) into
         out_dir, each atomically (`atomic_write`). `load` checks the pair, so a reader never takes a
-        truncated, edited or mismatched table (two concurrent writers included) for a Result."""
+        truncated, edited or mismatched table (two concurrent writers included) for a Result.
+        Returns {path: sha256 of the bytes this call wrote}."""
         out = Path(out_dir)
         paths = {"csv": out / f"{self.name}.csv", "json": out / f"{self.name}.json"}
         keys = list(dict.fromkeys(k for r in self.rows for k in r))
@@ -94,11 +95,11 @@ class Result:
         writer.writeheader()
         writer.writerows({k: to_plain(v) for k, v in r.items()} for r in self.rows)
         table = buf.getvalue().encode()
-        atomic_write(paths["csv"], table)
+        written = {paths["csv"]: atomic_write(paths["csv"], table)}
         meta = {"name": self.name, "columns": keys, "n_rows": len(self.rows),
-                "csv_sha256": hashlib.sha256(table).hexdigest(), "provenance": to_plain(self.provenance)}
-        atomic_write(paths["json"], json.dumps(meta, indent=2, default=str).encode())
-        return paths
+                "csv_sha256": written[paths["csv"]], "provenance": to_plain(self.provenance)}
+        written[paths["json"]] = atomic_write(paths["json"], json.dumps(meta, indent=2, default=str).encode())
+        return written
 
     @classmethod
     def load(cls, out_dir: str | os.PathLike, name: str) -> "Result":

@@ -23,10 +23,13 @@ def as_float64(x, *, dtype=torch.float64, device=None) -> torch.Tensor:
     return torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=dtype, device=device)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> str:
     """Write bytes so that readers never see a half-written file: a unique temporary file in the same
     folder, then `os.replace` (atomic). Two writers never share a temporary file; the last replace wins.
-    The file gets the usual permissions (0666 less the umask)."""
+    The file gets the usual permissions (0666 less the umask). Returns the sha256 (hex) of `data`: what
+    this call wrote, whatever another writer puts at `path` afterwards."""
+    import hashlib
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
@@ -40,6 +43,25 @@ def atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return hashlib.sha256(data).hexdigest()
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, name: str = ".attnlab.lock"):
+    """Context manager: an exclusive advisory lock (flock) on `folder`/`name`, waited for; two runs that
+    write one folder take turns instead of interleaving their files. Released on exit or when the process
+    dies. A no-op where flock does not exist (Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(Path(folder) / name, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def writable_dir(path, what: str = "--out") -> Path:

@@ -1,0 +1,77 @@
+"""A model directory's code never runs: a planted `auto_map` is refused by every loader, non-interactively,
+even when a "y" waits on stdin; the refusal is one line and the directory's Python file never executes."""
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from attnlab.core import models
+
+EVIL = """import pathlib
+pathlib.Path({marker!r}).write_text("the directory's code ran")
+from transformers import PreTrainedTokenizerFast
+class EvilTokenizer(PreTrainedTokenizerFast):
+    pass
+"""
+
+
+def tiny_llama(n_kv: int = 2, seed: int = 0, vocab: int = models.GPT2_VOCAB_SIZE):
+    """A seeded random Llama: 2 layers, 4 query heads sharing `n_kv` key/value heads, RoPE, eager attention."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=n_kv, max_position_embeddings=256,
+                         rope_theta=10000.0, attn_implementation="eager")
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture
+def planted(tmp_path):
+    """(directory, marker): a loadable Llama directory whose tokenizer_config.json names code of its own
+    (auto_map, no tokenizer_class: transformers would ask on stdin) and whose code writes `marker`."""
+    directory, marker = tmp_path / "model", tmp_path / "marker"
+    tiny_llama().save_pretrained(directory)
+    models.gpt2_tokenizer().save_pretrained(directory)
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    config.pop("tokenizer_class", None)
+    config["auto_map"] = {"AutoTokenizer": [None, "evil.EvilTokenizer"]}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    (directory / "evil.py").write_text(EVIL.format(marker=str(marker)))
+    return directory, marker
+
+
+def test_a_planted_auto_map_is_refused_before_anything_is_read(planted):
+    directory, marker = planted
+    with pytest.raises(models.ModelUnavailable, match="auto_map.*never runs"):
+        models.load_model(str(directory))
+    assert not marker.exists()
+
+
+def test_without_the_directory_check_no_loader_runs_the_code(planted, monkeypatch):
+    """The second guard: every from_pretrained gets trust_remote_code=False, so transformers asks nothing on
+    stdin (without it, the "y" waiting there would run the code)."""
+    directory, marker = planted
+    monkeypatch.setattr(models, "refuse_code", lambda directory: None)
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\ny\n"))
+    try:
+        models.load_model(str(directory))
+    except (models.ModelUnavailable, ValueError):
+        pass
+    assert not marker.exists()
+
+
+def test_the_cli_refuses_with_one_line_even_when_yes_is_piped(planted):
+    directory, marker = planted
+    run = subprocess.run([sys.executable, "-m", "attnlab.cli", "figures", "fig1", "--quick", "--model", str(directory),
+                          "--out", str(directory.parent / "out")], input="y\ny\n", capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 2, run.stderr
+    lines = [l for l in run.stderr.splitlines() if l.strip()]
+    assert lines[-1].startswith("attnlab figures: error:") and "auto_map" in lines[-1]
+    assert "Traceback" not in run.stderr
+    assert not marker.exists()
