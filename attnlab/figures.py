@@ -100,8 +100,9 @@ def figure_ids(paper: str = "all") -> list[str]:
 class Inputs:
     """Loads the model and text once, lazily, for every figure of a run."""
 
-    def __init__(self, model: str, device: str, text: str = "war_and_peace"):
+    def __init__(self, model: str, device: str, text: str = "war_and_peace", max_length: Optional[int] = None):
         self.model_name, self.device, self.text_name = model, device, text
+        self.max_length = max_length          # the longest window of the paper-1 figures (None: 1024)
         self._model = self._corpus = self._encoder = None
 
     @property
@@ -121,8 +122,12 @@ class Inputs:
         return self._corpus
 
     def ids(self, length: Optional[int] = None):
-        """Token ids of the largest window the figures use: min(model positions, 1024)."""
-        L = length or min(self.model.max_positions, 1024)
+        """Token ids of the largest window the figures use: `max_length` (the paper's 1024 when None), at most
+        the model's positions."""
+        L = length or min(self.model.max_positions, self.max_length or 1024)
+        if self.max_length is not None and self.max_length > self.model.max_positions:
+            raise ValueError(f"--max-length {self.max_length} exceeds {self.model.name}'s {self.model.max_positions} "
+                             "positions")
         return self.model.window(self.corpus.text, L)
 
     @property
@@ -175,7 +180,7 @@ def _cache_key(fig_id: str, inputs: Inputs, quick: bool) -> dict:
     """What a figure's Result depends on besides the package's sources (`core.cache` adds those)."""
     from attnlab.core.cache import model_key
 
-    key = {"figure": fig_id, "quick": quick, "device": inputs.device}
+    key = {"figure": fig_id, "quick": quick, "device": inputs.device, "max_length": inputs.max_length}
     if FIGURES[fig_id].needs == "model+text":
         key.update(model_key(inputs.model), text=inputs.corpus.sha256)
     elif FIGURES[fig_id].needs == "encoder":
@@ -202,17 +207,23 @@ def _text(inputs: Inputs) -> dict:
     return dict(inputs.corpus.provenance(), offset=0)
 
 
-def save_figure(result: Result, out: Path) -> dict[Path, str]:
-    """<id>.csv, <id>.json (provenance) and <id>.png (titled with model and text by the plot function),
-    each written atomically (a kill leaves the previous file, never half of one). Returns {path: sha256
-    of the bytes written}."""
+def figure_png(result: Result) -> bytes:
+    """The PNG of a figure (titled with model and text by the plot function)."""
     import io
 
-    written = result.save(out)
     buf = io.BytesIO()
     FIGURES[result.name].plot(result).savefig(buf, format="png", dpi=120, bbox_inches="tight")
-    png = Path(out) / f"{result.name}.png"
-    written[png] = atomic_write(png, buf.getvalue())
+    return buf.getvalue()
+
+
+def save_figure(result: Result, out: Path, png: Optional[bytes] = None) -> dict[Path, str]:
+    """<id>.csv, <id>.json (provenance) and <id>.png (`png`, else `figure_png`, drawn before anything is
+    written), each written atomically (a kill leaves the previous file, never half of one). Returns
+    {path: sha256 of the bytes written}."""
+    png = figure_png(result) if png is None else png
+    written = result.save(out)
+    path = Path(out) / f"{result.name}.png"
+    written[path] = atomic_write(path, png)
     return written
 
 
@@ -220,13 +231,16 @@ def write_figures(out: Path, results: dict[str, Result], *, report: Optional[Cal
                   ) -> Path:
     """Save every figure of `results` into `out` (`save_figure`), then manifest.json (`write_manifest`),
     all under one lock on `out` (`folder_lock`): two runs on one folder take turns, so the folder ends
-    as one run's set. report(fig_id, paths) is called after each figure. Returns the manifest's path."""
+    as one run's set. Every figure is drawn before the first file is written: a figure that cannot be
+    drawn leaves `out` as it was. report(fig_id, paths) is called after each figure. Returns the
+    manifest's path."""
     from attnlab.core.util import folder_lock
 
+    pngs = {fig_id: figure_png(result) for fig_id, result in results.items()}
     written: dict[Path, str] = {}
     with folder_lock(out):
         for fig_id, result in results.items():
-            files = save_figure(result, out)
+            files = save_figure(result, out, pngs[fig_id])
             written.update(files)
             if report is not None:
                 report(fig_id, list(files))

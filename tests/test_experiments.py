@@ -223,6 +223,34 @@ def test_tiny_gpt2_quick(tiny):
     assert np.isfinite(res["fig4"].column("g_max")).all()
 
 
+def test_long_windows_stream_the_layers_with_the_same_rows(tiny, monkeypatch):
+    """A causal model whose captured tensors exceed the budget is captured one layer block at a time (the
+    layers below a block replayed from the native pass): every figure's rows equal the one-pass rows."""
+    ids = torch.randint(0, 1000, (64,), generator=torch.Generator().manual_seed(3))
+    names = ["fig1", "fig2a", "fig2c", "fig3", "fig4"]
+    kw = dict(quick=True, progress=False, figures=names, temperatures=[0.1, 1.0])
+    whole = ex.run_figures(tiny, ids, **kw)
+    keep = set().union(*(ex.trace_needs(n, ex.resolve_protocol(True, {})) for n in names))
+    one_layer = 2 * tiny.n_heads * 64 ** 2 * 4
+    monkeypatch.setattr(ex, "CAPTURE_BUDGET", one_layer)
+    assert ex.layer_blocks(tiny, 64, keep) == [[0], [1]]
+    streamed = ex.run_figures(tiny, ids, **kw)
+    for name in names:
+        key = lambda r: tuple(str(r.get(k)) for k in ("L", "N", "T", "eps", "layer", "head"))   # noqa: E731
+        a, b = sorted(whole[name].rows, key=key), sorted(streamed[name].rows, key=key)
+        assert len(a) == len(b) > 0
+        for ra, rb in zip(a, b):
+            assert ra.keys() == rb.keys()
+            for k, v in ra.items():
+                if isinstance(v, float) and not math.isnan(v):
+                    assert rb[k] == pytest.approx(v, rel=1e-5, abs=1e-7), (name, k)
+                else:
+                    assert rb[k] == v or (isinstance(v, float) and math.isnan(rb[k])), (name, k)
+        blocks = 1 if name in ex.POOLED else 2           # fig2c and fig4 pool every head: one pass
+        assert streamed[name].provenance.get("layer_blocks", 1) == blocks
+        assert streamed[name].provenance["layers"] == [0, 1]
+
+
 def test_check_reads_the_results_cache_and_refresh_recomputes(tmp_path, monkeypatch, capsys):
     """`attnlab check` takes each Result from the results cache when the book (or an earlier check) stored it
     under the same key, says how many, and prints the same table; --refresh computes them all again."""

@@ -25,6 +25,9 @@ def add_cli(sub) -> None:
     model_args(p)
     p.add_argument("--out", default="figures", help="output directory (default: figures)")
     p.add_argument("--quick", action="store_true", help="small grids, for smoke tests")
+    p.add_argument("--max-length", type=int, default=None, metavar="L",
+                   help="the longest window of the paper-1 figures (default 1024, the paper's; up to the model's "
+                        "positions: 8192 on smollm2); long windows stream the layers in blocks")
     p.set_defaults(func=run_figures)
 
     c = sub.add_parser("check", help="the table of paper claims: paper value, measured value, verdict")
@@ -52,7 +55,9 @@ def run_figures(args) -> int:
     if unknown:
         raise ValueError(f"unknown figure ids {unknown}; known: {', '.join(FIGURES)}")
     out = writable_dir(args.out)                 # before any computation: a bad --out fails at once
-    inputs = Inputs(args.model, args.device)
+    if args.max_length is not None and args.max_length < 32:
+        raise ValueError(f"--max-length must be at least 32 (the first length of the grid), got {args.max_length}")
+    inputs = Inputs(args.model, args.device, max_length=args.max_length)
     t0 = time.perf_counter()
     results = compute_figures(ids, inputs, quick=args.quick)
 

@@ -18,7 +18,9 @@ KEEPABLE = ("q", "k", "v", "scores", "probs", "hidden")
 class Trace:
     """Attention tensors of one forward pass, float32, batch of one sequence.
 
-    q, k, v:   [layer, head, token, d_head]   (after projection, biases included; before scaling)
+    q, k, v:   [layer, head, token, d_head]   (after projection, biases included, after RoPE where the model
+               has it; before scaling). Grouped-query models: k and v per query head, the shared key/value
+               head repeated (query head h reads key/value head h // (heads per key/value head))
     scores:    [layer, head, query, key]      scaled logits `scaling * q.k`, masked entries = -inf
     probs:     [layer, head, query, key]      the model's attention weights (0 on masked keys)
     hidden:    [layer, token, d_model]        input of each attention block (GPT-2: after ln_1)
