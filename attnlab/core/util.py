@@ -91,15 +91,16 @@ def progress(iterable: Iterable, show: bool, desc: str, total: Optional[int] = N
 
 @contextlib.contextmanager
 def threads(n: Optional[int]):
-    """Context manager: torch intra-op threads = n (an integer >= 1) inside, restored on exit (None:
-    unchanged). On a busy shared CPU one thread can be several times faster than two (OpenMP threads
-    wait for each other)."""
+    """Context manager: torch intra-op threads = n (an integer from 1 to `allowed_cpus()`; more crashed
+    OpenMP: 100000 segfaulted) inside, restored on exit (None: unchanged). On a busy shared CPU one thread
+    can be several times faster than two (OpenMP threads wait for each other)."""
     if n is None:
         yield
         return
     n = int(n)
-    if n < 1:
-        raise ValueError(f"threads must be a positive integer, got {n}")
+    if not 1 <= n <= allowed_cpus():
+        raise ValueError(f"threads must be an integer from 1 to {allowed_cpus()} (the CPUs this process may use), "
+                         f"got {n}")
     start_numba_pool()
     old = torch.get_num_threads()
     torch.set_num_threads(n)
@@ -113,7 +114,7 @@ def threads(n: Optional[int]):
 
 # torch's thread count when attnlab was imported: a count that still equals it was not chosen by the user
 _DEFAULT_THREADS = torch.get_num_threads()
-_STATE = {"depth": 0, "numba": False}     # open `threads(n)` contexts (torch's count is one per process)
+_STATE = {"depth": 0, "auto": 0, "numba": False}   # open `threads(n)` contexts, of them opened by `auto_threads`
 
 
 def start_numba_pool() -> None:
@@ -182,14 +183,29 @@ def auto_threads():
     min(current, free_cpus()) inside. Beside another busy process, two OpenMP threads on two cores
     wait for each other (spinning waits): several times slower than one; on an idle machine nothing
     changes.
-    It only ever lowers the count, decides once when entered (nested calls keep the outer choice;
-    a long run does not follow later changes of load), and torch's count (which numba's kernels
-    follow) is restored on exit. To fix a count: `threads=n`, `--threads n` or OMP_NUM_THREADS."""
+    It only ever lowers the count, decides when entered (nested calls keep the outer choice) and again
+    at each `recheck_threads()` (between figures and blocks: a neighbour that came or left), and
+    torch's count (which numba's kernels follow) is restored on exit. To fix a count: `threads=n`,
+    `--threads n` or OMP_NUM_THREADS."""
     if threads_chosen():
         yield
         return
     with threads(min(torch.get_num_threads(), free_cpus())):
-        yield
+        _STATE["auto"] += 1
+        try:
+            yield
+        finally:
+            _STATE["auto"] -= 1
+
+
+def recheck_threads() -> int:
+    """Inside `auto_threads()` and no count chosen since: torch threads = min(torch's count at import,
+    free_cpus()) again, for the load now: a run that started on a quiet machine and got a busy neighbour
+    later kept 2 threads (fig4 at GPT-2 shape 232 s; 92 s with 1 thread). A no-op elsewhere. Returns
+    torch's count."""
+    if _STATE["auto"] and _STATE["depth"] == _STATE["auto"] and not os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(min(_DEFAULT_THREADS, free_cpus()))
+    return torch.get_num_threads()
 
 
 def with_threads(fn: Callable) -> Callable:
