@@ -16,7 +16,8 @@ import os
 # to import numba (it starts numba's thread pool early: `util.start_numba_pool`). OpenMP's wait policy is left to
 # the user: on a busy machine `core.util.auto_threads` runs one thread, where the policy does not matter, and on a
 # quiet one spinning waits are faster (measured: README, "Threads on a busy machine").
-from attnlab.core.result import Result, provenance  # noqa: E402,F401
+# importing attnlab is light (no torch, numpy or numba until used): `attnlab ...` handles a Ctrl-C from its
+# first instant (`cli.main`)
 from attnlab.core.text import cache_dir  # noqa: E402
 
 os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))
@@ -24,6 +25,9 @@ del cache_dir
 
 
 def __getattr__(name):  # lazy: importing attnlab must not import transformers
+    if name in ("Result", "provenance"):
+        from attnlab.core import result
+        return getattr(result, name)
     if name in ("load_model", "AttnModel"):
         from attnlab.core import models
         return getattr(models, name)

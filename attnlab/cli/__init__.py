@@ -6,23 +6,22 @@ adds its parser with `add_cli(subparsers)` and calls the library. This file only
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import warnings
 
-from attnlab.cli import bench, diagnose, figures, info
-from attnlab.core.style import use_figure_style
-
-SUBCOMMANDS = (info, figures, diagnose, bench)
-
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser; importing the subcommands (torch, numba) happens here, inside `main`'s Ctrl-C handling."""
+    from attnlab.cli import bench, diagnose, figures, info
+
     parser = argparse.ArgumentParser(
         prog="attnlab", description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="the same from Python: attnlab.figures (the figure registry and claim rows), attnlab.normalization\n"
         "(arXiv 2508.17821), attnlab.sample_complexity (arXiv 2512.10656), attnlab.tools (normalizers, compare,\n"
         "diagnose, report), attnlab.benchmarks, attnlab.core (text, models, capture, result, cache)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in SUBCOMMANDS:
+    for module in (info, figures, diagnose, bench):
         module.add_cli(sub)
     return parser
 
@@ -44,16 +43,31 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, 1 << 30))
 
 
+def error_line(exc: BaseException) -> str:
+    """One line for an error: an OSError as 'path: what' (a full disk, a read-only or misplaced folder, a
+    name too long), anything else as its message."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    warnings.simplefilter("default")
-    keep_freed_memory()
-    use_figure_style()
+    """Run one subcommand. Exit 0 done, 1 (check --strict) a claim fails, 2 one error line, 130 Ctrl-C:
+    one line whenever it is pressed (while importing, or twice: the second press is ignored)."""
+    name = "attnlab"                                        # + the subcommand, once parsed
     try:
+        from attnlab.core.style import use_figure_style
+
+        args = build_parser().parse_args(argv)
+        name = f"attnlab {args.command}"
+        warnings.simplefilter("default")
+        keep_freed_memory()
+        use_figure_style()
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        print(f"attnlab {args.command}: error: {exc}", file=sys.stderr)
+    except (ValueError, RuntimeError, OSError) as exc:
+        print(f"{name}: error: {error_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"attnlab {args.command}: interrupted", file=sys.stderr)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)        # a second Ctrl-C while stopping: no traceback
+        print(f"{name}: interrupted", file=sys.stderr)
         return 130

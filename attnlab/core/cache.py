@@ -56,13 +56,14 @@ def _folder(name: str, key: dict) -> Path:
 
 def stored(name: str, key: dict) -> Result | None:
     """The Result stored under (name, key) (provenance `loaded_from_cache`), or None. One that fails
-    verification (`Result.load`: missing, truncated, edited files) is a miss: one warning, then None."""
+    verification (`Result.load`: missing, truncated, edited files, or stored under another key) is a
+    miss: one warning, then None. An unreadable cache folder is a miss as well."""
     folder = _folder(name, key)
-    if not ((folder / f"{name}.json").exists() or (folder / f"{name}.csv").exists()):
-        return None
     try:
-        result = Result.load(folder, name)
-    except CorruptResult as exc:
+        if not ((folder / f"{name}.json").exists() or (folder / f"{name}.csv").exists()):
+            return None
+        result = Result.load(folder, name, key=key_hash(key))
+    except (CorruptResult, OSError) as exc:
         warnings.warn(f"attnlab cache: {exc}; recomputing", stacklevel=3)
         return None
     result.provenance = dict(result.provenance, loaded_from_cache=True)
@@ -70,8 +71,15 @@ def stored(name: str, key: dict) -> Result | None:
 
 
 def store(name: str, key: dict, result: Result) -> Result:
-    """Store `result` under (name, key), replacing what was there; returns it."""
-    result.save(_folder(name, key))
+    """Store `result` under (name, key), replacing what was there; returns it. The cache is an
+    optimisation: where it cannot be written (a full disk, a read-only or misplaced folder), one warning
+    and the Result is returned all the same."""
+    try:
+        result.save(_folder(name, key), key=key_hash(key))
+    except OSError as exc:
+        where = exc.filename or results_dir()
+        warnings.warn(f"attnlab cache: cannot store {name} in {where} ({exc.strerror or exc}); the result is "
+                      "not cached", stacklevel=3)
     return result
 
 
