@@ -49,7 +49,7 @@ def run_cli(args) -> int:
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {args.out!r} exists and is not a directory: choose another path")
         writable_dir(out if out.exists() else out.parent)
-    text, info = read_text_file(args.text) if args.text else (None, None)
+    text, info = read_text_file(args.text) if args.text is not None else (None, None)   # --text '' is an error
     thr = Thresholds(entropy=args.entropy_threshold, separability=args.separability_threshold,
                      sharp_gate=args.sharp_gate, critical=args.critical_threshold).check()
     model = load_model(args.model, args.device)

@@ -82,11 +82,11 @@ class Result:
         """Distinct values of `key` over the rows that have it, in first-seen order."""
         return list(dict.fromkeys(r[key] for r in self.rows if r.get(key) is not None))
 
-    def save(self, out_dir: str | os.PathLike) -> dict[Path, str]:
-        """Write <name>.csv, then <name>.json (provenance, columns, row count and the CSV's sha256) into
-        out_dir, each atomically (`atomic_write`). `load` checks the pair, so a reader never takes a
-        truncated, edited or mismatched table (two concurrent writers included) for a Result.
-        Returns {path: sha256 of the bytes this call wrote}."""
+    def save(self, out_dir: str | os.PathLike, *, key: str | None = None) -> dict[Path, str]:
+        """Write <name>.csv, then <name>.json (provenance, columns, row count, the CSV's sha256 and `key`, the
+        results cache's key hash) into out_dir, each atomically (`atomic_write`). `load` checks the pair, so a
+        reader never takes a truncated, edited or mismatched table (two concurrent writers included) for a
+        Result. Returns {path: sha256 of the bytes this call wrote}."""
         out = Path(out_dir)
         paths = {"csv": out / f"{self.name}.csv", "json": out / f"{self.name}.json"}
         keys = list(dict.fromkeys(k for r in self.rows for k in r))
@@ -97,15 +97,16 @@ class Result:
         table = buf.getvalue().encode()
         written = {paths["csv"]: atomic_write(paths["csv"], table)}
         meta = {"name": self.name, "columns": keys, "n_rows": len(self.rows),
-                "csv_sha256": written[paths["csv"]], "provenance": to_plain(self.provenance)}
+                "csv_sha256": written[paths["csv"]], "key": key, "provenance": to_plain(self.provenance)}
         written[paths["json"]] = atomic_write(paths["json"], json.dumps(meta, indent=2, default=str).encode())
         return written
 
     @classmethod
-    def load(cls, out_dir: str | os.PathLike, name: str) -> "Result":
+    def load(cls, out_dir: str | os.PathLike, name: str, *, key: str | None = None) -> "Result":
         """Read and verify a Result written by `save` (numbers come back as floats/ints). Raises
-        `CorruptResult` (one line: which file, what is wrong) when a file is missing or unreadable, or the
-        table does not match the sha256, row count and columns recorded beside it."""
+        `CorruptResult` (one line: which file, what is wrong) when a file is missing or unreadable, the
+        table does not match the sha256, row count and columns recorded beside it, or (with `key`) the
+        pair was saved under another key."""
         out = Path(out_dir)
         where = out / f"{name}.json"
         try:
@@ -115,6 +116,8 @@ class Result:
             raise CorruptResult(f"{where.parent}: {name}: cannot read ({type(exc).__name__}: {exc})") from None
         if not isinstance(meta, dict) or not {"provenance", "n_rows", "columns", "csv_sha256"} <= set(meta):
             raise CorruptResult(f"{where}: not a Result written by this version (fields missing)")
+        if key is not None and meta.get("key") != key:
+            raise CorruptResult(f"{where}: saved under another key ({meta.get('key')}, not {key})")
         if hashlib.sha256(table).hexdigest() != meta["csv_sha256"]:
             raise CorruptResult(f"{out / f'{name}.csv'}: the table differs from the one saved (sha256)")
         reader = csv.DictReader(io.StringIO(table.decode(), newline=""))

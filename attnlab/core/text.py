@@ -9,11 +9,10 @@ import urllib.request
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import torch
-
-from attnlab.core.util import atomic_write
+if TYPE_CHECKING:                  # torch is imported where used: `import attnlab` stays light (cli.main)
+    import torch
 
 DATA_ENV = "ATTNLAB_DATA_DIR"
 CACHE_ENV = "ATTNLAB_CACHE_DIR"
@@ -101,7 +100,14 @@ def _find_all(text: str, needle: str):
         i = text.find(needle, i + 1)
 
 
-def _download(url: str, timeout: float = 30.0) -> bytes:
+#: seconds a download may wait for a byte (connecting, the answer, each read): a proxy that accepts the
+#: connection and never answers costs this, not minutes
+DOWNLOAD_TIMEOUT = 5.0
+#: the largest text file read (bytes): a text, not a device or a disk image
+MAX_TEXT_BYTES = 256 << 20
+
+
+def _download(url: str, timeout: float = DOWNLOAD_TIMEOUT) -> bytes:
     with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (fixed https URLs)
         return resp.read()
 
@@ -158,7 +164,13 @@ def load_corpus(name: str = "war_and_peace", *, allow_download: bool = True) -> 
                            f"to a directory holding {spec.local}.") from exc
     if spec.url.endswith(".parquet"):
         raw = _parquet_text(raw)
-    atomic_write(cached, raw)
+    from attnlab.core.util import atomic_write
+
+    try:
+        atomic_write(cached, raw)
+    except OSError as exc:                       # the cache is an optimisation: use the text, say why once
+        warnings.warn(f"attnlab cache: {cached} cannot be written ({exc.strerror or exc}); "
+                      "downloading again next time", stacklevel=2)
     return _corpus(spec, raw, spec.url, strict=False)
 
 
@@ -179,6 +191,8 @@ def window(tokenizer, text: str, length: int, offset: int = 0, *, special_tokens
     With `special_tokens` (BERT-style encoders), the window is [CLS] + length-2 text tokens + [SEP].
     Only a prefix of the text is tokenised (grown until long enough), so this is fast on a novel.
     """
+    import torch
+
     if length < 2 or offset < 0:
         raise ValueError(f"need length >= 2 and offset >= 0, got length={length}, offset={offset}")
     if not text.strip():
@@ -197,6 +211,8 @@ def window(tokenizer, text: str, length: int, offset: int = 0, *, special_tokens
     if special_tokens:
         ids = [tokenizer.cls_token_id] + ids + [tokenizer.sep_token_id]
     return torch.tensor(ids, dtype=torch.long)
+
+
 def text_provenance(text: str, name: str = "text", **extra) -> dict:
     """Provenance of a text given as a string: sha256 of its UTF-8 bytes, length."""
     return {"text": name, "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
@@ -206,8 +222,6 @@ def text_provenance(text: str, name: str = "text", **extra) -> dict:
 def resolve_text(text=None) -> tuple[str, dict]:
     """(text, provenance) from None (War and Peace, via ATTNLAB_DATA_DIR or the cache), a
     `attnlab.core.text.Corpus`, or a string."""
-
-
     if text is None:
         text = load_corpus("war_and_peace")
     if isinstance(text, Corpus):
@@ -220,18 +234,32 @@ def resolve_text(text=None) -> tuple[str, dict]:
 
 
 def read_text_file(path) -> tuple[str, dict]:
-    """(text, provenance) of a UTF-8 text file (CRLF -> LF). FileNotFoundError / ValueError say what to do."""
+    """(text, provenance) of a UTF-8 text file (CRLF -> LF) of at most MAX_TEXT_BYTES: a regular file, never a
+    device or a FIFO (checked before opening it: a FIFO would block). FileNotFoundError / ValueError say what to do."""
+    import stat
 
-
+    if not str(path).strip():
+        raise ValueError("--text '' names no file: pass a UTF-8 text file (leave --text out for War and Peace)")
     p = Path(path).expanduser()
-    if not p.exists():
-        raise FileNotFoundError(f"text file {str(path)!r} does not exist: pass --text with a readable UTF-8 text file")
-    if p.is_dir():
-        raise ValueError(f"text file {str(path)!r} is a directory: pass a UTF-8 text file")
     try:
-        raw = p.read_bytes()
+        st = p.stat()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"text file {str(path)!r} does not exist: pass --text with a readable UTF-8 text "
+                                "file") from None
+    except OSError as exc:
+        raise ValueError(f"cannot read text file {str(path)!r} ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"text file {str(path)!r} is a directory: pass a UTF-8 text file")
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"text file {str(path)!r} is not a regular file (a device, FIFO or socket): pass a UTF-8 "
+                         "text file")
+    try:
+        with open(p, "rb") as fh:
+            raw = fh.read(MAX_TEXT_BYTES + 1)
     except OSError as exc:
         raise ValueError(f"cannot read text file {str(path)!r} ({exc.strerror or exc}): check its permissions") from exc
+    if len(raw) > MAX_TEXT_BYTES:
+        raise ValueError(f"text file {str(path)!r} is larger than {MAX_TEXT_BYTES >> 20} MiB: pass a shorter text")
     try:
         text = normalise_newlines(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
