@@ -308,3 +308,41 @@ def claim_table(results: dict[str, dict[str, Result]]) -> list[dict]:
 def claim_rows(inputs: Inputs, **options) -> list[dict]:
     """`claim_table(claim_results(inputs, **options))`: the claim checker's table."""
     return claim_table(claim_results(inputs, **options))
+
+
+def model_kind(model) -> str:
+    """'causal decoder' or 'bidirectional encoder', with what a reader must know of the weights (random, 4-bit)."""
+    kind = "causal decoder" if model.causal else "bidirectional encoder"
+    if getattr(model, "random_weights", False):
+        return kind + ", random weights"
+    note = getattr(model, "note", None) or ""
+    return kind + (", 4-bit weights" if "4-bit" in note else "")
+
+
+def claims_by_model(models, device: str = "cpu", **options) -> dict[str, list[dict]]:
+    """{model name: claim rows} (`claim_rows` for each model, options as there), each from its own cached
+    Results; the text and everything else the same. Every row gains `model_kind` (`model_kind`)."""
+    out = {}
+    for name in models:
+        inputs = Inputs(name, device)
+        out[name] = [dict(r, model_kind=model_kind(inputs.model)) for r in claim_rows(inputs, **options)]
+    return out
+
+
+def compare_rows(by_model: dict[str, list[dict]]) -> list[dict]:
+    """One row per claim (id, reading) of every model's rows, in first-seen order: id, reading, claim, paper, and
+    per model `measured[m]`, `verdict[m]` ('not computed' where a model has no such row); `same` tells whether
+    every model got the same verdict."""
+    out: dict[tuple, dict] = {}
+    for name, rows in by_model.items():
+        for r in rows:
+            row = out.setdefault((r["id"], r.get("reading", "")), {
+                "id": r["id"], "reading": r.get("reading", ""), "claim": r["claim"], "paper": r["paper"],
+                "measured": {}, "verdict": {}})
+            row["measured"][name], row["verdict"][name] = r["measured"], r["verdict"]
+    for row in out.values():
+        for name in by_model:
+            row["verdict"].setdefault(name, "not computed")
+            row["measured"].setdefault(name, "")
+        row["same"] = len(set(row["verdict"].values())) == 1
+    return list(out.values())

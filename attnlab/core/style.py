@@ -18,6 +18,12 @@ FIGURE_STYLE = {
 }
 
 
+def literal(text) -> str:
+    """`text` shown as typed in a figure: a model path or file name with `$...$` is not mathtext (it broke
+    the title, and the figure with it)."""
+    return str(text).replace("$", r"\$")
+
+
 def use_figure_style() -> None:
     """Set FIGURE_STYLE in matplotlib's rcParams (the book and the CLI call it once)."""
     import matplotlib

@@ -386,7 +386,8 @@ def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Ten
     from `distance_stats` (O(K D) per row and N, in `dtype`: float32 by default, the test only ranks
     per-head means). Both give the same answer.
     Heads = all leading dims of probs. `reading` picks d~ (b, default, or a). Scans up to `n_max`
-    (default L - 1). Returns dict(n=N or -1, ns, pvalues, ks, exact, p_upper, d_mean, e_mean) per
+    (default L - 1); an empty scan (no rows, or none with finite values) is a ValueError, never n = -1.
+    Returns dict(n=N or -1, ns, pvalues, ks, exact, p_upper, d_mean, e_mean) per
     scanned N (pvalues/ks NaN and exact False where certified; d_mean/e_mean: mean over heads, of the
     exact values or of the bracket midpoints).
     """
@@ -397,6 +398,10 @@ def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Ten
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     key = f"dtilde_{reading}"
     K = probs.shape[-1]
+    if probs.numel() == 0:                     # n = -1 would claim that every N was rejected
+        raise ValueError(f"nothing to scan: probs {tuple(probs.shape)} holds no rows")
+    if n_max is not None and int(n_max) < 1:
+        raise ValueError(f"n_max must be >= 1, got {n_max}")
     n_max = K - 1 if n_max is None else min(int(n_max), K - 1)
     if n_max < 1:
         raise ValueError(f"need at least 2 keys for a top-N scan, got K={K}")
@@ -460,6 +465,8 @@ def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Ten
                 if p > alpha:
                     res["n"] = N
                     return res
+            elif not res["ns"]:
+                raise ValueError("no N could be tested: no row has a finite d~ and E at N = 1")
             else:
                 return res              # no rows left for this N (all skipped)
         start = ns[-1] + 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.core.result import Result
+from attnlab.core.style import literal
 from attnlab.core.util import figure_row
 from attnlab.normalization.paper import CRITICAL_FRAC, SEPARABILITY_BAND
 
@@ -27,7 +28,7 @@ def title(result: Result, what: str) -> str:
     sha = (p.get("text_sha256") or "")[:8]
     extra = f", x={p.get('x')}, keys={p.get('keys')}" if p.get("x") else ""
     quick = ", quick grid" if p.get("quick") else ""
-    return f"{what}\n{p.get('model', '?')} on {text}{' (' + sha + ')' if sha else ''}{extra}{quick}"
+    return f"{what}\n" + literal(f"{p.get('model', '?')} on {text}{' (' + sha + ')' if sha else ''}{extra}{quick}")
 
 
 def _by(result: Result, key: str, by: str, agg: str = "mean", **where) -> tuple[np.ndarray, ...]:

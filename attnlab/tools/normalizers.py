@@ -23,6 +23,14 @@ MIN_BLOCK_ROWS = 64   # `row_blocks`: at least this many query rows per block
 MAX_BLOCKS = 16       # and at most this many blocks
 
 
+def _no_overflow(t: torch.Tensor, what: str) -> torch.Tensor:
+    """`t`, or a ValueError where finite scores overflowed on the way (the weights would be NaN)."""
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{what} overflow {str(t.dtype).replace('torch.', '')}: the scores are finite but too "
+                         "large for this normalizer; scale them down")
+    return t
+
+
 def _prepare(scores: torch.Tensor, visible: Optional[torch.Tensor], T: float):
     """Validate; return float32 scores / T, the visible mask (bool, broadcastable to the scores) and rows
     with any visible key [..., 1]. All-finite scores (a model's raw scores) cost one check and no copy."""
@@ -43,7 +51,7 @@ def _prepare(scores: torch.Tensor, visible: Optional[torch.Tensor], T: float):
         if torch.isinf(z[torch.broadcast_to(visible, z.shape)]).any():
             raise ValueError("visible scores must be finite (use `visible` to mask keys, not -inf)")
         z = torch.where(visible, z, torch.zeros((), dtype=z.dtype))
-    return (z if T == 1 else z / T), visible, visible.any(dim=-1, keepdim=True)
+    return (z if T == 1 else _no_overflow(z / T, "scores / T")), visible, visible.any(dim=-1, keepdim=True)
 
 
 def softmax(scores: torch.Tensor, visible: Optional[torch.Tensor] = None, *, T: float = 1.0) -> torch.Tensor:
@@ -136,7 +144,7 @@ def ssmax(scores, visible=None, *, s: Optional[float] = None, ref_length: int = 
         s = 1.0 / math.log(ref_length)
     z, visible, any_row = _prepare(scores, visible, T)
     n = visible.sum(dim=-1, keepdim=True).clamp(min=1).float()
-    return softmax(z * (s * torch.log(n)), visible)
+    return softmax(_no_overflow(z * (s * torch.log(n)), "scores * s log n"), visible)
 
 
 def sa_softmax(scores, visible=None, *, variant: str = "normalized", T: float = 1.0) -> torch.Tensor:
@@ -155,6 +163,7 @@ def sa_softmax(scores, visible=None, *, variant: str = "normalized", T: float = 
     lo = z.masked_fill(~visible, float("inf")).amin(dim=-1, keepdim=True).clamp(max=0.0)
     hi = z.masked_fill(~visible, float("-inf")).amax(dim=-1, keepdim=True).clamp(min=0.0)
     lo, hi = lo.masked_fill(~any_row, 0.0), hi.masked_fill(~any_row, 1.0)
+    _no_overflow(hi - lo, "the scores' range")
     return (z - lo).div_((hi - lo).clamp(min=1e-12)).mul_(p)        # (z - lo) / (hi - lo) * p, one new tensor
 
 

@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from attnlab.core.result import Result
+from attnlab.core.style import literal
 from attnlab.core.util import figure_grid
 from attnlab.tools.diagnose import HEAT_METRICS, PAPER, REPORT_NAME
 
@@ -125,8 +126,8 @@ def heatmap_figure(result: Result, L: Optional[int] = None):
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
-    fig.suptitle(f"{result.provenance.get('model')}, L = {L}\n(red x: low separability; white o: near uniform)",
-                 fontsize=10)
+    fig.suptitle(f"{literal(result.provenance.get('model'))}, L = {L}\n"
+                 "(red x: low separability; white o: near uniform)", fontsize=10)
     return fig
 
 
@@ -200,7 +201,7 @@ def flag_figure(result: Result, L: Optional[int] = None):
         for h, lab in zip(*a.get_legend_handles_labels()):
             legend.setdefault(lab, h)
     fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncol=3, frameon=False)
-    fig.suptitle(f"{p.get('model')}, L = {L}: what each flag is cut from", fontsize=10)
+    fig.suptitle(f"{literal(p.get('model'))}, L = {L}: what each flag is cut from", fontsize=10)
     return fig
 
 
@@ -438,7 +439,7 @@ def comparison_figure(result: Result, L: int, keys: Optional[Sequence[str]] = No
     for i, ax in enumerate(axes):
         ax.set_yticks(range(len(names)), names if i % 2 == 0 else [""] * len(names))
         ax.invert_yaxis()
-    fig.suptitle(f"{result.provenance.get('model')}, L = {L}", fontsize=9)
+    fig.suptitle(f"{literal(result.provenance.get('model'))}, L = {L}", fontsize=9)
     return fig
 
 
