@@ -188,7 +188,7 @@ def test_figures_are_written_whole_with_a_manifest_of_the_run(tmp_path, monkeypa
 
 
 def test_the_manifest_vouches_only_for_the_bytes_its_run_wrote(tmp_path, monkeypatch):
-    """Another run replaces fig2a.csv while this one draws its PNG: the manifest holds the sha256 of what
+    """Another run replaces fig2a.csv after this one wrote it: the manifest holds the sha256 of what
     this run wrote, so the mixed folder fails verification (it used to hash the files found on disk)."""
     import json
 
@@ -198,12 +198,11 @@ def test_the_manifest_vouches_only_for_the_bytes_its_run_wrote(tmp_path, monkeyp
     r.name = "fig2a"
     from dataclasses import replace
 
-    def plot_while_another_run_writes(result):
+    def another_run_writes(fig_id, paths):     # between this run's files and its manifest
         (tmp_path / "fig2a.csv").write_bytes(b"L,value\n1,2\n")
-        return _tiny_plot(result)
 
-    monkeypatch.setitem(figures.FIGURES, "fig2a", replace(figures.FIGURES["fig2a"], plot=plot_while_another_run_writes))
-    figures.write_figures(tmp_path, {"fig2a": r})
+    monkeypatch.setitem(figures.FIGURES, "fig2a", replace(figures.FIGURES["fig2a"], plot=_tiny_plot))
+    figures.write_figures(tmp_path, {"fig2a": r}, report=another_run_writes)
     assert json.loads((tmp_path / "manifest.json").read_text())["files"]["fig2a.csv"] != \
         __import__("hashlib").sha256(b"L,value\n1,2\n").hexdigest()
     assert figures.verify_manifest(tmp_path) == ["fig2a.csv: not the bytes this run wrote (another run replaced it)"]
