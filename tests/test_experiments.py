@@ -278,3 +278,22 @@ def test_check_reads_the_results_cache_and_refresh_recomputes(tmp_path, monkeypa
     assert said[2].endswith("6 computed now")
     assert [len(c) for c in computed] == [6, 6] and computed[0] == computed[1]     # first run and --refresh
     assert tables[0] == tables[1] == tables[2] and "holds" in tables[0]
+
+
+def test_check_models_puts_each_models_verdict_side_by_side(tmp_path, monkeypatch, capsys):
+    from attnlab.cli import main
+    from attnlab.figures import compare_rows
+
+    rows = compare_rows({"a": [{"id": "x", "claim": "c", "paper": "p", "measured": "1", "verdict": "holds"},
+                               {"id": "y", "claim": "c", "paper": "p", "measured": "2", "verdict": "holds"}],
+                         "b": [{"id": "x", "claim": "c", "paper": "p", "measured": "3", "verdict": "does not hold"}]})
+    assert [(r["id"], r["same"]) for r in rows] == [("x", False), ("y", False)]
+    assert rows[1]["verdict"] == {"a": "holds", "b": "not computed"} and rows[0]["measured"]["b"] == "3"
+    assert main(["check", "--models", "tiny-gpt2,tiny-gpt2"]) == 2
+    assert "two or more different" in capsys.readouterr().err
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    assert main(["check", "--models", "tiny-gpt2,minilm", "--quick", "--paper", "normalization",
+                 "--readings", "default"]) == 0
+    out = capsys.readouterr().out
+    assert "tiny-gpt2 = causal decoder, random weights; minilm = bidirectional encoder" in out
+    assert "p1-fig2c-critical" in out and "claims get a different verdict on tiny-gpt2 and minilm" in out

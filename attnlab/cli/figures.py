@@ -14,6 +14,8 @@ from attnlab.figures import (
     Inputs,
     claim_results,
     claim_table,
+    claims_by_model,
+    compare_rows,
     compute_figures,
     write_figures,
 )
@@ -39,6 +41,9 @@ def add_cli(sub) -> None:
     c.add_argument("--readings", choices=["all", "default"], default="all",
                    help="all: also one row per reading of each open formula (reading column); default: the book's "
                         "readings only")
+    c.add_argument("--models", default=None, metavar="A,B",
+                   help="several models side by side (comma-separated names as --model takes): per claim, each "
+                        "model's measured value and verdict, and whether the verdict changes with the model")
     c.add_argument("--refresh", action="store_true",
                    help="recompute every Result (default: the results cache's, where the book or an earlier check "
                         "stored one for the same sources, model weights and text)")
@@ -71,10 +76,10 @@ def run_figures(args) -> int:
     return 0
 
 
-def format_table(rows: list[dict], widths=(18, 16, 36, 30, 40, 14)) -> str:
+def format_table(rows: list[dict], widths=(18, 16, 36, 30, 40, 14), cols=None) -> str:
     """A plain-text table; long cells wrap inside their column. `reading` names the reading of an open formula a
     row was measured under ("" = the book's defaults; `attnlab.normalization.readings`)."""
-    cols = ["id", "reading", "claim", "paper", "measured", "verdict"]
+    cols = cols or ["id", "reading", "claim", "paper", "measured", "verdict"]
 
     def lines(r):
         cells = [textwrap.wrap(str(r.get(c, "")), w) or [""] for c, w in zip(cols, widths)]
@@ -87,9 +92,35 @@ def format_table(rows: list[dict], widths=(18, 16, 36, 30, 40, 14)) -> str:
     return "\n".join(out)
 
 
+def run_check_models(args) -> int:
+    """`check --models A,B`: the claim table with one measured/verdict pair per model."""
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if len(models) < 2 or len(set(models)) != len(models):
+        raise ValueError(f"--models needs two or more different model names, comma-separated, got {args.models!r}")
+    by_model = claims_by_model(models, args.device, quick=args.quick, paper=args.paper,
+                               readings=args.readings == "all", refresh=args.refresh)
+    rows = [r for r in compare_rows(by_model) if args.readings == "all" or not r["reading"]]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    flat = [{"id": r["id"], "reading": r["reading"], "claim": r["claim"], "paper": r["paper"],
+             **{m: f"{r['verdict'][m]}: {r['measured'][m]}" for m in models},
+             "same": "same" if r["same"] else "differs"} for r in rows]
+    print("models: " + "; ".join(f"{m} = {by_model[m][0]['model_kind']}" for m in models if by_model[m]))
+    width = max(24, 60 // len(models))
+    print(format_table(flat, cols=["id", "reading", "claim", "paper", *models, "same"],
+                       widths=(18, 12, 30, 24, *([width] * len(models)), 8)))
+    print(f"\n{sum(not r['same'] for r in rows)} of {len(rows)} claims get a different verdict on "
+          + " and ".join(models))
+    failed = any(v == "does not hold" for r in rows for v in r["verdict"].values())
+    return 1 if (args.strict and failed) else 0
+
+
 def run_check(args) -> int:
     from attnlab.core.cache import results_dir
 
+    if args.models:
+        return run_check_models(args)
     results = claim_results(Inputs(args.model, args.device), quick=args.quick, paper=args.paper,
                             readings=args.readings == "all", refresh=args.refresh)
     every = [r for res in results.values() for r in res.values()]
