@@ -191,10 +191,99 @@ def model_admonition(model, result: Optional[Result] = None):
                    "of the window; " if not model.causal else "")
                 + "the heads are those of another model, trained for another task. The theorems must hold on any "
                 "model; the paper's numbers about GPT-2 need not carry over.</p>")
+    body += model_facts(model)
     from html import escape
 
     tag = f' data-attnlab-model="{escape(model.name, quote=True)}"'         # `make book` reports it
     return HTML(f'<div class="admonition {kind}"{tag}><p class="admonition-title">{title}</p>{body}</div>')
+
+
+def model_facts(model) -> str:
+    """HTML: what a reader must know of the weights (`AttnModel.note`: 4-bit, de-quantized...) and, for a trained
+    causal language model, its perplexity on WikiText-2 (the sanity figure that it is a working one; cached)."""
+    from html import escape
+
+    out = f"<p>Weights: {escape(model.note)}.</p>" if getattr(model, "note", None) else ""
+    if model.causal and not getattr(model, "random_weights", False):
+        from attnlab.core.perplexity import cached_perplexity
+        from attnlab.core.text import load_corpus
+
+        row = cached_perplexity(model, load_corpus("wikitext2")).rows[0]
+        out += (f"<p>A working language model: perplexity {row['perplexity']:.1f} on the first {row['tokens']:,} "
+                f"tokens of the WikiText-2 test split (windows of {row['window']} tokens, stride {row['stride']}).</p>")
+    return out
+
+
+#: the offline models whose paper-1 verdicts every summary shows beside the build's own model
+OFFLINE_MODELS = ("minilm", "smollm2")
+
+
+def claims_per_model(inp: Optional[Inputs] = None) -> dict[str, list[dict]]:
+    """{model name: paper-1 claim rows at the book's default readings}: the build's model first, then each of
+    OFFLINE_MODELS (from the results cache the chapters fill; computed once per build otherwise). Every row
+    carries `model_kind`."""
+    from attnlab.figures import claims_by_model, model_kind
+
+    inp = inp or inputs()
+    own = [dict(r, model_kind=model_kind(inp.model)) for r in claims(inp)
+           if r["id"].startswith("p1-") and not r.get("reading")]
+    others = [m for m in OFFLINE_MODELS if m != inp.model.name]
+    out = {inp.model.name: own}
+    for name, rows in claims_by_model(others, inp.device, quick=False, paper="normalization", readings=False,
+                                      progress=False).items():
+        out[name] = [r for r in rows if not r.get("reading")]
+    return out
+
+
+def model_label(name: str, rows: Sequence[dict]) -> str:
+    """'smollm2 (causal decoder, 4-bit weights)': a model's column header."""
+    kind = rows[0].get("model_kind", "") if rows else ""
+    return f"{name} ({kind})" if kind else name
+
+
+def per_model_table(per_model: dict[str, list[dict]]):
+    """HTML table: each paper-1 claim with the paper's statement and each model's measured value and verdict,
+    and whether the verdict changes with the model."""
+    from attnlab.figures import compare_rows
+
+    rows = compare_rows(per_model)
+    names = list(per_model)
+    body = [[f"<code>{r['id']}</code>", r["claim"], r["paper"]]
+            + [f"<b>{r['verdict'][m]}</b>: {r['measured'][m]}" for m in names]
+            + ["same" if r["same"] else "<b>differs</b>"] for r in rows]
+    return table(["id", "claim", "paper"] + [model_label(m, per_model[m]) for m in names] + ["verdict"], body)
+
+
+def model_changes(per_model: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """{'same': rows, 'differs': rows} of `compare_rows(per_model)`: which verdicts change with the model."""
+    from attnlab.figures import compare_rows
+
+    rows = compare_rows(per_model)
+    return {"same": [r for r in rows if r["same"]], "differs": [r for r in rows if not r["same"]]}
+
+
+def model_changes_summary(per_model: dict[str, list[dict]]):
+    """HTML: claim by claim, which verdicts change with the model and which do not (read from the rows)."""
+    from html import escape
+
+    from attnlab.figures import compare_rows
+
+    names = list(per_model)
+    labels = {m: model_label(m, per_model[m]) for m in names}
+
+    def item(r):
+        verdicts = "; ".join(f"{escape(labels[m])}: <b>{r['verdict'][m]}</b>" for m in names)
+        return f"<li><code>{r['id']}</code> {escape(r['claim'])} ({verdicts})</li>"
+
+    rows = compare_rows(per_model)
+    same, differs = [r for r in rows if r["same"]], [r for r in rows if not r["same"]]
+    parts = [f"<p><b>The verdict changes with the model</b> ({len(differs)} of {len(rows)} claims):</p>"
+             f"<ul>{''.join(map(item, differs))}</ul>" if differs else
+             f"<p><b>No verdict changes with the model</b> ({len(rows)} claims).</p>"]
+    if same:
+        parts.append(f"<p><b>The same verdict on every model</b> ({len(same)} of {len(rows)} claims):</p>"
+                     f"<ul>{''.join(map(item, same))}</ul>")
+    return prose("".join(parts))
 
 
 def is_paper_model(model) -> bool:
@@ -245,17 +334,29 @@ def default_verdicts(rows: Sequence[dict]) -> dict[str, str]:
     return {r["id"]: r["verdict"] for r in rows if not r.get("reading")}
 
 
-def chapter_map(rows: Sequence[dict]):
-    """HTML table: chapter, the claims it checks, and each claim's verdict from the claim rows."""
+def chapter_map(rows: Sequence[dict], per_model: Optional[dict[str, list[dict]]] = None):
+    """HTML table: chapter, the claims it checks, and each claim's verdict from the claim rows; with `per_model`
+    ({model: rows}, `claims_per_model`) a verdict column per model for the paper-1 claims (the second paper's
+    claims are measured on the build's model only: '—' in the other columns)."""
     verdicts = default_verdicts(rows)
+    per_model = per_model or {}
+    extra = {m: default_verdicts(r) for m, r in per_model.items()}
     out = []
     for number, title, page, labels in CHAPTER_CLAIMS:
         link = f'<a href="{page}.html">{number}. {title}</a>'
         if not labels:
-            out.append([link, CHAPTER_NOTES.get(number, ""), ""])
+            out.append([link, CHAPTER_NOTES.get(number, "")] + [""] * max(1, len(extra)))
         for i, (cid, label) in enumerate(labels.items()):
-            out.append([link if i == 0 else "", label, f"<b>{verdicts.get(cid, 'not computed')}</b>"])
-    return table(["chapter", "claim", "verdict on this build"], out)
+            if extra:
+                cells = [f"<b>{v[cid]}</b>" if cid in v else ("not computed" if cid.startswith("p1-") else "—")
+                         for v in extra.values()]
+                if not cid.startswith("p1-"):
+                    cells[0] = f"<b>{verdicts.get(cid, 'not computed')}</b>"
+            else:
+                cells = [f"<b>{verdicts.get(cid, 'not computed')}</b>"]
+            out.append([link if i == 0 else "", label] + cells)
+    heads = [model_label(m, r) for m, r in per_model.items()] or ["verdict on this build"]
+    return table(["chapter", "claim"] + heads, out)
 
 
 def verdict_summary(rows: Sequence[dict]):

@@ -199,3 +199,30 @@ def test_book_helpers():
     box = book.model_admonition(RandomGPT2()).data
     assert "random weights" in box and "not GPT-2's" in box and "instead of 1024" not in box
     assert not book.is_paper_model(RandomGPT2())
+
+
+def test_per_model_views_read_every_models_rows():
+    """The chapter map, the side-by-side table and the summary of what changes with the model are read from
+    the claim rows of each model (no verdict typed)."""
+    from attnlab import book
+
+    def rows(kind, **verdicts):
+        return [{"id": cid, "claim": f"claim {cid}", "paper": "p", "measured": f"m {cid}", "verdict": v,
+                 "model_kind": kind} for cid, v in verdicts.items()]
+
+    per_model = {"minilm": rows("bidirectional encoder", **{"p1-cor1": "holds", "p1-fig2c-critical": "does not hold"}),
+                 "smollm2": rows("causal decoder, 4-bit weights", **{"p1-cor1": "holds",
+                                                                      "p1-fig2c-critical": "holds"})}
+    build = per_model["minilm"] + [{"id": "tsc-hardmax", "verdict": "holds"}]
+    html = book.chapter_map(build, per_model).data
+    assert "smollm2 (causal decoder, 4-bit weights)" in html and "minilm (bidirectional encoder)" in html
+    six = html[html.index("The 6% rule"):html.index("Geometric separability")]
+    assert six.index("does not hold") < six.index("<b>holds</b>")
+    assert "—" in html[html.index("near the hardmax"):]             # paper 2: the build's model only
+    changes = book.model_changes(per_model)
+    assert [r["id"] for r in changes["differs"]] == ["p1-fig2c-critical"]
+    assert [r["id"] for r in changes["same"]] == ["p1-cor1"]
+    summary = book.model_changes_summary(per_model).data
+    assert "changes with the model</b> (1 of 2 claims)" in summary
+    table = book.per_model_table(per_model).data
+    assert "<b>differs</b>" in table and "m p1-fig2c-critical" in table
