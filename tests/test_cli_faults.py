@@ -194,7 +194,7 @@ def test_too_many_threads_is_one_line(capsys):
 
 
 def test_a_dollar_in_a_model_path_draws_its_title(tmp_path, tiny):
-    folder = tmp_path / "m$x_1$"
+    folder = tmp_path / "m$x^^2$"                       # not valid mathtext
     tiny.hf.save_pretrained(folder, safe_serialization=True)
     code, err = _cli("figures", "fig1", "--quick", "--model", str(folder), "--out", str(tmp_path / "o"))
     assert code == 0, err
