@@ -226,3 +226,15 @@ def test_per_model_views_read_every_models_rows():
     assert "changes with the model</b> (1 of 2 claims)" in summary
     table = book.per_model_table(per_model).data
     assert "<b>differs</b>" in table and "m p1-fig2c-critical" in table
+
+
+def test_figure_titles_say_4_bit_or_random_weights():
+    from attnlab.core.result import Result
+    from attnlab.normalization.plots import title
+
+    def prov(**info):
+        return Result("fig1", [], {"model": "m", "text": "war_and_peace", "model_info": info})
+
+    assert "m (4-bit weights) on war_and_peace" in title(prov(model_note="SmolLM2, 4-bit (Q4_1) weights"), "t")
+    assert "m (random weights)" in title(prov(model_random_weights=True), "t")
+    assert "m on war_and_peace" in title(prov(), "t")

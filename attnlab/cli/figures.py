@@ -128,6 +128,12 @@ def run_check(args) -> int:
     _progress_print(f"[check] {len(every)} Results: {stored} from the results cache ({results_dir()}), "
                     f"{len(every) - stored} computed now" + ("" if args.refresh else "; --refresh recomputes all"))
     rows = claim_table(results)
+    model = next((r.provenance.get("model_info") for res in results.values() for r in res.values()
+                  if r.provenance.get("model_info")), None)
+    if model:
+        kind = "causal decoder" if model["causal"] else "bidirectional encoder"
+        note = f"; {model['model_note']}" if model.get("model_note") else ""
+        _progress_print(f"[check] model: {model['model']} ({kind}{note})")
     if args.json:
         keys = ("id", "reading", "claim", "paper", "measured", "verdict")
         print(json.dumps([{k: r.get(k) for k in keys} for r in rows], indent=2))

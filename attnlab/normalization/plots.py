@@ -28,7 +28,11 @@ def title(result: Result, what: str) -> str:
     sha = (p.get("text_sha256") or "")[:8]
     extra = f", x={p.get('x')}, keys={p.get('keys')}" if p.get("x") else ""
     quick = ", quick grid" if p.get("quick") else ""
-    return f"{what}\n" + literal(f"{p.get('model', '?')} on {text}{' (' + sha + ')' if sha else ''}{extra}{quick}")
+    info = p.get("model_info") or {}
+    weights = (" (4-bit weights)" if "4-bit" in str(info.get("model_note") or "")
+               else " (random weights)" if info.get("model_random_weights") else "")
+    where = f"{text} ({sha})" if sha else text
+    return f"{what}\n" + literal(f"{p.get('model', '?')}{weights} on {where}{extra}{quick}")
 
 
 def _by(result: Result, key: str, by: str, agg: str = "mean", **where) -> tuple[np.ndarray, ...]:
