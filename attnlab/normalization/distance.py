@@ -41,25 +41,30 @@ def _table_d1(N: int, kernels) -> bool:
     return N <= (TABLE_D1_N if kernels is not None else SMALL_N)
 
 
-def _far_tables(rows: "RowBlock", ns: Sequence[int], m: int) -> dict:
+def _far_tables(rows: "RowBlock", ns: Sequence[int], m: int, key: tuple = (), cache: Optional[dict] = None) -> dict:
     """Lookup tables for `_d1`. For small N and prefix-shaped visibility (bidirectional or causal rows):
     H [u, K, K] (float64), H_ji = ||x_i||^2 - 2 x_j.x_i, so that the squared distance is
     d2[j, i] = H_ji + ||x_j||^2 (formed so wherever it is needed); xn2 [u, K] = ||x_i||^2; and far2
     [u, K, P], the largest d2[j, i] over the first n keys, at column col[t] for row t's n = L_t. For
     larger N: each key's m farthest keys, farthest first (far_dist, far_idx [u, K, m]), for the keys
-    that are ever selected."""
+    that are ever selected. `cache` (a dict kept across the row blocks of one call) keeps H and far2 for
+    the distinct x named by `key` (`unique_x`): they depend on the x only, and a long window's row blocks
+    of one head would otherwise form them again each (O(K^2 D) per block)."""
     Xu, K = rows.Xu, rows.a.shape[-1]
     xn2 = (Xu * Xu).sum(-1)
     tables = {}
     n_vis = rows.n if rows.prefix else None
     kernels = cpu_kernels(rows.a)
     if n_vis is not None and _table_d1(ns[0], kernels):
-        H = torch.baddbmm(xn2.unsqueeze(-2).expand(-1, K, -1), Xu, Xu.transpose(1, 2), alpha=-2)
-        if bool((n_vis == K).all()):
-            far2, col = H.amax(-1, keepdim=True), torch.zeros_like(n_vis)
-        else:
-            far2, col = torch.cummax(H, dim=-1).values, (n_vis - 1).clamp_min(0)
-        tables["small"] = (H, xn2, far2.add_(xn2.unsqueeze(-1)), col)
+        full = bool((n_vis == K).all())
+        cache = {} if cache is None else cache
+        if cache.get("key") != (key, full, K) or not key:
+            H = torch.baddbmm(xn2.unsqueeze(-2).expand(-1, K, -1), Xu, Xu.transpose(1, 2), alpha=-2)
+            far2 = H.amax(-1, keepdim=True) if full else torch.cummax(H, dim=-1).values
+            cache.clear()
+            cache.update(key=(key, full, K), H=H, far2=far2.add_(xn2.unsqueeze(-1)))
+        col = torch.zeros_like(n_vis) if full else (n_vis - 1).clamp_min(0)
+        tables["small"] = (cache["H"], xn2, cache["far2"], col)
     if not _table_d1(ns[-1], kernels) or "small" not in tables:
         m = min(m, K)
         far_dist = torch.zeros(Xu.shape[0], K, m, dtype=Xu.dtype, device=Xu.device)
@@ -176,8 +181,9 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     need_d1 = bool({"d1", "dmax_B", "dmax_R", "dmax_a"} & need)
     need_top = need_d1 or bool({"R", "abar"} & need)
     lengths, prefix = vis.sum(-1), prefix_lengths(vis) is not None      # (once, not per block)
+    far_cache: dict = {}                                                 # `_far_tables`' H and far2, per distinct x
     for bs, qs in row_blocks(B, Q, K, chunk, lengths, ns):
-        Xu, inv, _ = unique_x(X, xmap, bs, dtype)
+        Xu, inv, key = unique_x(X, xmap, bs, dtype)
         rows = RowBlock(P[bs, qs], vis[qs], Xu, inv, ns[-1], dtype, lengths[qs], prefix,
                         order=None if order is None else order[bs, qs])
         a, Lt = rows.a, rows.Lt
@@ -198,7 +204,7 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
             xn_top = rows.xn2.sqrt().unsqueeze(1).expand(a.shape).gather(-1, rows.order)   # ||x_j|| in order
             Rcum = torch.cummax(xn_top, dim=-1).values                   # [b, q, k]
             acum = torch.cumsum(a.gather(-1, rows.order), dim=-1)
-        far = _far_tables(rows, ns, FAR_CANDIDATES) if need_d1 else {}
+        far = _far_tables(rows, ns, FAR_CANDIDATES, key, far_cache) if need_d1 else {}
         # x_i.s for N <= SMALL_N from the d1 table H (kernels only): N products per key instead of D
         on_kernels = cpu_kernels(a) is not None and dtype == torch.float64
         table = (far["small"][0], rows.inv) if on_kernels and "small" in far else None
