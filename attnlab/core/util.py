@@ -259,3 +259,41 @@ def figure_grid(n: int, width: float, height: float, *, max_width: float = MAX_F
 def figure_row(ncols: int, width: float, height: float):
     """`figure_grid` of ncols panels: one row when it fits the book's column, else stacked."""
     return figure_grid(ncols, width, height)
+
+
+def drop_damaged_numba_cache(folder) -> list[Path]:
+    """Delete the numba cache files under `folder` that numba could not read, with one warning; numba then
+    compiles those kernels again. Without this, a truncated or garbled index or data file (a full disk, a
+    killed write) raises UnpicklingError on every run. Index files (.nbi, small) are read as numba reads
+    them; data files (.nbc) must look like whole pickles: the protocol mark first and the STOP opcode last
+    (two bytes read); a damaged one is dropped with its index. Returns the files dropped."""
+    import pickle
+    import warnings
+
+    bad = set()
+    for path in sorted(Path(folder).rglob("*.nb[ic]")) if Path(folder).is_dir() else []:
+        try:
+            with open(path, "rb") as fh:
+                if path.suffix == ".nbi":
+                    pickle.load(fh)                           # numba's version stamp, then the index
+                    pickle.loads(fh.read())
+                else:
+                    first = fh.read(1)
+                    fh.seek(-1, os.SEEK_END)
+                    if first != b"\x80" or fh.read(1) != b".":
+                        raise pickle.UnpicklingError("truncated")
+        except Exception:  # noqa: BLE001 - any failure to read is damage
+            bad.add(path)
+            if path.suffix == ".nbc":                         # <module>.<fn>-<line>.py311.<n>.nbc -> ...py311.nbi
+                bad.add(path.with_name(path.name.rsplit(".", 2)[0] + ".nbi"))
+    dropped = []
+    for path in sorted(bad):
+        try:
+            path.unlink()
+            dropped.append(path)
+        except OSError:
+            pass
+    if dropped:
+        warnings.warn(f"attnlab: dropped {len(dropped)} damaged numba cache file(s) in {folder}; compiling again",
+                      stacklevel=2)
+    return dropped

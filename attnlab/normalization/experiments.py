@@ -35,7 +35,7 @@ import torch
 from attnlab.core.result import Result, provenance
 from attnlab.core.util import progress as progress_bar
 from attnlab.core.util import recheck_threads, with_threads
-from attnlab.normalization import bounds, critical_n, distance, gradients, rows, separability
+from attnlab.normalization import bounds, critical_n, distance, gradients, rows, separability, streaming
 from attnlab.normalization.engine import DEFAULT_CHUNK, row_mean, visible_scores
 from attnlab.normalization.paper import EPSILONS, FIG2A_N, FIG2B_NS, FIG3_NMAX, KS_ALPHA
 
@@ -517,35 +517,6 @@ def _all_windows(ids, ids_list) -> list[torch.Tensor]:
     return as_windows(wins)
 
 
-#: bytes of captured [head, query, key] float32 tensors one pass may hold; above it a causal model's layers are
-#: captured in blocks (one block at L = 8192 on SmolLM2: 9 heads x 8192^2 x 4 B = 2.4 GB per tensor)
-CAPTURE_BUDGET = 3 << 30
-
-
-def layer_blocks(model, n_tokens: int, keep: Iterable[str], budget: Optional[int] = None) -> list[Optional[list[int]]]:
-    """The layers of `model` in consecutive blocks whose captured [head, query, key] tensors at `n_tokens` fit
-    `budget` bytes: [None] (all layers in one pass) when they all fit, or for bidirectional models (one
-    pass per length: they never reach such lengths)."""
-    square = max(1, len(set(keep) & {"scores", "probs"}))
-    per_layer = square * model.n_heads * n_tokens ** 2 * 4
-    size = max(1, (CAPTURE_BUDGET if budget is None else budget) // per_layer)
-    if size >= model.n_layers or not model.causal:
-        return [None]
-    return [list(range(s, min(s + size, model.n_layers))) for s in range(0, model.n_layers, size)]
-
-
-def _merge(parts: list[Result]) -> Result:
-    """One Result from the same figure computed on blocks of layers: rows concatenated, costs added."""
-    first = parts[0]
-    if len(parts) == 1:
-        return first
-    prov = dict(first.provenance, layers=[l for r in parts for l in r.provenance.get("layers") or []],
-                layer_blocks=len(parts), n_passes=sum(r.provenance["n_passes"] for r in parts),
-                capture_seconds=round(sum(r.provenance["capture_seconds"] for r in parts), 3),
-                runtime_seconds=round(sum(r.provenance["runtime_seconds"] for r in parts), 3))
-    return Result(first.name, [row for r in parts for row in r.rows], prov)
-
-
 @with_threads
 def run_figures(model, ids, ids_list=None, *, quick: bool = False, progress: bool = True,
                 figures: Optional[Sequence[str]] = None, **protocol) -> dict[str, Result]:
@@ -554,7 +525,7 @@ def run_figures(model, ids, ids_list=None, *, quick: bool = False, progress: boo
     ids: the main window [L_max]; ids_list: optional further windows of the same length (rows carry
     `window`; K windows give the mean and spread). Protocol switches as in the module docstring.
     Long windows of a causal model stream: the layers are captured in blocks that fit CAPTURE_BUDGET
-    (`layer_blocks`), each block's figures computed and its tensors freed before the next; the layers
+    (`streaming.layer_blocks`), each block's figures computed and its tensors freed before the next; the layers
     below a block are not computed again (`AttnModel.layer_outputs`). Same rows as one pass.
     """
     names = list(figures or FIGURES)
@@ -564,13 +535,14 @@ def run_figures(model, ids, ids_list=None, *, quick: bool = False, progress: boo
     p = resolve_protocol(quick, protocol)
     keep = set().union(*(trace_needs(n, p) for n in names))
     windows = _all_windows(ids, ids_list)
-    blocks = layer_blocks(model, len(windows[0]), keep)
-    plan = [(blocks, [n for n in names if n not in POOLED]), ([None], [n for n in names if n in POOLED])]
+    blocks = streaming.layer_blocks(model, len(windows[0]), keep)
+    pooled = streaming.POOLED
+    plan = [(blocks, [n for n in names if n not in pooled]), ([None], [n for n in names if n in pooled])]
     if blocks == [None]:
         plan = [(blocks, names)]                       # one pass serves every figure
-    elif any(n in POOLED for n in names):
-        _check_pooled_fits(model, len(windows[0]), keep)
-    streamed = blocks != [None] and any(n not in POOLED for n in names)
+    elif any(n in pooled for n in names):
+        streaming.check_pooled_fits(model, len(windows[0]), keep)
+    streamed = blocks != [None] and any(n not in pooled for n in names)
     outputs = [model.layer_outputs(w) if streamed else None for w in windows]
     parts: dict[str, list[Result]] = {n: [] for n in names}
     steps = [(b, group) for b_list, group in plan if group for b in b_list]
@@ -581,20 +553,4 @@ def run_figures(model, ids, ids_list=None, *, quick: bool = False, progress: boo
             parts[name].append(FIGURE_FUNCS[name](model, None, quick=quick, progress=progress and len(steps) == 1,
                                                   captures=caps, **protocol))
         del caps
-    return {n: _merge(parts[n]) for n in names}
-
-
-#: figures whose statistic pools every head (fig2c: one KS test over all heads' means; fig4: Alg. 5's largest
-#: mean over heads): never streamed
-POOLED = ("fig2c", "fig4")
-POOLED_LIMIT = 12 << 30
-
-
-def _check_pooled_fits(model, n_tokens: int, keep: Iterable[str]) -> None:
-    """ValueError (one line) when a pooled figure's all-layer capture at `n_tokens` would exceed POOLED_LIMIT."""
-    need = max(1, len(set(keep) & {"scores", "probs"})) * model.n_heads * model.n_layers * n_tokens ** 2 * 4
-    if need > POOLED_LIMIT:
-        top = int((POOLED_LIMIT / (model.n_heads * model.n_layers * 4 * 2)) ** 0.5)
-        raise ValueError(f"fig2c and fig4 pool every head of every layer: at L = {n_tokens} that is "
-                         f"{need / 1e9:.0f} GB of attention tensors; run fig2c and fig4 with --max-length <= {top} "
-                         "(fig1, fig2a, fig2b and fig3 stream their layers and reach the model's positions)")
+    return {n: streaming.merge(parts[n]) for n in names}

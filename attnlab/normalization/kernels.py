@@ -33,55 +33,17 @@ from __future__ import annotations
 import os
 
 from attnlab.core.text import cache_dir
+from attnlab.core.util import drop_damaged_numba_cache
 
 # numba caches compiled kernels beside the source unless told otherwise: into the installed package
 # (often read-only, shared by users). Keep them in attnlab's cache, unless the user chose a place.
 os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))
 
-import pickle  # noqa: E402
-import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
-
 import numba  # noqa: E402  (after NUMBA_CACHE_DIR)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-
-def drop_damaged_cache(folder) -> list[Path]:
-    """Delete the numba cache files under `folder` that numba could not read, with one warning; numba then
-    compiles those kernels again. Without this, a truncated or garbled index or data file (a full disk, a
-    killed write) raises UnpicklingError on every run. Index files (.nbi) are read as numba reads them;
-    data files (.nbc, slow to unpickle) must be whole pickles: protocol mark first, STOP opcode last; a
-    damaged one is dropped with its index. Returns the files dropped."""
-    bad = set()
-    for path in sorted(Path(folder).rglob("*.nb[ic]")) if Path(folder).is_dir() else []:
-        try:
-            with open(path, "rb") as fh:
-                if path.suffix == ".nbi":
-                    pickle.load(fh)                           # numba's version stamp, then the index
-                    pickle.loads(fh.read())
-                else:
-                    data = fh.read()
-                    if data[:1] != b"\x80" or data[-1:] != b".":
-                        raise pickle.UnpicklingError("truncated")
-        except Exception:  # noqa: BLE001 - any failure to read is damage
-            bad.add(path)
-            if path.suffix == ".nbc":                         # <module>.<fn>-<line>.py311.<n>.nbc -> ...py311.nbi
-                bad.add(path.with_name(path.name.rsplit(".", 2)[0] + ".nbi"))
-    dropped = []
-    for path in sorted(bad):
-        try:
-            path.unlink()
-            dropped.append(path)
-        except OSError:
-            pass
-    if dropped:
-        warnings.warn(f"attnlab: dropped {len(dropped)} damaged numba cache file(s) in {folder}; compiling again",
-                      stacklevel=2)
-    return dropped
-
-
-drop_damaged_cache(os.environ["NUMBA_CACHE_DIR"])
+drop_damaged_numba_cache(os.environ["NUMBA_CACHE_DIR"])
 
 # reassociation lets the key loops use SIMD; no flag that assumes the absence of NaN or inf
 FASTMATH = {"reassoc", "contract", "nsz"}

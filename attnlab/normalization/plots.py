@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnlab.core.models import weights_label
 from attnlab.core.result import Result
 from attnlab.core.style import literal
 from attnlab.core.util import figure_row
@@ -28,9 +29,7 @@ def title(result: Result, what: str) -> str:
     sha = (p.get("text_sha256") or "")[:8]
     extra = f", x={p.get('x')}, keys={p.get('keys')}" if p.get("x") else ""
     quick = ", quick grid" if p.get("quick") else ""
-    info = p.get("model_info") or {}
-    weights = (" (4-bit weights)" if "4-bit" in str(info.get("model_note") or "")
-               else " (random weights)" if info.get("model_random_weights") else "")
+    weights = weights_label(p.get("model_info"))
     where = f"{text} ({sha})" if sha else text
     return f"{what}\n" + literal(f"{p.get('model', '?')}{weights} on {where}{extra}{quick}")
 

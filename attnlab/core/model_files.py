@@ -1,0 +1,154 @@
+"""Reading model files safely, before any model exists: the hub's reachability, file checksums, refusing a
+directory's own code, quiet transformers loads, and the tokenizer checks (GPT-2's BPE from its files; any
+tokenizer against its model's vocabulary). `core.models` and `core.gguf` build on it."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from pathlib import Path
+from typing import Optional
+
+GPT2_VOCAB_SIZE = 50257
+# OpenAI's GPT-2 BPE files (identical to encoder.json / vocab.bpe), as in the shared data's SHA256SUMS
+GPT2_TOKENIZER_SHA256 = {"vocab.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+                         "merges.txt": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"}
+GPT2_HELLO_WORLD = [15496, 995]
+
+
+class ModelUnavailable(RuntimeError):
+    """The requested model cannot be loaded here (offline without a local copy, missing package...)."""
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """True if the Hugging Face hub answers an HTTPS request within `timeout` s (any HTTP status counts;
+    a proxy that accepts TCP but fails TLS does not). Never minutes of retries."""
+    import urllib.error
+    import urllib.request
+
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    url = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+            return True
+    except urllib.error.HTTPError:
+        return True                         # the hub answered (with an error status): it is reachable
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def refuse_code(directory: Path) -> None:
+    """Raise ModelUnavailable when a model directory asks to run code of its own: an `auto_map` in any
+    of its JSON files (config.json, tokenizer_config.json, processor files...). Checked before any
+    loader reads the directory; every loader also passes trust_remote_code=False, so transformers never
+    asks on stdin whether to run it (a piped "y" would answer that question)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return
+    for path in sorted(directory.glob("*.json")):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        if '"auto_map"' in text:
+            raise ModelUnavailable(f"{path} names code of its own (auto_map): attnlab never runs a model "
+                                   "directory's code; use a directory without auto_map")
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_gpt2_tokenizer(tok) -> None:
+    """Raise unless `tok` is the real GPT-2 BPE (offline, transformers can silently return a broken one)."""
+    size = len(tok)
+    ids = tok("Hello world", add_special_tokens=False)["input_ids"]
+    if size != GPT2_VOCAB_SIZE or list(ids) != GPT2_HELLO_WORLD:
+        raise ModelUnavailable(
+            f"broken GPT-2 tokenizer ({size} tokens, 'Hello world' -> {list(ids)}; expected "
+            f"{GPT2_VOCAB_SIZE} tokens and {GPT2_HELLO_WORLD}). Offline? Set ATTNLAB_DATA_DIR to a directory "
+            "holding gpt2-tokenizer/vocab.json and merges.txt.")
+
+
+def gpt2_tokenizer_from_files(directory: Path):
+    """GPT-2 tokenizer from vocab.json + merges.txt (note: `vocab_file=` is silently ignored; use `vocab=`)."""
+    from transformers import GPT2TokenizerFast
+
+    vocab, merges = directory / "vocab.json", directory / "merges.txt"
+    if not (vocab.is_file() and merges.is_file()):
+        raise ModelUnavailable(f"no vocab.json + merges.txt in {directory}")
+    for path in (vocab, merges):       # a shortened merges.txt passes the token checks but changes every window
+        if file_sha256(path) != GPT2_TOKENIZER_SHA256[path.name]:
+            raise ModelUnavailable(f"{path} is not OpenAI's GPT-2 {path.name} (sha256 {file_sha256(path)[:12]}..., "
+                                   f"expected {GPT2_TOKENIZER_SHA256[path.name][:12]}...): restore the file")
+    tok = GPT2TokenizerFast(vocab=str(vocab), merges=str(merges))
+    check_gpt2_tokenizer(tok)
+    return tok
+
+
+def gpt2_tokenizer(source: Optional[str] = None):
+    """The GPT-2 tokenizer: from `source` (hub id / dir) if it works, else ATTNLAB_DATA_DIR/gpt2-tokenizer."""
+    from attnlab.core.text import data_dir
+
+    errors = []
+    if source is not None:
+        try:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(source, local_files_only=not hub_reachable(), trust_remote_code=False)
+            check_gpt2_tokenizer(tok)
+            return tok
+        except Exception as exc:  # noqa: BLE001 - fall through to the local files, report all
+            errors.append(f"{source}: {exc}")
+    if data_dir() is not None:
+        try:
+            return gpt2_tokenizer_from_files(data_dir() / "gpt2-tokenizer")
+        except ModelUnavailable as exc:
+            errors.append(str(exc))
+    raise ModelUnavailable("no working GPT-2 tokenizer: " + "; ".join(errors or ["set ATTNLAB_DATA_DIR"]))
+
+
+PROBE_SENTENCE = "The quick brown fox jumps over the lazy dog."
+
+
+def check_tokenizer(tok, hf, source: str) -> None:
+    """Raise ModelUnavailable unless `tok` fits the model `hf`: at least half of the model's vocabulary,
+    ids inside it, and PROBE_SENTENCE without unknown tokens. A folder without tokenizer files gets a
+    stand-in from transformers (5 tokens: every word [UNK]) whose numbers would look like any others."""
+    vocab = int(getattr(hf.config, "vocab_size", 0) or 0)
+    ids = list(tok(PROBE_SENTENCE, add_special_tokens=False)["input_ids"])
+    unknown = sum(i == tok.unk_token_id for i in ids) if tok.unk_token_id is not None else 0
+    if len(tok) < vocab // 2 or not ids or unknown or max(ids) >= vocab > 0:
+        raise ModelUnavailable(
+            f"{source}: the tokenizer does not fit the model ({len(tok)} tokens for a vocabulary of {vocab}; "
+            f"{PROBE_SENTENCE!r} -> {len(ids)} tokens, {unknown} unknown): put the model's tokenizer files "
+            "(tokenizer.json, or its vocabulary files) beside config.json")
+
+
+def weights_label(model_info: Optional[dict]) -> str:
+    """' (4-bit weights)' / ' (random weights)' / '' from a model's provenance (`AttnModel.provenance`): what goes
+    after its name wherever one of its numbers is shown."""
+    info = model_info or {}
+    if "4-bit" in str(info.get("model_note") or ""):
+        return " (4-bit weights)"
+    return " (random weights)" if info.get("model_random_weights") else ""
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """Silence transformers' load reports and progress bars (errors still raise)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        hf_logging.enable_progress_bar()
