@@ -233,8 +233,16 @@ def test_long_windows_stream_the_layers_with_the_same_rows(tiny, monkeypatch):
     keep = set().union(*(ex.trace_needs(n, ex.resolve_protocol(True, {})) for n in names))
     one_layer = 2 * tiny.n_heads * 64 ** 2 * 4
     monkeypatch.setattr(ex.streaming, "CAPTURE_BUDGET", one_layer)
-    assert ex.streaming.layer_blocks(tiny, 64, keep) == [[0], [1]]
+    assert ex.streaming.layer_blocks(tiny, 64, keep) == [([0], None), ([1], None)]
     streamed = ex.run_figures(tiny, ids, **kw)
+    monkeypatch.setattr(ex.streaming, "CAPTURE_BUDGET", one_layer // tiny.n_heads * 2)    # two heads at a time
+    assert ex.streaming.layer_blocks(tiny, 64, keep)[:3] == [([0], [0, 1]), ([0], [2, 3]), ([1], [0, 1])]
+    by_heads = ex.run_figures(tiny, ids, **kw)
+    _same_rows(whole, streamed, names, 2)
+    _same_rows(whole, by_heads, names, 4)
+
+
+def _same_rows(whole, streamed, names, blocks):
     for name in names:
         key = lambda r: tuple(str(r.get(k)) for k in ("L", "N", "T", "eps", "layer", "head"))   # noqa: E731
         a, b = sorted(whole[name].rows, key=key), sorted(streamed[name].rows, key=key)
@@ -246,9 +254,9 @@ def test_long_windows_stream_the_layers_with_the_same_rows(tiny, monkeypatch):
                     assert rb[k] == pytest.approx(v, rel=1e-5, abs=1e-7), (name, k)
                 else:
                     assert rb[k] == v or (isinstance(v, float) and math.isnan(rb[k])), (name, k)
-        blocks = 1 if name in ex.streaming.POOLED else 2           # fig2c and fig4 pool every head: one pass
-        assert streamed[name].provenance.get("layer_blocks", 1) == blocks
-        assert streamed[name].provenance["layers"] == [0, 1]
+        n = 1 if name in ex.streaming.POOLED else blocks           # fig2c and fig4 pool every head: one pass
+        assert streamed[name].provenance.get("layer_blocks", 1) == n
+        assert streamed[name].provenance["layers"] == [0, 1] and streamed[name].provenance["heads"] == [0, 1, 2, 3]
 
 
 def test_check_reads_the_results_cache_and_refresh_recomputes(tmp_path, monkeypatch, capsys):

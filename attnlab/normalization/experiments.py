@@ -116,11 +116,12 @@ class Captures:
     """
 
     def __init__(self, model, ids: torch.Tensor, keep: Iterable[str], layers: Optional[Sequence[int]] = None,
-                 outputs=None):
+                 outputs=None, heads: Optional[Sequence[int]] = None):
         self.model = model
         self.ids = torch.as_tensor(ids).long()
         self.keep = tuple(sorted(set(keep)))
         self.layers, self.outputs = (None if layers is None else list(layers)), outputs
+        self.heads = None if heads is None else list(heads)
         self.traces: dict = {}
         self.n_passes = 0
         self.seconds = 0.0
@@ -135,7 +136,8 @@ class Captures:
             reuse = None
             if self.outputs is not None and self.layers and L == len(self.ids):
                 reuse = (self.outputs, min(self.layers))
-            self.traces[L] = self.model.capture(self.ids[:L], keep=self.keep, layers=self.layers, reuse=reuse)
+            self.traces[L] = self.model.capture(self.ids[:L], keep=self.keep, layers=self.layers, heads=self.heads,
+                                                reuse=reuse)
             self.seconds += time.perf_counter() - t0
             self.n_passes += 1
         return self.traces[L]
@@ -525,8 +527,9 @@ def run_figures(model, ids, ids_list=None, *, quick: bool = False, progress: boo
     ids: the main window [L_max]; ids_list: optional further windows of the same length (rows carry
     `window`; K windows give the mean and spread). Protocol switches as in the module docstring.
     Long windows of a causal model stream: the layers are captured in blocks that fit CAPTURE_BUDGET
-    (`streaming.layer_blocks`), each block's figures computed and its tensors freed before the next; the layers
-    below a block are not computed again (`AttnModel.layer_outputs`). Same rows as one pass.
+    (`streaming.layer_blocks`; a few heads of one layer where a layer does not fit), each block's figures
+    computed and its tensors freed before the next; the layers below a block are not computed again
+    (`AttnModel.layer_outputs`). Same rows as one pass.
     """
     names = list(figures or FIGURES)
     bad = set(names) - set(FIGURES)
@@ -546,8 +549,10 @@ def run_figures(model, ids, ids_list=None, *, quick: bool = False, progress: boo
     outputs = [model.layer_outputs(w) if streamed else None for w in windows]
     parts: dict[str, list[Result]] = {n: [] for n in names}
     steps = [(b, group) for b_list, group in plan if group for b in b_list]
-    for block, group in progress_bar(steps, progress, "figures (layer blocks)" if len(steps) > 1 else "figures"):
-        caps = [Captures(model, w, keep, layers=block, outputs=o) for w, o in zip(windows, outputs)]
+    label = "figures (blocks of layers or heads)" if len(steps) > 1 else "figures"
+    for block, group in progress_bar(steps, progress, label):
+        layers, heads = block or (None, None)
+        caps = [Captures(model, w, keep, layers=layers, heads=heads, outputs=o) for w, o in zip(windows, outputs)]
         for name in group:
             recheck_threads()                  # the CPUs free now, before each figure and block (auto only)
             parts[name].append(FIGURE_FUNCS[name](model, None, quick=quick, progress=progress and len(steps) == 1,

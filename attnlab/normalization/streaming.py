@@ -12,16 +12,24 @@ from attnlab.core.result import Result
 CAPTURE_BUDGET = 3 << 30
 
 
-def layer_blocks(model, n_tokens: int, keep: Iterable[str], budget: Optional[int] = None) -> list[Optional[list[int]]]:
-    """The layers of `model` in consecutive blocks whose captured [head, query, key] tensors at `n_tokens` fit
-    `budget` bytes: [None] (all layers in one pass) when they all fit, or for bidirectional models (one
-    pass per length: they never reach such lengths)."""
+def layer_blocks(model, n_tokens: int, keep: Iterable[str], budget: Optional[int] = None) -> list[Optional[tuple]]:
+    """(layers, heads) blocks of `model` whose captured [head, query, key] tensors at `n_tokens` fit `budget`
+    bytes: consecutive layers with every head (heads None) while a layer fits, else one layer and a few of its
+    heads at a time (the layer's attention is formed a few heads at a time on the CPU, so only the kept heads
+    count). [None] (one pass) when everything fits, or for bidirectional models (one pass per length: they never
+    reach such lengths)."""
     square = max(1, len(set(keep) & {"scores", "probs"}))
-    per_layer = square * model.n_heads * n_tokens ** 2 * 4
-    size = max(1, (CAPTURE_BUDGET if budget is None else budget) // per_layer)
-    if size >= model.n_layers or not model.causal:
+    per_head = square * n_tokens ** 2 * 4
+    budget = CAPTURE_BUDGET if budget is None else budget
+    n_layers, n_heads = model.n_layers, model.n_heads
+    size = max(1, budget // (per_head * n_heads))
+    if size >= n_layers or not model.causal:
         return [None]
-    return [list(range(s, min(s + size, model.n_layers))) for s in range(0, model.n_layers, size)]
+    if budget >= per_head * n_heads:
+        return [(list(range(s, min(s + size, n_layers))), None) for s in range(0, n_layers, size)]
+    width = max(1, budget // per_head)
+    return [([layer], list(range(h, min(h + width, n_heads)))) for layer in range(n_layers)
+            for h in range(0, n_heads, width)]
 
 
 def merge(parts: list[Result]) -> Result:
@@ -29,7 +37,9 @@ def merge(parts: list[Result]) -> Result:
     first = parts[0]
     if len(parts) == 1:
         return first
-    prov = dict(first.provenance, layers=[l for r in parts for l in r.provenance.get("layers") or []],
+    layers = sorted({l for r in parts for l in r.provenance.get("layers") or []})
+    heads = sorted({h for r in parts for h in r.provenance.get("heads") or []})
+    prov = dict(first.provenance, layers=layers, heads=heads,
                 layer_blocks=len(parts), n_passes=sum(r.provenance["n_passes"] for r in parts),
                 capture_seconds=round(sum(r.provenance["capture_seconds"] for r in parts), 3),
                 runtime_seconds=round(sum(r.provenance["runtime_seconds"] for r in parts), 3))
