@@ -177,10 +177,17 @@ def compute_figures(fig_ids, inputs: Inputs, *, quick: bool = False, progress: b
 
 
 def _cache_key(fig_id: str, inputs: Inputs, quick: bool) -> dict:
-    """What a figure's Result depends on besides the package's sources (`core.cache` adds those)."""
+    """What a figure's Result depends on: its inputs, and the code that computes it (`core.cache` hashes
+    the files of "code" and of every package module they import; "registry" is this file's sha256, which
+    chooses the windows and calls the compute)."""
     from attnlab.core.cache import model_key
+    from attnlab.core.model_files import file_sha256
 
-    key = {"figure": fig_id, "quick": quick, "device": inputs.device, "max_length": inputs.max_length}
+    spec = FIGURES[fig_id]
+    code = sorted({spec.compute.__module__, "attnlab.core.models", "attnlab.core.text"}
+                  | ({"attnlab.normalization.experiments"} if spec.paper == "normalization" else set()))
+    key = {"figure": fig_id, "quick": quick, "device": inputs.device, "max_length": inputs.max_length,
+           "code": code, "registry": file_sha256(Path(__file__))}
     if FIGURES[fig_id].needs == "model+text":
         key.update(model_key(inputs.model), text=inputs.corpus.sha256)
     elif FIGURES[fig_id].needs == "encoder":

@@ -141,6 +141,42 @@ def test_cache_key_covers_every_source_file(tmp_path, monkeypatch):
     assert cache.key_hash(key) == base
 
 
+def _edit_one(monkeypatch, target: Path):
+    """Path.read_bytes returns `target`'s bytes with a comment appended (an edit of that file only)."""
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: real(self) + (b"# edited\n" if self == target else b""))
+    cache.source_hash.cache_clear()
+
+
+def test_figure_cache_key_covers_the_code_it_runs_and_nothing_else(monkeypatch):
+    """A figure's key hashes the modules its compute imports (transitively, relative imports and imports
+    inside functions too): an edit there recomputes it; an edit to a plot, the book or the CLI does not."""
+    files = {p.relative_to(PKG).as_posix() for p in cache.module_files(("attnlab.normalization.experiments",))}
+    assert {"normalization/engine.py", "normalization/distance.py", "core/capture.py", "core/result.py",
+            "__init__.py"} <= files
+    assert not files & {"normalization/plots.py", "book.py", "cli/__init__.py", "figures.py", "widgets.py"}
+    key = {"figure": "fig1", "code": ["attnlab.normalization.experiments", "attnlab.core.models"]}
+    cache.source_hash.cache_clear()
+    base = cache.key_hash(key)
+    try:
+        for rel, changes in (("normalization/engine.py", True), ("core/capture.py", True),
+                             ("normalization/plots.py", False), ("book.py", False)):
+            _edit_one(monkeypatch, PKG / rel)
+            assert (cache.key_hash(key) != base) is changes, rel
+            monkeypatch.undo()
+    finally:
+        monkeypatch.undo()
+        cache.source_hash.cache_clear()
+    assert cache.key_hash(key) == base
+    # the registry's keys name their code; the paper-2 real-token figure does not read paper 1's modules
+    from attnlab.figures import _cache_key
+
+    class Inp:
+        device, max_length = "cpu", None
+
+    assert "attnlab.normalization.experiments" not in _cache_key("tsc_uniform", Inp(), True)["code"]
+
+
 def test_cached_result_recomputes_only_for_a_new_key(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
     calls = []

@@ -2,11 +2,15 @@
 
 One key recipe for every cached Result: the caller's key (experiment, model + weights checksum, text
 checksum, grids, protocol switches; `model_key` and `text_key` build the usual parts) plus, always,
-the attnlab version and the sha256 of every source file of the package (subpackages included), so
-that any code change recomputes. The folder name carries the key's hash.
+the attnlab version and the sha256 of source files of the package: by default every file (subpackages
+included), so that any code change recomputes; a key with "code": (module, ...) covers only those
+modules and every package module they import, directly or not (`module_files`: the figures of the
+registry use it, so an edit to a plot, the book or the CLI reuses their Results). The folder name
+carries the key's hash.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -26,11 +30,57 @@ def results_dir() -> Path:
     return Path(os.environ.get("ATTNLAB_RESULTS_DIR", cache_dir() / "results")).expanduser()
 
 
-@lru_cache(maxsize=1)
-def source_hash() -> str:
-    """sha256 of every .py file of the package, subpackages included (path and bytes), 16 hex digits."""
+def _module_path(name: str) -> Path | None:
+    """The file of package module `name` ("attnlab.core.models"), or None (not a module of the package)."""
+    base = PACKAGE_DIR.parent.joinpath(*name.split("."))
+    for path in (base / "__init__.py", base.with_suffix(".py")):
+        if path.is_file():
+            return path
+    return None
+
+
+def _imported(path: Path, name: str) -> set[str]:
+    """Module names of the package that the file imports anywhere (functions included), as written:
+    "from attnlab.x import y" gives attnlab.x and attnlab.x.y (y may be a module)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:                       # relative: from . import x, from ..core import y
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+    return {m for m in found if m.split(".")[0] == PACKAGE_DIR.name}
+
+
+@lru_cache(maxsize=64)
+def module_files(roots: tuple[str, ...]) -> tuple[Path, ...]:
+    """The package files that modules `roots` run when imported: theirs, every package module they import
+    (a static reading of every import statement, those inside functions too), transitively, and the
+    parent packages' __init__ files. Sorted."""
+    seen: dict[str, Path] = {}
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        path = None if name in seen else _module_path(name)
+        if path is None:
+            continue
+        seen[name] = path
+        todo += _imported(path, name)
+        todo.append(name.rpartition(".")[0])
+    return tuple(sorted(set(seen.values())))
+
+
+@lru_cache(maxsize=64)
+def source_hash(roots: tuple[str, ...] | None = None) -> str:
+    """sha256 of .py files of the package (path and bytes), 16 hex digits: every file (roots None), or
+    those that modules `roots` import (`module_files`)."""
+    files = sorted(PACKAGE_DIR.rglob("*.py")) if roots is None else module_files(roots)
     h = hashlib.sha256()
-    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+    for path in files:
         h.update(path.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 
@@ -41,8 +91,10 @@ def model_key(model) -> dict:
 
 
 def full_key(key: dict) -> dict:
-    """The caller's key with the package version and sources added (what the hash is taken of)."""
-    return {**key, "attnlab": attnlab.__version__, "sources": source_hash()}
+    """The caller's key with the package version and sources added (what the hash is taken of): the
+    files of the modules named by key["code"] and their imports, else every file."""
+    code = key.get("code")
+    return {**key, "attnlab": attnlab.__version__, "sources": source_hash(None if code is None else tuple(code))}
 
 
 def key_hash(key: dict) -> str:
