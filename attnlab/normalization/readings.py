@@ -18,6 +18,12 @@ from dataclasses import dataclass
 
 import torch
 
+#: the longest window of the reading-by-reading Results (thm1_readings' curves, separability_readings,
+#: gradient_readings) unless a length is asked for: the longest both offline models share (MiniLM has 512
+#: positions), so their reading tables compare like with like, and SmolLM2's 270 heads at L = 1024 would
+#: add about ten minutes of CPU to a build that already has the paper's figures to L = 1024
+MAX_LENGTH = 512
+
 
 @dataclass(frozen=True)
 class Reading:

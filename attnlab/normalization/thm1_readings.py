@@ -132,7 +132,7 @@ def thm1_readings(model, ids, *, quick: bool = False, progress: bool = True, cap
     """Fig. 2a's curves and Fig. 2c's critical N under every reading (module docstring): Result "thm1_readings".
     `vectors` (default every `readings.VECTORS`), `pairs` (default every (E, d~) pair), `lengths` (critical N;
     default 64, 128, 256, 512 capped by the model), `curve_lengths` (Fig. 2a; default 32, 64, ... up to the
-    model), `seed`/`samples` (E4's random subsets), `alpha` (KS level)."""
+    model and `readings.MAX_LENGTH`), `seed`/`samples` (E4's random subsets), `alpha` (KS level)."""
     t0 = time.perf_counter()
     vectors = list(vectors or R.VECTORS)
     R.check_names("vectors", vectors, R.VECTORS)
@@ -145,7 +145,8 @@ def thm1_readings(model, ids, *, quick: bool = False, progress: bool = True, cap
         c.require(keep)
     n_tokens = len(caps[0].ids)
     crit_L = reading_lengths(model, n_tokens, quick, lengths)
-    curve_L = length_grid(model, n_tokens, quick, curve_lengths)
+    curve_top = n_tokens if curve_lengths else min(n_tokens, R.MAX_LENGTH)
+    curve_L = length_grid(model, curve_top, quick, curve_lengths)
     rows: list[dict] = []
     jobs = [(w, L) for w in range(len(caps)) for L in sorted(set(crit_L) | set(curve_L))]
     for w, L in progress_bar(jobs, progress, "readings (Theorem 1)"):

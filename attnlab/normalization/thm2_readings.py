@@ -52,11 +52,12 @@ _AGG = {"median": np.nanmedian, "mean": np.nanmean, "max": np.nanmax,
 # ------------------------------------------------------------------------------------------------ shared
 
 def _capture(model, ids, quick: bool, L, keep: set):
-    """One forward pass over the first L tokens of ids [L_max] (default all of them; quick: at most 128)."""
+    """One forward pass over the first L tokens of ids [L_max] (default all of them up to `readings.MAX_LENGTH`;
+    quick: at most 128)."""
     ids = torch.as_tensor(ids).long()
     if ids.ndim != 1:
         raise ValueError(f"ids must be one window of token ids [L_max], got shape {tuple(ids.shape)}")
-    L = int(L or (min(len(ids), QUICK_L) if quick else len(ids)))
+    L = int(L or min(len(ids), QUICK_L if quick else readings.MAX_LENGTH))
     if not 2 <= L <= len(ids):
         raise ValueError(f"L must be in [2, {len(ids)}] for this window, got {L}")
     t0 = time.perf_counter()
@@ -135,10 +136,11 @@ def separability_readings(model, ids, *, quick: bool = False, progress: bool = T
     (`XI_READINGS`) and upper form (`UPPER_FORMS`), and the fraction of rows where each holds.
 
     ids: one window of token ids [L_max]. Protocol: `vectors` (names, default all), `ns`, `M` (1.0), `L`
-    (default len(ids)), `text` (provenance dict), `chunk`, `threads`. Rows: vectors, radius, rows, N, layer,
-    head, L, ns_frac, n_rows, n_r0 (rows with r = 0); rows "positive_r" add r; on the unit readings the rows
-    "nearest" / "positive_r" add delta, xi_*, lower_* / upper_B_* / upper_R_* (token means) and *_holds (the
-    fraction of rows where the bound holds against the strict count; the closed ball differs only at ties)."""
+    (default len(ids) up to `readings.MAX_LENGTH`), `text` (provenance dict), `chunk`, `threads`. Rows: vectors,
+    radius, rows, N, layer, head, L, ns_frac, n_rows, n_r0 (rows with r = 0); rows "positive_r" add r; on the unit
+    readings the rows "nearest" / "positive_r" add delta, xi_*, lower_* / upper_B_* / upper_R_* (token means) and
+    *_holds (the fraction of rows where the bound holds against the strict count; the closed ball differs only at
+    ties)."""
     t0 = time.perf_counter()
     p = with_defaults(SEP_PROTOCOL, protocol)
     names = list(p["vectors"] or readings.VECTORS)
