@@ -53,10 +53,13 @@ def trace(length: int, model: Optional[str] = None, device: Optional[str] = None
 
 
 def cached_result(name: str, key: dict, compute, *, model=None, text_sha256: Optional[str] = None,
-                  refresh: bool = False) -> Result:
+                  refresh: bool = False, code: Optional[Sequence[str]] = None) -> Result:
     """A chapter's own experiment, cached like the figures: `key` names its grids and protocol; the
-    model (name + weights checksum) and the text checksum are added when given."""
+    model (name + weights checksum) and the text checksum are added when given. `code`: the package modules
+    `compute` runs (`core.cache` then hashes those and their imports, not every source file)."""
     full = dict(key)
+    if code is not None:
+        full["code"] = sorted(code)
     if model is not None:
         full.update(model_key(model))
     if text_sha256 is not None:
@@ -189,8 +192,10 @@ def model_admonition(model, result: Optional[Result] = None):
                 "heads, head dimension 64, 1024 positions).</p><p>What this changes: " + shorter
                 + ("every query row sees all the keys (no causal mask), so there are no short rows at the start "
                    "of the window; " if not model.causal else "")
-                + "the heads are those of another model, trained for another task. The theorems must hold on any "
-                "model; the paper's numbers about GPT-2 need not carry over.</p>")
+                + ("the heads are those of another causal language model, trained on other text (the weights note "
+                   "below says more). " if model.causal else
+                   "the heads are those of another model, trained for another task. ")
+                + "The theorems must hold on any model; the paper's numbers about GPT-2 need not carry over.</p>")
     body += model_facts(model)
     from html import escape
 
@@ -392,7 +397,8 @@ def default_verdicts(rows: Sequence[dict]) -> dict[str, str]:
 def chapter_map(rows: Sequence[dict], per_model: Optional[dict[str, list[dict]]] = None):
     """HTML table: chapter, the claims it checks, and each claim's verdict from the claim rows; with `per_model`
     ({model: rows}, `claims_per_model`) a verdict column per model for the paper-1 claims (the second paper's
-    claims are measured on the build's model only: '—' in the other columns)."""
+    claims are measured on the build's model only: '—' in the other columns), and the chapter above its first
+    claim in the claim column (one column fewer: the verdicts stay on a phone's screen)."""
     verdicts = default_verdicts(rows)
     per_model = per_model or {}
     extra = {m: default_verdicts(r) for m, r in per_model.items()}
@@ -400,18 +406,21 @@ def chapter_map(rows: Sequence[dict], per_model: Optional[dict[str, list[dict]]]
     for number, title, page, labels in CHAPTER_CLAIMS:
         link = f'<a href="{page}.html">{number}. {title}</a>'
         if not labels:
-            out.append([link, CHAPTER_NOTES.get(number, "")] + [""] * max(1, len(extra)))
+            note = CHAPTER_NOTES.get(number, "")
+            out.append([f"<b>{link}</b><br>{note}"] + [""] * len(extra) if extra else [link, note, ""])
         for i, (cid, label) in enumerate(labels.items()):
             if extra:
                 cells = [f"<b>{v[cid]}</b>" if cid in v else ("not computed" if cid.startswith("p1-") else "—")
                          for v in extra.values()]
                 if not cid.startswith("p1-"):
                     cells[0] = f"<b>{verdicts.get(cid, 'not computed')}</b>"
+                out.append([(f"<b>{link}</b><br>" if i == 0 else "") + label] + cells)
             else:
-                cells = [f"<b>{verdicts.get(cid, 'not computed')}</b>"]
-            out.append([link if i == 0 else "", label] + cells)
-    heads = [model_label(m, r) for m, r in per_model.items()] or ["verdict on this build"]
-    return table(["chapter", "claim"] + heads, out)
+                out.append([link if i == 0 else "", label, f"<b>{verdicts.get(cid, 'not computed')}</b>"])
+    if not extra:
+        return table(["chapter", "claim", "verdict on this build"], out)
+    heads = [f"{m}<br><small>{r[0].get('model_kind', '')}</small>" if r else m for m, r in per_model.items()]
+    return table(["chapter and claim"] + heads, out)
 
 
 def verdict_summary(rows: Sequence[dict]):

@@ -251,7 +251,9 @@ def test_per_model_views_read_every_models_rows():
                                                                       "p1-fig2c-critical": "holds"})}
     build = per_model["minilm"] + [{"id": "tsc-hardmax", "verdict": "holds"}]
     html = book.chapter_map(build, per_model).data
-    assert "smollm2 (causal decoder, 4-bit weights)" in html and "minilm (bidirectional encoder)" in html
+    assert "smollm2<br><small>causal decoder, 4-bit weights</small>" in html
+    assert "minilm<br><small>bidirectional encoder</small>" in html
+    assert html.count("<th ") == 3                                    # claim + one verdict column per model
     six = html[html.index("The 6% rule"):html.index("Geometric separability")]
     assert six.index("does not hold") < six.index("<b>holds</b>")
     assert "—" in html[html.index("near the hardmax"):]             # paper 2: the build's model only
