@@ -226,8 +226,10 @@ def _tiny_plot(result):
 
 
 def _interrupt(argv, delays, tmp_path):
+    # as at a terminal: Ctrl-C has its default action (a background job, such as `make test &`, ignores it)
     proc = subprocess.Popen([sys.executable, "-m", "attnlab.cli", *argv], cwd=ROOT, stderr=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.DEVNULL, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     for d in delays:
         time.sleep(d)
         proc.send_signal(signal.SIGINT)

@@ -1,7 +1,7 @@
 """Corpora through the project's loaders."""
 import pytest
 
-from attnlab.core import text
+from attnlab.core import text, util
 
 
 def test_war_and_peace_clean(war_and_peace):
@@ -50,5 +50,5 @@ def test_windows(tiny, minilm, war_and_peace):
 
 def test_atomic_write(tmp_path):
     target = tmp_path / "x" / "f.txt"
-    text.atomic_write(target, b"abc")
+    util.atomic_write(target, b"abc")
     assert target.read_bytes() == b"abc" and list(target.parent.iterdir()) == [target]

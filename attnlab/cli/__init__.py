@@ -6,6 +6,7 @@ adds its parser with `add_cli(subparsers)` and calls the library. This file only
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import warnings
@@ -51,14 +52,35 @@ def error_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+@contextlib.contextmanager
+def interrupts_held():
+    """Hold a Ctrl-C pressed inside the block (the imports of torch, numpy, numba...) and raise it as
+    KeyboardInterrupt when the block ends: an import that a library interrupted and swallowed would leave a
+    half-initialised module behind (numpy without `logical_or`: an AttributeError or a RecursionError later).
+    Does nothing where Ctrl-C is not the default handler (ignored, or a caller's own)."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    pressed = []
+    signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if pressed:
+        raise KeyboardInterrupt
+
+
 def main(argv=None) -> int:
     """Run one subcommand. Exit 0 done, 1 (check --strict) a claim fails, 2 one error line, 130 Ctrl-C:
     one line whenever it is pressed (while importing, or twice: the second press is ignored)."""
     name = "attnlab"                                        # + the subcommand, once parsed
     try:
-        from attnlab.core.style import use_figure_style
+        with interrupts_held():
+            from attnlab.core.style import use_figure_style
 
-        args = build_parser().parse_args(argv)
+            parser = build_parser()
+        args = parser.parse_args(argv)
         name = f"attnlab {args.command}"
         warnings.simplefilter("default")
         keep_freed_memory()

@@ -133,11 +133,12 @@ class Captures:
     def _pass(self, L: int):
         if L not in self.traces:
             t0 = time.perf_counter()
-            reuse = None
+            more = {}          # passed only when used: a model's capture may not take these
             if self.outputs is not None and self.layers and L == len(self.ids):
-                reuse = (self.outputs, min(self.layers))
-            self.traces[L] = self.model.capture(self.ids[:L], keep=self.keep, layers=self.layers, heads=self.heads,
-                                                reuse=reuse)
+                more["reuse"] = (self.outputs, min(self.layers))
+            if self.heads is not None:
+                more["heads"] = self.heads
+            self.traces[L] = self.model.capture(self.ids[:L], keep=self.keep, layers=self.layers, **more)
             self.seconds += time.perf_counter() - t0
             self.n_passes += 1
         return self.traces[L]
