@@ -172,7 +172,8 @@ def flag_figure(result: Result, L: Optional[int] = None):
     flag = {k: np.array([_truthy(r.get(k)) for r in heads]) for k in ("flag_near_uniform", "flag_low_separability")}
     lay, hd = col["layer"].astype(int), col["head"].astype(int)
     n_layers = int(lay.max()) + 1
-    fig, axes = figure_grid(4, 3.4, 1.2 + 0.3 * max(n_layers, 4))
+    # 0.3 in per layer up to 16 layers, then the same 4.8 in shared (30 layers: 0.16 in each)
+    fig, axes = figure_grid(4, 3.4, 1.2 + min(0.3 * max(n_layers, 4), 4.8))
     ax = axes[0]
     _strip(ax, col["score_entropy"], lay, hd, n_layers, flag["flag_near_uniform"])
     _ends(ax, 0.0, 1.0, thr.get("entropy", 0.9), "one-hot")
