@@ -213,6 +213,23 @@ def window(tokenizer, text: str, length: int, offset: int = 0, *, special_tokens
     return torch.tensor(ids, dtype=torch.long)
 
 
+WINDOW_RULE = ("every length L is read as the model reads a window of L tokens: causal models the first L tokens; "
+               "BERT-style encoders [CLS] + the first L - 2 text tokens + [SEP]")
+
+
+def window_prefix(ids: "torch.Tensor", length: int, sep_id: Optional[int] = None) -> "torch.Tensor":
+    """The window of `length` positions cut from a longer window `ids` [token] by WINDOW_RULE: ids[:length]; when
+    `ids` ends with `sep_id` (an encoder's [SEP]), the first length - 1 positions and that [SEP], as `window`
+    builds a window of `length` tokens."""
+    import torch
+
+    if not 2 <= length <= len(ids):
+        raise ValueError(f"length must be in [2, {len(ids)}] for this window, got {length}")
+    if sep_id is None or length == len(ids) or int(ids[-1]) != sep_id:
+        return ids[:length]
+    return torch.cat([ids[:length - 1], ids[-1:]])
+
+
 def text_provenance(text: str, name: str = "text", **extra) -> dict:
     """Provenance of a text given as a string: sha256 of its UTF-8 bytes, length."""
     return {"text": name, "text_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),

@@ -3,7 +3,7 @@
 Each `figX(model, ids, *, quick=False, progress=True, **protocol) -> Result` runs the paper's
 recipe on a real model (`attnlab.core.models.AttnModel`) and returns tidy rows + provenance.
 
-`ids` is one window of token ids [L_max] (the largest length; shorter windows are `ids[:L]`), or a
+`ids` is one window of token ids [L_max] (the largest length; shorter windows are cut by `core.text.WINDOW_RULE`), or a
 list of such windows (rows then carry `window` = 0, 1, ...; plots and claims use the mean and the
 spread over windows). Causal models: one forward pass at L_max serves every L (`Trace.prefix`);
 bidirectional models: one pass per L. `captures=` shares passes between figures (`run_figures`).
@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from attnlab.core.result import Result, provenance
+from attnlab.core.text import WINDOW_RULE, window_prefix
 from attnlab.core.util import progress as progress_bar
 from attnlab.core.util import recheck_threads, with_threads
 from attnlab.normalization import bounds, critical_n, distance, gradients, rows, separability, streaming
@@ -88,6 +89,13 @@ def _impl(p: dict):
     return VECTORISED if p["impl"] == "vectorised" else p["impl"]
 
 
+def sep_token_id(model) -> Optional[int]:
+    """An encoder's [SEP] id (None for causal models and models without one): what `window_prefix` keeps last."""
+    if getattr(model, "causal", True):
+        return None
+    return getattr(getattr(model, "tokenizer", None), "sep_token_id", None)
+
+
 def as_windows(ids) -> list[torch.Tensor]:
     if isinstance(ids, torch.Tensor):
         if ids.ndim == 1:
@@ -110,7 +118,7 @@ class Captures:
     """Traces of one window at every length a figure needs, made on demand and kept.
 
     Causal models: one pass at the full window, shorter lengths are exact prefixes. Bidirectional
-    models: one pass per length (ids[:L]). `n_passes` and `seconds` record the cost. layers: the layers
+    models: one pass per length (`core.text.WINDOW_RULE`: [CLS] + L - 2 tokens + [SEP]). `n_passes` and `seconds` record the cost. layers: the layers
     to capture (None: all); outputs: the window's `AttnModel.layer_outputs`, so that the layers below
     the first captured one are not computed again (causal models).
     """
@@ -138,7 +146,8 @@ class Captures:
                 more["reuse"] = (self.outputs, min(self.layers))
             if self.heads is not None:
                 more["heads"] = self.heads
-            self.traces[L] = self.model.capture(self.ids[:L], keep=self.keep, layers=self.layers, **more)
+            ids = window_prefix(self.ids, L, sep_token_id(self.model))
+            self.traces[L] = self.model.capture(ids, keep=self.keep, layers=self.layers, **more)
             self.seconds += time.perf_counter() - t0
             self.n_passes += 1
         return self.traces[L]
@@ -239,6 +248,7 @@ def _finish(name: str, model, caps: list[Captures], p: dict, grids: dict, rows: 
         text=text.get("text", text.get("name")), text_sha256=text.get("text_sha256") or
         (first.text_sha256 if first is not None else None), text_meta=text,
         window_offsets=text.get("offsets", text.get("offset")), n_windows=len(caps), window_tokens=len(caps[0].ids),
+        window_rule=WINDOW_RULE,
         token_ids_sha256=[_ids_sha(c.ids) for c in caps],
         scaling=(first.scaling if first is not None else None),
         layers=(first.layers if first is not None else None), heads=(first.heads if first is not None else None),

@@ -30,7 +30,8 @@ from attnlab.core.verdicts import claim_row, percent, verdict
 from attnlab.normalization import gradients, readings, separability
 from attnlab.normalization.claims import SLOPE_TOL, linear_fit
 from attnlab.normalization.engine import DEFAULT_CHUNK, row_mean, visible_scores
-from attnlab.normalization.experiments import HOLD_ATOL, HOLD_RTOL, temperature_grid, with_defaults
+from attnlab.core.text import window_prefix
+from attnlab.normalization.experiments import HOLD_ATOL, HOLD_RTOL, sep_token_id, temperature_grid, with_defaults
 from attnlab.normalization.paper import EPSILONS, FIG3_NMAX, ONE_OVER_T_BELOW, SATURATION_N, SEPARABILITY_BAND
 from attnlab.normalization.plots import title
 
@@ -61,7 +62,7 @@ def _capture(model, ids, quick: bool, L, keep: set):
     if not 2 <= L <= len(ids):
         raise ValueError(f"L must be in [2, {len(ids)}] for this window, got {L}")
     t0 = time.perf_counter()
-    trace = model.capture(ids[:L], keep=sorted(keep))
+    trace = model.capture(window_prefix(ids, L, sep_token_id(model)), keep=sorted(keep))
     return trace, L, time.perf_counter() - t0
 
 
