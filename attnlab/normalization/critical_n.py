@@ -169,6 +169,8 @@ def ks_sf(d: float, n: int, m: int) -> float:
         return 1.0
     thr = d * (1 - 1e-12) * n * m
     row = np.zeros(m + 1)
+    log_scale = 0.0                                  # path counts outgrow float64 beyond ~500 samples a side: the
+                                                     # row is rescaled as it grows and the scale kept as a log
     for i in range(n + 1):
         j = np.arange(m + 1)
         inside = np.abs(i * m - j * n) < thr
@@ -182,9 +184,15 @@ def ks_sf(d: float, n: int, m: int) -> float:
             if len(lo):
                 a, b = lo[0], lo[-1]
                 new[a:b + 1] = np.cumsum(row[a:b + 1])
+        top = new.max()
+        if top > 1e200:
+            new /= top
+            log_scale += math.log(top)
         row = new
-    total = math.comb(n + m, n)
-    return float(max(0.0, 1.0 - row[m] / total))
+    if row[m] <= 0:
+        return 1.0
+    log_total = math.lgamma(n + m + 1) - math.lgamma(n + 1) - math.lgamma(m + 1)
+    return float(max(0.0, -math.expm1(math.log(row[m]) + log_scale - log_total)))
 
 
 def ks_lower_statistic(d_lo, d_hi, e_lo, e_hi) -> float:
