@@ -132,7 +132,7 @@ def test_claims_table(figures):
     ids = [r["id"] for r in rows]
     assert len(ids) == len(set(ids)) >= 12
     for r in rows:
-        assert set(r) == {"id", "reading", "claim", "paper", "measured", "verdict"}
+        assert set(r) == {"id", "reading", "claim", "paper", "measured", "verdict", "value", "unit"}
         assert r["verdict"] in VERDICTS
     by = {r["id"]: r["verdict"] for r in rows}
     assert by["p1-cor1"] == by["p1-thm1-R"] == by["p1-thm2-lower"] == by["p1-cor3-exact"] == "holds"

@@ -193,7 +193,8 @@ def test_thm1_readings_experiment_and_claims(tiny, war_and_peace):
         want = fig2c.select(L=L)[0]["critical_n"]
         assert res.select(kind="critical", vectors="v", L=L, e="E1", d="b")[0]["critical_n"] == want
     curve = res.select(kind="curve", vectors="v")
-    assert {r["N"] for r in curve if r["L"] == 128} == {5, 64, 127}
+    assert {r["N"] for r in curve if r["L"] == 128} == set(thm1_readings.cor2_ns(128)) == {1, 5, 16, 32, 48, 64, 80,
+                                                                                          96, 112, 127}
     assert all(np.isfinite(r["E4_b_se"]) and r["E4_b_se"] >= 0 for r in curve)
     rows = thm1_readings.thm1_reading_claims({"thm1_readings": res})
     assert rows and all(r["reading"] for r in rows)
@@ -240,3 +241,28 @@ def test_linear_growth_tells_a_line_from_a_logarithm():
     slow = np.array([18.54, 20.02, 21.89, 24.38, 27.89])          # E1 on MiniLM's keys: a line fits, growth x1.5
     assert linear_growth(L, slow)["r2"] > 0.95 and not linear_growth(L, slow)["ok"]
     assert not linear_growth(L, 100 - 0.1 * L)["ok"]
+
+
+def test_cor2_ii_measures_e_against_its_value_at_n_1_not_its_peak():
+    """Cor. 2(ii) says E -> 0 as N -> L. A curve that rises to a peak at N = L/2 and falls back to its N = 1 value
+    does not vanish: measured against its peak (the old test) it passed; against E(1) it does not."""
+    from attnlab.core.result import Result
+    from attnlab.normalization import thm1_readings
+
+    L = 64
+
+    def rows(e_of_n):
+        return [{"kind": "curve", "window": 0, "vectors": "v", "L": ell, "N": n, "layer": 0, "head": 0, "sum_y": 1.0,
+                 "x_max": 1.0, "d_a": 1.0, "d_b": 1.0, "E4_a": 1.0, "E4_b": 1.0,
+                 **{e: e_of_n(n) for e in ("E1", "E2", "E3", "E5")}}
+                for ell, ns in ((16, [5]), (32, [5]), (L, thm1_readings.cor2_ns(L))) for n in ns]
+
+    def verdict(e_of_n):
+        res = Result("thm1_readings", rows(e_of_n), {"pairs": [("E1", "b")], "vectors": ["v"]})
+        return next(r for r in thm1_readings.thm1_reading_claims({"thm1_readings": res})
+                    if r["id"] == "p1-cor2-ii" and r["reading"].startswith("E1"))
+
+    peaked = verdict(lambda n: 1.0 + 40.0 * (n / L) * (1 - n / L))        # E(L - 1) ~ E(1), peak 10x higher
+    assert peaked["verdict"] == "does not hold" and peaked["value"] == pytest.approx(1.0, abs=0.7)
+    vanishing = verdict(lambda n: 1.0 - n / L)
+    assert vanishing["verdict"] == "holds" and vanishing["value"] < 0.1

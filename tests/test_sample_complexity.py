@@ -233,7 +233,7 @@ def test_claims_rows(quick_results):
                                        "tsc-hardmax", "tsc-real-beta", "tsc-real-beta-heads"]
     assert rows[-1]["reading"] == scc.HEADS_READING and all(not r["reading"] for r in rows[:-1])
     for r in rows:
-        assert set(r) == {"id", "reading", "claim", "paper", "measured", "verdict"}
+        assert set(r) == {"id", "reading", "claim", "paper", "measured", "verdict", "value", "unit"}
         assert r["verdict"] in ("holds", "does not hold", "not applicable")
     assert rows[-1]["verdict"] == "not applicable"
     assert all(r["verdict"] == "not applicable" for r in scc.tsc_claims({}))

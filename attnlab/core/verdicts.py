@@ -3,14 +3,20 @@
 registries of `attnlab.normalization.readings`); "" for the book's default readings."""
 from __future__ import annotations
 
+from typing import Optional
+
 VERDICTS = ("holds", "does not hold", "not applicable")
 
 
-def claim_row(cid: str, claim: str, paper: str, measured: str, verdict: str, reading: str = "") -> dict:
-    """One row of the claim table; `verdict` must be one of VERDICTS; `reading` "" = the default readings."""
+def claim_row(cid: str, claim: str, paper: str, measured: str, verdict: str, reading: str = "",
+              value: Optional[float] = None, unit: str = "") -> dict:
+    """One row of the claim table; `verdict` must be one of VERDICTS; `reading` "" = the default readings.
+    `value`: the one number the verdict turns on (what `unit` names, e.g. "largest N*/L"), so that rows from
+    several text windows can be summarised (median, range); None where a row has no such number."""
     if verdict not in VERDICTS:
         raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
-    return {"id": cid, "reading": reading, "claim": claim, "paper": paper, "measured": measured, "verdict": verdict}
+    return {"id": cid, "reading": reading, "claim": claim, "paper": paper, "measured": measured, "verdict": verdict,
+            "value": None if value is None else float(value), "unit": unit}
 
 
 def verdict(ok: bool) -> str:

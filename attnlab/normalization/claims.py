@@ -104,7 +104,7 @@ def _claims_cor1(results) -> list[dict]:
         f"{percent(frac)} of rows inside (worst head {percent(worst)}); max |scores - scaling q.k| = {err:.2g}; "
         f"mean max weight {mw[1][0]:.3f} at L={int(mw[0][0])} -> {mw[1][-1]:.3f} at L={int(mw[0][-1])} ({_model(res)})"
     )
-    return [row(cid, claim, paper, measured, _v(frac == 1.0))]
+    return [row(cid, claim, paper, measured, _v(frac == 1.0), value=frac, unit="share of rows inside")]
 
 
 def _dist_rows(results) -> list[dict]:
@@ -155,7 +155,7 @@ def _claims_thm1(results) -> list[dict]:
         extra = f"; median head-mean d~/d_max = {np.median(ratio):.3f}" if len(ratio) else ""
         out.append(
             row(cid, claim, paper, f"{percent(frac)} of rows (worst head {percent(worst)}){extra}; {note}",
-                _v(frac == 1.0))
+                _v(frac == 1.0), value=frac, unit="share of rows")
         )
     return out
 
@@ -173,7 +173,7 @@ def _claims_fig2(results) -> list[dict]:
         _, e, _ = _head_mean(res, "E", "L", N=res.rows[0]["N"])
         gd, ge = linear_growth(L, d), linear_growth(L, e)
         measured = f"d~: {gd['text']}; E: {ge['text']} ({_model(res)})"
-        out.append(row(cid, claim, paper, measured, _v(gd["ok"])))
+        out.append(row(cid, claim, paper, measured, _v(gd["ok"]), value=gd["r2"], unit="R^2 of d~'s line"))
     res = _get(results, "fig2b")
     cid = "p1-fig2b-plateau"
     claim = (
@@ -194,7 +194,7 @@ def _claims_fig2(results) -> list[dict]:
             f"d~ = {', '.join(f'{x:.3g} (N={int(n)})' for n, x in zip(N, d))}; relative change 20 -> "
             f"{int(N[-1])}: {rel:.3f}; d_max[B] {dm[0]:.3g} -> {dm[-1]:.3g} (L={res.rows[0]['L']}, {_model(res)})"
         )
-        out.append(row(cid, claim, paper, measured, _v(rel <= PLATEAU_REL)))
+        out.append(row(cid, claim, paper, measured, _v(rel <= PLATEAU_REL), value=rel, unit="relative change"))
     res = _get(results, "fig2c")
     cid = "p1-fig2c-critical"
     claim = f"The critical N (KS, alpha = 0.01) is at most {CRITICAL_FRAC} L for every L"
@@ -216,7 +216,9 @@ def _claims_fig2(results) -> list[dict]:
                 f"L={L}: N*={'/'.join(str(c) for c in vals)} "
                 f"({'/'.join(f'{c / L:.3f}' for c in vals if c > 0) or 'none'})"
             )
-        out.append(row(cid, claim, paper, "; ".join(worst) + f" ({_model(res)})", _v(ok)))
+        fracs = [c / L if c > 0 else 1.0 for L, vals in crit.items() for c in vals]   # none found: at least 1
+        out.append(row(cid, claim, paper, "; ".join(worst) + f" ({_model(res)})", _v(ok), value=max(fracs),
+                       unit="largest N*/L"))
     return out
 
 
@@ -240,7 +242,8 @@ def _claims_fig3(results) -> list[dict]:
             f"median N_s/N: N=1: {med[ns[0]]:.3f}, N=16..{ns[-1]}: {min(big.values()):.3f}..{max(big.values()):.3f} "
             f"(L={res.rows[0]['L']}, {_model(res)})"
         )
-        out.append(row(cid, claim, paper, measured, _v(ok)))
+        far = max(big.values(), key=lambda m: max(lo - m, m - hi))   # the N >= 16 value farthest out of the band
+        out.append(row(cid, claim, paper, measured, _v(ok), value=far, unit="median N_s/N farthest from the band"))
     paper2 = "Theorem 2 (Eq. 11): lower <= E[N_s]/N <= upper"
     for cid, key, claim, note in (
         (
@@ -273,7 +276,7 @@ def _claims_fig3(results) -> list[dict]:
                 f"{float(np.nanmean(res.column('lower_pair_holds'))):.1%} of rows (not a theorem)"
             )
         measured = f"{percent(frac)} of rows (worst head/N {percent(worst)}); {note}"
-        out.append(row(cid, claim, paper2, measured, _v(worst == 1.0)))
+        out.append(row(cid, claim, paper2, measured, _v(worst == 1.0), value=frac, unit="share of rows"))
     return out
 
 
@@ -326,6 +329,7 @@ def _claims_fig4(results) -> list[dict]:
                 f"{T[small].min():.3g}..{T[small].max():.3g}; "
                 f"g = {g[small].min():.3g}..{g[small].max():.3g} ({_model(res)})",
                 _v(abs(slope + 1) <= SLOPE_TOL),
+                value=slope, unit="log-log slope",
             )
         )
     claim = f"max g drops at least {DROP_FACTOR:g}x from T = 0.01 to every T >= 1 (eps = {e0:g})"
@@ -353,6 +357,7 @@ def _claims_fig4(results) -> list[dict]:
                 paper + ": 'once T >= 1 all curves ... drop by two orders of magnitude'",
                 f"g(T={T[i01]:.3g}) / max g(T >= 1): " + ", ".join(f"{r:.3g} (eps={e:g})" for e, r in ratios.items()),
                 _v(r0 >= DROP_FACTOR),
+                value=r0, unit="drop factor",
             )
         )
     claim = "Smaller eps gives larger max g at every T < 0.1"
@@ -373,6 +378,7 @@ def _claims_fig4(results) -> list[dict]:
                 f"(eps = {', '.join(f'{e:g}' for e in eps)}; "
                 "note g <= sqrt(2)/eps caps large eps)",
                 _v(frac == 1.0),
+                value=frac, unit="share of temperatures ordered",
             )
         )
     for cid, key, claim, note in (
@@ -398,6 +404,7 @@ def _claims_fig4(results) -> list[dict]:
                 "Corollary 3: ||grad alpha|| <= min{1/(4T), sqrt 2}",
                 f"{percent(frac)} of rows over the (T, eps) grid (worst point {percent(worst)}); {note}",
                 _v(worst == 1.0),
+                value=frac, unit="share of rows",
             )
         )
     return out

@@ -246,3 +246,26 @@ def plot_thm1_readings(result: Result, vectors: str = "v"):
     a2.legend(ncol=2)
     fig.suptitle(title(result, f"Theorem 1 under every reading (x = {vectors})"))
     return fig
+
+
+def plot_cor2_curves(result: Result, vectors: str = "v"):
+    """Corollary 2(ii) (`thm1_readings`): each reading of E and the true d~ (b) against N / L at the largest L,
+    relative to their value at N = 1 (head means), with the test's level COR2_VANISH."""
+    from attnlab.normalization.readings import E_READINGS
+    from attnlab.normalization.thm1_readings import COR2_VANISH
+
+    curve = [r for r in result.rows if r["kind"] == "curve" and r["vectors"] == vectors]
+    L = max(r["L"] for r in curve)
+    top = Result(result.name, [r for r in curve if r["L"] == L], result.provenance)
+    fig, ax = _figure(1, 5.0, 3.6)
+    colors = dict(zip(E_READINGS, ("tab:blue", "tab:orange", "tab:purple", "tab:cyan", "tab:brown")))
+    for key, color, label in [("d_b", "tab:green", "true d~ (b)")] + [
+            (e if e != "E4" else "E4_b", colors[e], e) for e in E_READINGS]:
+        n, c, _, _ = _by(top, key, "N")
+        ax.plot(n / L, c / c[0], marker="o", ms=3, color=color, label=label, lw=2.2 if key == "d_b" else 1.2)
+    ax.axhline(COR2_VANISH, color="k", ls=":", lw=1, label=f"{COR2_VANISH:g} x E(1): the test's level")
+    ax.set(yscale="log", xlabel="N / L", ylabel="head mean / its value at N = 1",
+           title=f"Corollary 2(ii): E as N -> L (L = {L})")
+    ax.legend(ncol=2, fontsize="small")
+    fig.suptitle(title(result, f"Corollary 2(ii), x = {vectors}"))
+    return fig

@@ -66,6 +66,26 @@ D_READINGS: dict[str, Reading] = {
                  r"\(\tilde d = \| \sum_{i \notin I_N} \alpha_i x_i - s \|\)"),
 }
 
+#: the (E, d~) pairs that read a formula of the paper: every E with d~ (b), whose closed forms are expectations of
+#: a sum of per-token distances; and E4, the expectation of d~ itself, with d~ (a) too. E1, E2, E3 and E5 with
+#: d~ (a) compare a distance of a sum with an expectation of a sum of distances, which no formula of the paper
+#: does: they are computed and shown, never counted among the readings (`paper_tally`)
+PAPER_PAIRS = tuple((e, "b") for e in E_READINGS) + (("E4", "a"),)
+
+
+def is_paper_pair(e: str, d: str) -> bool:
+    return (e, d) in PAPER_PAIRS
+
+
+def paper_tally(rows) -> dict:
+    """How many claim rows labelled "E / d / vectors" hold among those whose (E, d~) is one of PAPER_PAIRS:
+    dict(holds, of, cross_pairs = rows of the other pairs, left out of the count)."""
+    pairs = [tuple(r["reading"].split(" / ")[:2]) for r in rows]
+    paper = [r for r, p in zip(rows, pairs) if p in PAPER_PAIRS]
+    return {"holds": sum(r["verdict"] == "holds" for r in paper), "of": len(paper),
+            "cross_pairs": len(rows) - len(paper)}
+
+
 _BASE_VECTORS = {
     "v": ("value vectors", "[G4] default: the head's value vectors (the authors' follow-up paper uses weighted "
           "value vectors)"),
