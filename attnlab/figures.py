@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -100,9 +101,11 @@ def figure_ids(paper: str = "all") -> list[str]:
 class Inputs:
     """Loads the model and text once, lazily, for every figure of a run."""
 
-    def __init__(self, model: str, device: str, text: str = "war_and_peace", max_length: Optional[int] = None):
+    def __init__(self, model: str, device: str, text: str = "war_and_peace", max_length: Optional[int] = None,
+                 start: int = 0):
         self.model_name, self.device, self.text_name = model, device, text
         self.max_length = max_length          # the longest window of the paper-1 figures (None: 1024)
+        self.start = start                    # the window's first character in the corpus's text (0: its start)
         self._model = self._corpus = self._encoder = None
 
     @property
@@ -128,7 +131,7 @@ class Inputs:
         if self.max_length is not None and self.max_length > self.model.max_positions:
             raise ValueError(f"--max-length {self.max_length} exceeds {self.model.name}'s {self.model.max_positions} "
                              "positions")
-        return self.model.window(self.corpus.text, L)
+        return self.model.window(self.corpus.text[self.start:], L)
 
     @property
     def encoder(self):
@@ -176,21 +179,28 @@ def compute_figures(fig_ids, inputs: Inputs, *, quick: bool = False, progress: b
     return {i: out[i] for i in fig_ids}
 
 
+@lru_cache(maxsize=1)
+def _registry_sha256() -> str:
+    from attnlab.core.model_files import file_sha256
+
+    return file_sha256(Path(__file__))
+
+
 def _cache_key(fig_id: str, inputs: Inputs, quick: bool) -> dict:
     """What a figure's Result depends on: its inputs, and the code that computes it (`core.cache` hashes
     the files of "code" and of every package module they import; "registry" is this file's sha256, which
     chooses the windows and calls the compute)."""
     from attnlab.core.cache import model_key
-    from attnlab.core.model_files import file_sha256
 
     spec = FIGURES[fig_id]
     code = sorted({spec.compute.__module__, "attnlab.core.models", "attnlab.core.text"}
                   | ({"attnlab.normalization.experiments"} if spec.paper == "normalization" else set()))
     key = {"figure": fig_id, "quick": quick, "device": inputs.device, "max_length": inputs.max_length,
-           "code": code, "registry": file_sha256(Path(__file__))}
-    if FIGURES[fig_id].needs == "model+text":
+           "text_start": inputs.start,
+           "code": code, "registry": _registry_sha256()}
+    if spec.needs == "model+text":
         key.update(model_key(inputs.model), text=inputs.corpus.sha256)
-    elif FIGURES[fig_id].needs == "encoder":
+    elif spec.needs == "encoder":
         key.update(model_key(inputs.encoder))
     return key
 
@@ -211,7 +221,7 @@ def cached_figures(fig_ids, inputs: Inputs, *, quick: bool = False, refresh: boo
 
 
 def _text(inputs: Inputs) -> dict:
-    return dict(inputs.corpus.provenance(), offset=0)
+    return dict(inputs.corpus.provenance(), offset=0, start_char=inputs.start)
 
 
 def figure_png(result: Result) -> bytes:

@@ -16,7 +16,7 @@ from attnlab.core.result import Result
 
 PKG = Path(attnlab.__file__).parent
 # layer of each top-level part; a module may import only from its own layer or lower ones
-LAYERS = {"core": 0, "normalization": 1, "sample_complexity": 1, "tools": 2, "figures": 3, "benchmarks": 4,
+LAYERS = {"core": 0, "normalization": 1, "sample_complexity": 1, "tools": 2, "figures": 3, "windows": 3, "benchmarks": 4,
           "book": 4, "widgets": 4, "cli": 5}
 MAX_LINES = 580         # ~550 at most per module
 
@@ -172,7 +172,7 @@ def test_figure_cache_key_covers_the_code_it_runs_and_nothing_else(monkeypatch):
     from attnlab.figures import _cache_key
 
     class Inp:
-        device, max_length = "cpu", None
+        device, max_length, start = "cpu", None, 0
 
     assert "attnlab.normalization.experiments" not in _cache_key("tsc_uniform", Inp(), True)["code"]
 

@@ -44,6 +44,12 @@ def add_cli(sub) -> None:
     c.add_argument("--models", default=None, metavar="A,B",
                    help="several models side by side (comma-separated names as --model takes): per claim, each "
                         "model's measured value and verdict, and whether the verdict changes with the model")
+    c.add_argument("--windows", type=int, default=None, metavar="K",
+                   help="paper-1 claims on K windows of War and Peace and K of the WikiText-2 test split (stated "
+                        "offsets: `attnlab.windows`): each claim's verdict per window, the median and range of its "
+                        "number, and whether the verdict is the same in every window")
+    c.add_argument("--max-length", type=int, default=None, metavar="L",
+                   help="with --windows: the longest window (default 512)")
     c.add_argument("--refresh", action="store_true",
                    help="recompute every Result (default: the results cache's, where the book or an earlier check "
                         "stored one for the same sources, model weights and text)")
@@ -116,9 +122,48 @@ def run_check_models(args) -> int:
     return 1 if (args.strict and failed) else 0
 
 
+def run_check_windows(args) -> int:
+    """`check --windows K`: per model, each paper-1 claim's verdict per text window and the summary."""
+    from attnlab.windows import BOOK_MAX_LENGTH, claims_over_windows, spread_text, text_windows, window_summary
+
+    if args.windows < 1:
+        raise ValueError(f"--windows must be at least 1, got {args.windows}")
+    if args.paper == "sample-complexity":
+        raise ValueError("--windows applies to the first paper's claims (--paper normalization)")
+    models = [m.strip() for m in (args.models or args.model).split(",") if m.strip()]
+    windows = text_windows(args.windows)
+    length = args.max_length or BOOK_MAX_LENGTH
+    out, failed = {}, False
+    for model in models:
+        per = claims_over_windows(model, windows, device=args.device, max_length=length,
+                                  readings=args.readings == "all", refresh=args.refresh)
+        out[model] = window_summary(per)
+        failed |= any(s["verdict"] != "holds" and s["verdict"] != "not applicable" for s in out[model])
+    if args.json:
+        print(json.dumps({m: rows for m, rows in out.items()}, indent=2, default=float))
+        return 1 if (args.strict and failed) else 0
+    print("windows (L up to %d): " % length + "; ".join(f"{w.label} = {w.corpus} from character {w.start}"
+                                                         for w in windows))
+    for model, rows in out.items():
+        print(f"\n== model {model} ==")
+        for s in rows:
+            print(f"\n{s['id']}" + (f" [{s['reading']}]" if s["reading"] else "") + f"  {s['claim']}")
+            print(textwrap.indent(textwrap.fill(spread_text(s), 100), "  "))
+            for lab, v in s["values"].items():
+                print(f"    {lab:<16}{'-' if v is None else f'{v:.3g}':>10}  {s['verdicts'][lab]}")
+        changed = [s["id"] + (f" [{s['reading']}]" if s["reading"] else "") for s in rows if s["verdict"] == "mixed"]
+        print(f"\n{len(changed)} of {len(rows)} claims depend on the window on {model}"
+              + (": " + ", ".join(changed) if changed else ""))
+    return 1 if (args.strict and failed) else 0
+
+
 def run_check(args) -> int:
     from attnlab.core.cache import results_dir
 
+    if args.windows is not None:
+        return run_check_windows(args)
+    if args.max_length is not None:
+        raise ValueError("--max-length goes with --windows (the claim table itself uses the paper's L <= 1024)")
     if args.models:
         return run_check_models(args)
     results = claim_results(Inputs(args.model, args.device), quick=args.quick, paper=args.paper,

@@ -1,0 +1,133 @@
+"""Text windows as a dimension: the encoder's window rule at every L, the stated window offsets, the per-window
+summary (median, range, robust / depends), `check --windows`, and the readings tally that counts only pairs that
+read a formula of the paper."""
+import math
+
+import pytest
+import torch
+
+from attnlab import windows as W
+from attnlab.core.text import WINDOW_RULE, window, window_prefix
+from attnlab.normalization import experiments as ex
+from attnlab.normalization import readings
+
+
+def test_encoder_window_rule_is_the_same_at_every_length(minilm, war_and_peace):
+    """[CLS] + L - 2 text tokens + [SEP] at every L: the prefix of the longest window equals the window built at L
+    (before, L < 512 was [CLS] + L - 1 tokens and no [SEP], L = 512 [CLS] + 510 + [SEP])."""
+    tok = minilm.tokenizer
+    full = minilm.window(war_and_peace.text, 512)
+    for L in (32, 64, 511):
+        cut = window_prefix(full, L, tok.sep_token_id)
+        assert torch.equal(cut, window(tok, war_and_peace.text, L, special_tokens=True))
+        assert int(cut[0]) == tok.cls_token_id and int(cut[-1]) == tok.sep_token_id and len(cut) == L
+    assert torch.equal(window_prefix(full, 64, None), full[:64])          # causal models: the first L tokens
+
+
+def test_captures_cut_encoder_windows_by_the_rule(minilm, war_and_peace):
+    seen = []
+
+    class Spy:
+        causal, name, max_positions, tokenizer = False, "spy", 512, minilm.tokenizer
+
+        def capture(self, ids, **kw):
+            seen.append(ids.clone())
+            return None
+
+    ids = minilm.window(war_and_peace.text, 128)
+    cap = ex.Captures(Spy(), ids, {"probs"})
+    cap.get(32)
+    cap.get(128)
+    assert int(seen[0][-1]) == minilm.tokenizer.sep_token_id and len(seen[0]) == 32
+    assert torch.equal(seen[1], ids)
+    assert "[SEP]" in WINDOW_RULE
+
+
+def test_window_starts_are_paragraph_starts_and_stated():
+    text = "one\n\n" + "a" * 50 + "\n\nsecond paragraph\n\n" + "b" * 50 + "\n\nthird"
+    starts = W.window_starts(text, 3)
+    assert starts[0] == 0 and starts == sorted(starts) and len(set(starts)) == 3
+    assert all(text[s - 2:s] == "\n\n" for s in starts[1:])
+    lines = W.window_starts("x\n" * 100, 4)                    # no blank lines (WikiText-2): line starts
+    assert all(("x\n" * 100)[s - 1] == "\n" for s in lines[1:])
+    with pytest.raises(ValueError, match="at least 1"):
+        W.window_starts(text, 0)
+    with pytest.raises(ValueError, match="paragraph"):
+        W.window_starts("no breaks at all", 2)
+
+
+def _rows(value, verdict, rid="p1-x"):
+    return [{"id": rid, "reading": "", "claim": "c", "paper": "p", "measured": "m", "verdict": verdict,
+             "value": value, "unit": "largest N*/L"}]
+
+
+def test_window_summary_median_range_and_robustness():
+    ws = [W.TextWindow("war_and_peace", i, 100 * i) for i in range(3)] + [W.TextWindow("wikitext2", 0, 0)]
+    same = W.window_summary({w: _rows(v, "does not hold") for w, v in zip(ws, (0.8, 0.9, 0.7, 0.85))})[0]
+    assert (same["median"], same["low"], same["high"]) == (pytest.approx(0.825), 0.7, 0.9)
+    assert same["robust"] == W.ROBUST and same["verdict"] == "does not hold" and same["n_windows"] == 4
+    assert "all 4 windows" in W.spread_text(same)
+    mixed = W.window_summary({w: _rows(v, "holds" if v < 0.06 else "does not hold")
+                              for w, v in zip(ws, (0.05, 0.3, 0.04, 0.2))})[0]
+    assert mixed["robust"] == W.DEPENDS and mixed["verdict"] == "mixed"
+    assert "holds in 2" in W.spread_text(mixed) and "does not hold in 2" in W.spread_text(mixed)
+    none = W.window_summary({ws[0]: _rows(None, "not applicable")})[0]
+    assert math.isnan(none["median"]) and none["robust"] == W.ROBUST
+
+
+def test_every_paper1_claim_row_carries_its_number(tiny, war_and_peace):
+    from attnlab.normalization.claims import paper1_claims
+
+    ids = tiny.window(war_and_peace.text, 64)
+    res = ex.run_figures(tiny, ids, quick=True, progress=False)
+    rows = paper1_claims(res)
+    assert rows and all(r["unit"] and r["value"] is not None and math.isfinite(r["value"])
+                        for r in rows if r["verdict"] != "not applicable")
+    crit = next(r for r in rows if r["id"] == "p1-fig2c-critical")
+    fracs = [row["critical_frac"] for row in res["fig2c"].rows if row["is_critical"]]
+    assert crit["value"] == pytest.approx(max(f if f == f else 1.0 for f in fracs))
+
+
+def test_readings_tally_counts_only_pairs_that_read_a_formula_of_the_paper():
+    """E1, E2, E3 and E5 are expectations of a sum of distances: paired with d~ (a), a distance of a sum, they read
+    no formula of the paper; E4 (the expectation of d~ itself) reads one with either d~."""
+    assert set(readings.PAPER_PAIRS) == {("E1", "b"), ("E2", "b"), ("E3", "b"), ("E4", "b"), ("E5", "b"),
+                                         ("E4", "a")}
+    n_vec = len(readings.VECTORS)
+    rows = [{"reading": f"{e} / {d} / {v}", "verdict": "holds"} for e in readings.E_READINGS
+            for d in readings.D_READINGS for v in readings.VECTORS]
+    tally = readings.paper_tally(rows)
+    assert tally == {"holds": 6 * n_vec, "of": 6 * n_vec, "cross_pairs": 4 * n_vec}
+
+
+def test_check_windows_prints_a_verdict_per_window(tmp_path, monkeypatch, capsys):
+    from attnlab.cli import main
+
+    ws = [W.TextWindow("war_and_peace", 0, 0), W.TextWindow("wikitext2", 0, 0)]
+    monkeypatch.setattr(W, "text_windows", lambda k: ws)
+    monkeypatch.setattr(W, "claims_over_windows", lambda model, windows, **kw: {
+        w: _rows(v, "does not hold" if v > 0.06 else "holds", "p1-fig2c-critical") for w, v in zip(windows, (0.8, 0.05))})
+    assert main(["check", "--model", "tiny-gpt2", "--windows", "1"]) == 0
+    out = capsys.readouterr().out
+    lines = [" ".join(line.split()) for line in out.splitlines()]
+    assert "W&P #1 0.8 does not hold" in lines and "WikiText-2 #1 0.05 holds" in lines
+    assert "depends on the window" in out and "1 of 1 claims depend on the window" in out
+    assert main(["check", "--model", "tiny-gpt2", "--windows", "1", "--strict"]) == 1
+    assert main(["check", "--model", "tiny-gpt2", "--windows", "0"]) == 2
+    assert "--windows must be at least 1" in capsys.readouterr().err
+
+
+def test_ks_p_value_with_more_samples_than_float64_path_counts_allow():
+    """Pooled windows give ~1,000 head samples a side: the exact lattice-path count (comb(2160, 1080) ~ 1e648)
+    overflowed float64; rescaled, it agrees with scipy."""
+    import numpy as np
+    from scipy.stats import ks_2samp
+
+    from attnlab.normalization.critical_n import ks_sf
+
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=1080), rng.normal(0.1, 1, size=1080)
+    r = ks_2samp(a, b)
+    assert ks_sf(r.statistic, 1080, 1080) == pytest.approx(r.pvalue, rel=1e-6)
+    small = ks_2samp(a[:300], b[:300], method="exact")
+    assert ks_sf(small.statistic, 300, 300) == pytest.approx(small.pvalue, rel=1e-8)
