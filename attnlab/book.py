@@ -83,14 +83,14 @@ TABLE_TAGS = ("a", "b", "i", "em", "strong", "code", "sup", "sub", "span", "br",
 
 
 def rendered(text) -> str:
-    """Plain notation (`d~`, `R^2`, `<=`, `eps`, ...) as rendered math, outside HTML tags and outside LaTeX
+    """Plain notation (`d~`, `R^2`, `<=`, `eps`, ...) as rendered math, outside HTML tags, <code> spans and LaTeX
     spans `\\( .. \\)` (left to MathJax) only; other values unchanged (as str)."""
     import re
 
     text = str(text).replace("<=", "≤").replace(">=", "≥")
     tag = r"</?(?:%s)\b[^>]*>" % "|".join(TABLE_TAGS)
     text = re.sub(r"<(?!/?(?:%s)\b)" % "|".join(TABLE_TAGS), "&lt;", text)   # "T < 0.1", "x<y": text
-    parts = re.split(f"({tag}|\\\\\\(.*?\\\\\\))", text)
+    parts = re.split(f"(<code>.*?</code>|{tag}|\\\\\\(.*?\\\\\\))", text)     # code (claim ids) stays as written
     for i in range(0, len(parts), 2):                # even parts are text, odd parts are tags
         for pattern, repl in NOTATION:
             parts[i] = re.sub(pattern, lambda m, r=repl: r.replace("\\1", m.group(1) if m.groups() else ""), parts[i])
@@ -346,6 +346,131 @@ def model_changes_summary(per_model: dict[str, list[dict]]):
     return prose("".join(parts))
 
 
+# ------------------------------------------------------------------------ text windows (`attnlab.windows`)
+
+def window_summaries() -> dict[str, list[dict]]:
+    """{offline model: `windows.window_summary` rows} on the book's text windows (cached, shared by chapters)."""
+    from attnlab import windows
+
+    return windows.book_summaries(OFFLINE_MODELS, inputs().device)
+
+
+def windows_described() -> str:
+    from attnlab import windows
+
+    return windows.describe(windows.book_windows())
+
+
+def fragile_claims() -> dict[str, list[str]]:
+    """{claim id: the models on which its verdict depends on the text window}."""
+    from attnlab import windows
+
+    return windows.fragile(window_summaries())
+
+
+def window_strip(claim_ids: Sequence[str]):
+    from attnlab import windows
+
+    return windows.plot_strip(window_summaries(), claim_ids)
+
+
+def window_spread(claim_id: str):
+    """HTML: the claim's number and verdict over the book's text windows, one line per offline model: the spread
+    beside the one-window figure a chapter shows."""
+    from html import escape
+
+    from attnlab.windows import spread_text
+
+    items = [f"<li><b>{m}</b>: {escape(spread_text(s))}</li>" for m, rows in window_summaries().items()
+             for s in rows if s["id"] == claim_id and not s["reading"]]
+    if not items:
+        return prose(f"<p>No text-window spread for <code>{claim_id}</code> on this build.</p>")
+    return prose(f"<p><b>Across text windows</b> ({escape(windows_described())}), the number this claim's verdict "
+                 f"turns on:</p><ul>{''.join(items)}</ul>")
+
+
+def pooled_critical():
+    """HTML table: Fig. 2c's critical N / L per text window (median and range) beside the critical N of one KS test
+    on the heads of every window pooled, per offline model and L."""
+    import numpy as np
+
+    from attnlab import windows
+
+    ws, body = windows.book_windows(), []
+    for m in window_summaries():
+        res = windows.pooled_result(Inputs(m, inputs().device).model, ws, device=inputs().device)
+        per = windows.critical_by_window(m, ws, device=inputs().device)
+        for i, r in enumerate(res.rows):
+            f = np.array([x for x in per.get(r["L"], []) if x == x])
+            spread = f"{np.median(f):.3f} ({f.min():.3f}–{f.max():.3f})" if len(f) else "none found"
+            pooled = f"{r['critical_frac']:.3f} ({r['n_samples']} heads)" if r["critical_n"] > 0 else "none found"
+            body.append([m if i == 0 else "", r["L"], spread, pooled])
+    return table(["model", "L", "critical N / L per window: median (range)", "windows pooled"], body)
+
+
+def reading_over_windows(reading: str):
+    """HTML table: the critical N / L of one reading "E / d / vectors" in each text window and at each L (bold: the
+    6% rule met), on the build's model."""
+    from attnlab import windows
+
+    inp, ws = inputs(), windows.book_windows()
+    res = windows.reading_result(inp.model, ws, reading, device=inp.device)
+    Ls = sorted({r["L"] for r in res.rows})
+    at = {(r["window"], r["L"]): r for r in res.rows}
+
+    def cell(r):
+        txt = "—" if r is None else ("none" if r["critical_n"] <= 0 else f"{r['critical_frac']:.3f}")
+        return f"<b>{txt}</b>" if r is not None and r["holds"] else txt
+
+    n_hold = sum(all(r["holds"] for r in res.rows if r["window"] == w.label) for w in ws)
+    return table(["window"] + [f"L = {L}" for L in Ls], [[w.label] + [cell(at.get((w.label, L))) for L in Ls]
+                                                        for w in ws],
+                 caption=f"critical N / L under {reading} on {inp.model.name} (bold: at most 0.06 L); the 6% rule "
+                         f"holds at every L in {n_hold} of {len(ws)} windows")
+
+
+def window_changes_summary():
+    """HTML: per offline model, the claims whose verdict depends on the text window, and how many do not."""
+    from html import escape
+
+    from attnlab.windows import spread_text
+
+    parts = [f"<p>{escape(windows_described())}.</p>"]
+    for m, rows in window_summaries().items():
+        rows = [s for s in rows if not s["reading"]]
+        mixed = [s for s in rows if s["verdict"] == "mixed"]
+        items = "".join(f"<li><code>{s['id']}</code> {escape(s['claim'])}: {escape(spread_text(s))}</li>"
+                        for s in mixed)
+        parts.append(f"<p><b>{m}</b>: {len(rows) - len(mixed)} of {len(rows)} claims get the same verdict in every "
+                     "window" + (f"; the verdict of {len(mixed)} depends on the window:</p><ul>{items}</ul>"
+                                 if mixed else ".</p>"))
+    return prose("".join(parts))
+
+
+def robustness_table():
+    """HTML table for chapter 6: each paper-1 claim and, per offline model, its verdict in every window or how it
+    splits, with the median and range of its number."""
+    per = window_summaries()
+    ids = list(dict.fromkeys(s["id"] for rows in per.values() for s in rows if not s["reading"]))
+
+    def cell(s):
+        if s is None:
+            return "not computed"
+        counts = {v: list(s["verdicts"].values()).count(v) for v in dict.fromkeys(s["verdicts"].values())}
+        verdict = (f"<b>{s['verdict']}</b> in all {s['n_windows']}" if s["verdict"] != "mixed" else
+                   "<b>depends on the window</b>: " + ", ".join(f"{v} in {n}" for v, n in counts.items()))
+        nums = (f"<br><small>{s['unit']}: {s['median']:.3g} ({s['low']:.3g}–{s['high']:.3g})</small>"
+                if s["median"] == s["median"] else "")
+        return verdict + nums
+
+    def find(rows, cid):
+        return next((s for s in rows if s["id"] == cid and not s["reading"]), None)
+
+    first = {cid: next(find(rows, cid) for rows in per.values() if find(rows, cid)) for cid in ids}
+    return table(["claim"] + list(per), [[f"<code>{cid}</code><br>{first[cid]['claim']}"]
+                                         + [cell(find(rows, cid)) for rows in per.values()] for cid in ids])
+
+
 def is_paper_model(model) -> bool:
     """True for a GPT-2 124M-shaped causal model (12 layers x 12 heads of dimension 64) with trained weights
     (`gpt2-random` has the shape, not the attention)."""
@@ -394,11 +519,13 @@ def default_verdicts(rows: Sequence[dict]) -> dict[str, str]:
     return {r["id"]: r["verdict"] for r in rows if not r.get("reading")}
 
 
-def chapter_map(rows: Sequence[dict], per_model: Optional[dict[str, list[dict]]] = None):
+def chapter_map(rows: Sequence[dict], per_model: Optional[dict[str, list[dict]]] = None,
+                fragile: Optional[dict[str, list[str]]] = None):
     """HTML table: chapter, the claims it checks, and each claim's verdict from the claim rows; with `per_model`
     ({model: rows}, `claims_per_model`) a verdict column per model for the paper-1 claims (the second paper's
     claims are measured on the build's model only: '—' in the other columns), and the chapter above its first
-    claim in the claim column (one column fewer: the verdicts stay on a phone's screen)."""
+    claim in the claim column (one column fewer: the verdicts stay on a phone's screen). `fragile` ({claim id:
+    models}, `fragile_claims`) marks the verdicts that depend on the text window on a model."""
     verdicts = default_verdicts(rows)
     per_model = per_model or {}
     extra = {m: default_verdicts(r) for m, r in per_model.items()}
@@ -410,8 +537,10 @@ def chapter_map(rows: Sequence[dict], per_model: Optional[dict[str, list[dict]]]
             out.append([f"<b>{link}</b><br>{note}"] + [""] * len(extra) if extra else [link, note, ""])
         for i, (cid, label) in enumerate(labels.items()):
             if extra:
-                cells = [f"<b>{v[cid]}</b>" if cid in v else ("not computed" if cid.startswith("p1-") else "—")
-                         for v in extra.values()]
+                cells = [f"<b>{v[cid]}</b>" + (" ⚠ <small>depends on the window</small>"
+                                                 if m in (fragile or {}).get(cid, ()) else "")
+                         if cid in v else ("not computed" if cid.startswith("p1-") else "—")
+                         for m, v in extra.items()]
                 if not cid.startswith("p1-"):
                     cells[0] = f"<b>{verdicts.get(cid, 'not computed')}</b>"
                 out.append([(f"<b>{link}</b><br>" if i == 0 else "") + label] + cells)

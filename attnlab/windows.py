@@ -73,9 +73,12 @@ def claims_over_windows(model: str, windows: Sequence[TextWindow], *, device: st
                         progress: bool = True) -> dict[TextWindow, list[dict]]:
     """{window: paper-1 claim rows of `model` on that window} (each window's Results from the results cache where
     there); every row gains `window` (its label), `start` and `model_kind`."""
-    out = {}
+    out, loaded = {}, None
     for w in progress_bar(list(windows), progress and len(windows) > 1, f"windows ({model})"):
         inp = window_inputs(model, device, w, max_length)
+        if loaded is not None:
+            inp._model = loaded                      # one load (and weights checksum) for every window
+        loaded = inp.model
         rows = claim_rows(inp, quick=False, paper="normalization", readings=readings, refresh=refresh,
                           progress=False)
         kind = model_kind(inp.model)
@@ -256,9 +259,20 @@ def reading_result(model, windows: Sequence[TextWindow], reading: str, *, device
         {"model": model.name, "reading": reading}))
 
 
+def claim_thresholds() -> dict[str, list[float]]:
+    """The paper's value (or band) each plotted claim is judged against (the constants of `normalization.claims`)."""
+    from attnlab.normalization.claims import DROP_FACTOR, LINEAR_R2, PLATEAU_REL, SLOPE_TOL
+    from attnlab.normalization.paper import CRITICAL_FRAC, SEPARABILITY_BAND
+
+    return {"p1-fig2a-linear": [LINEAR_R2], "p1-fig2b-plateau": [PLATEAU_REL], "p1-fig2c-critical": [CRITICAL_FRAC],
+            "p1-fig3-saturation": list(SEPARABILITY_BAND), "p1-fig4-slope": [-1 - SLOPE_TOL, -1 + SLOPE_TOL],
+            "p1-fig4-drop": [DROP_FACTOR]}
+
+
 def plot_strip(summaries: dict[str, list[dict]], claim_ids: Sequence[str]):
     """One panel per claim (stacked, for a phone's column): each window's number as a point per model (circles War
-    and Peace, squares WikiText-2; filled where the claim holds in that window, hollow where it does not)."""
+    and Peace, squares WikiText-2; filled where the claim holds in that window, hollow where it does not), and the
+    paper's value or band (`claim_thresholds`) dashed."""
     import matplotlib.pyplot as plt
 
     names = list(summaries)
@@ -278,10 +292,13 @@ def plot_strip(summaries: dict[str, list[dict]], claim_ids: Sequence[str]):
                 color = "tab:blue" if wp else "tab:orange"
                 ax.plot([v], [y + (-0.12 if wp else 0.12)], marker="o" if wp else "s", ms=7, ls="", color=color,
                         mfc=color if s["verdicts"][lab] == "holds" else "white", alpha=0.85)
+        for x in claim_thresholds().get(cid, []):
+            ax.axvline(x, color="k", ls="--", lw=1)
         ax.set_yticks(range(len(names)), names)
         ax.set_ylim(-0.6, len(names) - 0.4)
         ax.set_xlabel(f"{cid}: {unit}")
         ax.grid(axis="x", alpha=0.3)
-    axes[0, 0].set_title("○ War and Peace, □ WikiText-2; filled: the claim holds", fontsize="medium")
+    axes[0, 0].set_title("○ War and Peace, □ WikiText-2; filled: the claim holds; dashed: the paper's value",
+                         fontsize="small")
     fig.tight_layout()
     return fig

@@ -38,9 +38,9 @@ def add_cli(sub) -> None:
     c.add_argument("--json", action="store_true", help="print the table as JSON")
     c.add_argument("--strict", action="store_true", help="exit non-zero when a claim does not hold")
     c.add_argument("--paper", choices=["all", *PAPERS], default="all")
-    c.add_argument("--readings", choices=["all", "default"], default="all",
+    c.add_argument("--readings", choices=["all", "default"], default=None,
                    help="all: also one row per reading of each open formula (reading column); default: the book's "
-                        "readings only")
+                        "readings only (default: all; with --windows: default, as every window computes them again)")
     c.add_argument("--models", default=None, metavar="A,B",
                    help="several models side by side (comma-separated names as --model takes): per claim, each "
                         "model's measured value and verdict, and whether the verdict changes with the model")
@@ -132,11 +132,12 @@ def run_check_windows(args) -> int:
         raise ValueError("--windows applies to the first paper's claims (--paper normalization)")
     models = [m.strip() for m in (args.models or args.model).split(",") if m.strip()]
     windows = text_windows(args.windows)
+    readings = args.readings == "all"
     length = args.max_length or BOOK_MAX_LENGTH
     out, failed = {}, False
     for model in models:
         per = claims_over_windows(model, windows, device=args.device, max_length=length,
-                                  readings=args.readings == "all", refresh=args.refresh)
+                                  readings=readings, refresh=args.refresh)
         out[model] = window_summary(per)
         failed |= any(s["verdict"] != "holds" and s["verdict"] != "not applicable" for s in out[model])
     if args.json:
@@ -162,6 +163,7 @@ def run_check(args) -> int:
 
     if args.windows is not None:
         return run_check_windows(args)
+    args.readings = args.readings or "all"
     if args.max_length is not None:
         raise ValueError("--max-length goes with --windows (the claim table itself uses the paper's L <= 1024)")
     if args.models:

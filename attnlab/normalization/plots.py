@@ -257,7 +257,7 @@ def plot_cor2_curves(result: Result, vectors: str = "v"):
     curve = [r for r in result.rows if r["kind"] == "curve" and r["vectors"] == vectors]
     L = max(r["L"] for r in curve)
     top = Result(result.name, [r for r in curve if r["L"] == L], result.provenance)
-    fig, ax = _figure(1, 5.0, 3.6)
+    fig, (ax,) = _figure(1, 5.0, 3.6)
     colors = dict(zip(E_READINGS, ("tab:blue", "tab:orange", "tab:purple", "tab:cyan", "tab:brown")))
     for key, color, label in [("d_b", "tab:green", "true d~ (b)")] + [
             (e if e != "E4" else "E4_b", colors[e], e) for e in E_READINGS]:
