@@ -357,7 +357,6 @@ def window_summaries() -> dict[str, list[dict]]:
 
 def windows_described() -> str:
     from attnlab import windows
-
     return windows.describe(windows.book_windows())
 
 
@@ -370,7 +369,6 @@ def fragile_claims() -> dict[str, list[str]]:
 
 def window_strip(claim_ids: Sequence[str]):
     from attnlab import windows
-
     return windows.plot_strip(window_summaries(), claim_ids)
 
 
@@ -464,8 +462,9 @@ def robustness_table():
         counts = {v: list(s["verdicts"].values()).count(v) for v in dict.fromkeys(s["verdicts"].values())}
         verdict = (f"<b>{s['verdict']}</b> in all {s['n_windows']}" if s["verdict"] != "mixed" else
                    "<b>depends on the window</b>: " + ", ".join(f"{v} in {n}" for v, n in counts.items()))
-        nums = (f"<br><small>{s['unit']}: {s['median']:.3g} ({s['low']:.3g}–{s['high']:.3g})</small>"
-                if s["median"] == s["median"] else "")
+        span = (f"{s['median']:.3g} in each" if s["low"] == s["high"] else
+                f"{s['median']:.3g} ({s['low']:.3g} to {s['high']:.3g})")
+        nums = f"<br><small>{s['unit']}: {span}</small>" if s["median"] == s["median"] else ""
         return verdict + nums
 
     def find(rows, cid):

@@ -113,12 +113,13 @@ def window_summary(per_window: dict[TextWindow, list[dict]]) -> list[dict]:
 
 
 def spread_text(s: dict, digits: int = 3) -> str:
-    """'median 0.812, range 0.781-0.836 over 8 windows; does not hold in every window' for a `window_summary` row."""
+    """'largest N*/L: median 0.812, range 0.781 to 0.836 over 8 windows; does not hold in all 8 windows' for a
+    `window_summary` row."""
     def f(x):
         return f"{x:.{digits}g}"
 
     if np.isfinite(s["median"]):
-        nums = f"{s['unit'] or 'value'}: median {f(s['median'])}, range {f(s['low'])}-{f(s['high'])}"
+        nums = f"{s['unit'] or 'value'}: median {f(s['median'])}, range {f(s['low'])} to {f(s['high'])}"
     else:
         nums = "no number"
     if s["robust"] == ROBUST:
