@@ -106,7 +106,8 @@ def test_check_windows_prints_a_verdict_per_window(tmp_path, monkeypatch, capsys
     ws = [W.TextWindow("war_and_peace", 0, 0), W.TextWindow("wikitext2", 0, 0)]
     monkeypatch.setattr(W, "text_windows", lambda k: ws)
     monkeypatch.setattr(W, "claims_over_windows", lambda model, windows, **kw: {
-        w: _rows(v, "does not hold" if v > 0.06 else "holds", "p1-fig2c-critical") for w, v in zip(windows, (0.8, 0.05))})
+        w: _rows(v, "does not hold" if v > 0.06 else "holds", "p1-fig2c-critical")
+        for w, v in zip(windows, (0.8, 0.05))})
     assert main(["check", "--model", "tiny-gpt2", "--windows", "1"]) == 0
     out = capsys.readouterr().out
     lines = [" ".join(line.split()) for line in out.splitlines()]

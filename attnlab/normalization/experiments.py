@@ -118,9 +118,10 @@ class Captures:
     """Traces of one window at every length a figure needs, made on demand and kept.
 
     Causal models: one pass at the full window, shorter lengths are exact prefixes. Bidirectional
-    models: one pass per length (`core.text.WINDOW_RULE`: [CLS] + L - 2 tokens + [SEP]). `n_passes` and `seconds` record the cost. layers: the layers
-    to capture (None: all); outputs: the window's `AttnModel.layer_outputs`, so that the layers below
-    the first captured one are not computed again (causal models).
+    models: one pass per length (`core.text.WINDOW_RULE`: [CLS] + L - 2 tokens + [SEP]). `n_passes` and
+    `seconds` record the cost. layers: the layers to capture (None: all); outputs: the window's
+    `AttnModel.layer_outputs`, so that the layers below the first captured one are not computed again
+    (causal models).
     """
 
     def __init__(self, model, ids: torch.Tensor, keep: Iterable[str], layers: Optional[Sequence[int]] = None,
