@@ -64,8 +64,13 @@ def text_windows(k: int, corpora: Sequence[str] = WINDOW_CORPORA) -> list[TextWi
             for i, start in enumerate(window_starts(load_corpus(name).text, k))]
 
 
-def window_inputs(model: str, device: str, window: TextWindow, max_length: int) -> Inputs:
-    return Inputs(model, device, text=window.corpus, max_length=max_length, start=window.start)
+def window_inputs(model: str, device: str, windows: Sequence[TextWindow], max_length: int) -> list[Inputs]:
+    """One `figures.Inputs` per window, sharing one loaded model (one load and weights checksum, not one per
+    window)."""
+    out = [Inputs(model, device, text=w.corpus, max_length=max_length, start=w.start) for w in windows]
+    for inp in out[1:]:
+        inp._model = out[0].model
+    return out
 
 
 def claims_over_windows(model: str, windows: Sequence[TextWindow], *, device: str = "cpu",
@@ -73,12 +78,9 @@ def claims_over_windows(model: str, windows: Sequence[TextWindow], *, device: st
                         progress: bool = True) -> dict[TextWindow, list[dict]]:
     """{window: paper-1 claim rows of `model` on that window} (each window's Results from the results cache where
     there); every row gains `window` (its label), `start` and `model_kind`."""
-    out, loaded = {}, None
-    for w in progress_bar(list(windows), progress and len(windows) > 1, f"windows ({model})"):
-        inp = window_inputs(model, device, w, max_length)
-        if loaded is not None:
-            inp._model = loaded                      # one load (and weights checksum) for every window
-        loaded = inp.model
+    out = {}
+    pairs = list(zip(windows, window_inputs(model, device, windows, max_length)))
+    for w, inp in progress_bar(pairs, progress and len(pairs) > 1, f"windows ({model})"):
         rows = claim_rows(inp, quick=False, paper="normalization", readings=readings, refresh=refresh,
                           progress=False)
         kind = model_kind(inp.model)
@@ -136,8 +138,8 @@ def critical_by_window(model: str, windows: Sequence[TextWindow], *, device: str
     from attnlab.figures import cached_figures
 
     out: dict[int, list[float]] = {}
-    for w in windows:
-        res = cached_figures(["fig2c"], window_inputs(model, device, w, max_length))["fig2c"]
+    for inp in window_inputs(model, device, windows, max_length):
+        res = cached_figures(["fig2c"], inp)["fig2c"]
         first = {}
         for r in res.rows:                           # every row of one L carries that L's critical N
             first.setdefault(r["L"], r["critical_frac"])
@@ -156,8 +158,7 @@ def reading_critical_over_windows(model: str, windows: Sequence[TextWindow], rea
 
     e, d, vec = reading.split(" / ")
     rows = []
-    for w in windows:
-        inp = window_inputs(model, device, w, max_length)
+    for w, inp in zip(windows, window_inputs(model, device, windows, max_length)):
         ls = [L for L in lengths if L <= len(inp.ids())]
         res = thm1_readings(inp.model, inp.ids(), vectors=[vec], pairs=[(e, d)], lengths=ls, curve_lengths=[ls[0]],
                             progress=False)
@@ -180,13 +181,14 @@ def pooled_critical_n(model: str, windows: Sequence[TextWindow], lengths: Sequen
     from attnlab.normalization.critical_n import critical_n
     from attnlab.normalization.paper import KS_ALPHA
 
-    inputs = [window_inputs(model, device, w, max_length) for w in windows]
+    inputs = window_inputs(model, device, windows, max_length)
     m = inputs[0].model
-    traces = [m.capture(inp.ids(), keep=("probs", "v")) for inp in progress_bar(inputs, progress, "pooled KS")]
+    full = ([m.capture(inp.ids(), keep=("probs", "v")) for inp in progress_bar(inputs, progress, "pooled KS")]
+            if m.causal else None)                  # causal: one pass per window, shorter L are exact prefixes
     rows = []
     for L in lengths:
-        cut = [t.prefix(L) if m.causal else m.capture(inp.ids(L), keep=("probs", "v"))
-               for t, inp in zip(traces, inputs)]
+        cut = ([t.prefix(L) for t in full] if m.causal else
+               [m.capture(inp.ids(L), keep=("probs", "v")) for inp in inputs])
         probs = torch.cat([t.probs for t in cut])            # [window x layer, head, query, key]
         x = torch.cat([t.v for t in cut])
         res = critical_n(probs, x, cut[0].visible(), alpha=alpha or KS_ALPHA, reading=reading)
