@@ -244,6 +244,26 @@ def test_ctrl_c_at_any_moment_is_one_line_and_exit_130(tmp_path, delays):
     assert code == 130 and "Traceback" not in err and last.endswith("interrupted"), err
 
 
+def test_the_first_ctrl_c_ignores_every_later_press():
+    # the CI race of stop 30: a second press 20 ms after the first landed while a progress bar was closing
+    # and printed "Exception ignored ... Traceback"; the first press now ignores the rest before unwinding
+    from attnlab.cli import interrupts_held
+
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with interrupts_held():
+            pass
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)                                 # ignored: no exception
+        time.sleep(0.1)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_a_proxy_that_never_answers_costs_seconds(monkeypatch, tmp_path):
     from dataclasses import replace
 

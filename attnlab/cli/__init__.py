@@ -52,12 +52,20 @@ def error_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+def _stop_once(signum, frame):
+    """Ctrl-C: ignore every later press from now on, then stop. A second press while the first unwinds (a
+    progress bar closing, a generator finalised) would otherwise print an 'Exception ignored' traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def interrupts_held():
     """Hold a Ctrl-C pressed inside the block (the imports of torch, numpy, numba...) and raise it as
     KeyboardInterrupt when the block ends: an import that a library interrupted and swallowed would leave a
     half-initialised module behind (numpy without `logical_or`: an AttributeError or a RecursionError later).
-    Does nothing where Ctrl-C is not the default handler (ignored, or a caller's own)."""
+    After the block a press stops at once and later presses are ignored (`_stop_once`). Does nothing where
+    Ctrl-C is not the default handler (ignored, or a caller's own)."""
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         yield
         return
@@ -66,7 +74,7 @@ def interrupts_held():
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, signal.SIG_IGN if pressed else _stop_once)
     if pressed:
         raise KeyboardInterrupt
 
@@ -75,6 +83,7 @@ def main(argv=None) -> int:
     """Run one subcommand. Exit 0 done, 1 (check --strict) a claim fails, 2 one error line, 130 Ctrl-C:
     one line whenever it is pressed (while importing, or twice: the second press is ignored)."""
     name = "attnlab"                                        # + the subcommand, once parsed
+    handler = signal.getsignal(signal.SIGINT)               # restored on return (main called in-process)
     try:
         with interrupts_held():
             from attnlab.core.style import use_figure_style
@@ -90,6 +99,8 @@ def main(argv=None) -> int:
         print(f"{name}: error: {error_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)        # a second Ctrl-C while stopping: no traceback
+        handler = signal.SIG_IGN                            # a second Ctrl-C while stopping: no traceback
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGINT, handler)
