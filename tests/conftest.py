@@ -50,6 +50,19 @@ def _no_warning_noise():
         yield
 
 
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Loading any model fails the test: for checks that must answer before a model is loaded."""
+    import attnlab.benchmarks
+    import attnlab.cli.diagnose
+    from attnlab.core import models
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a model was loaded: {args}")
+    for module in (models, attnlab.benchmarks, attnlab.cli.diagnose):
+        monkeypatch.setattr(module, "load_model", refuse)
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """One torch thread for a module: on a shared 2-core machine two threads under load run ~15x slower."""

@@ -122,10 +122,8 @@ def test_two_concurrent_writers_never_yield_a_wrong_result(tmp_path):
     assert not [p.name for p in tmp_path.iterdir() if p.suffix == ".part"]
 
 
-def test_a_bad_out_fails_at_once_with_one_line(tmp_path, capsys):
+def test_a_bad_out_fails_at_once_with_one_line(tmp_path, capsys, no_model_loads):
     """Before any computation (no model is loaded), exit 2 and one line."""
-    import time
-
     from attnlab.cli import main
 
     a_file = tmp_path / "taken"
@@ -133,9 +131,7 @@ def test_a_bad_out_fails_at_once_with_one_line(tmp_path, capsys):
     for argv in (["figures", "fig1", "--model", "tiny-gpt2", "--out", str(a_file)],
                  ["figures", "fig1", "--model", "tiny-gpt2", "--out", str(a_file / "sub")],
                  ["diagnose", "--model", "tiny-gpt2", "--out", str(a_file)]):
-        t0 = time.perf_counter()
         assert main(argv) == 2
-        assert time.perf_counter() - t0 < 1.0
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and "--out" in err, err
 
@@ -430,11 +426,9 @@ def test_forward_checks_every_row_of_a_batch(tiny):
     assert tiny.forward(batch.clamp(max=vocab - 1)) is not None
 
 
-def test_bad_bench_options_fail_at_once_with_one_line(capsys):
+def test_bad_bench_options_fail_at_once_with_one_line(capsys, no_model_loads):
     """Unknown figure ids, a bad --max-length or --threads, figures-only options elsewhere: exit 2, one line,
     before any model is loaded."""
-    import time
-
     from attnlab.cli import main
 
     for argv, says in ((["--figures", "fig9"], "unknown figure id(s) fig9"),
@@ -442,9 +436,7 @@ def test_bad_bench_options_fail_at_once_with_one_line(capsys):
                        (["--max-length", "1"], "--max-length must be an integer >= 2"),
                        (["--max-length", "1.5"], "--max-length must be an integer >= 2"),
                        (["--threads", "0"], "--threads must be an integer >= 1")):
-        t0 = time.perf_counter()
         assert main(["bench", "figures", "--model", "gpt2-random", *argv]) == 2
-        assert time.perf_counter() - t0 < 1.0
         out, err = capsys.readouterr()
         assert not out and err.count("\n") == 1 and says in err, err
     assert main(["bench", "capture", "--no-oracle"]) == 2

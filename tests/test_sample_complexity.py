@@ -351,11 +351,9 @@ def test_bad_input_raises_clear_errors():
         te.moment_convergence(quick=True, reference="population")
     with pytest.raises(ValueError, match="cov_norm"):
         theory.moment_errors(torch.zeros(2), torch.zeros(2, 2), torch.zeros(2), torch.zeros(2, 2), cov_norm="nuc")
-    with pytest.raises(ValueError, match="CUDA"):
-        if not torch.cuda.is_available():
+    if not torch.cuda.is_available():                   # with a GPU, "cuda" is a valid device
+        with pytest.raises(ValueError, match="CUDA"):
             te.uniform_map(quick=True, device="cuda")
-        else:
-            raise ValueError("CUDA available: skip")
 
 
 def test_real_encoder_minilm_quick():
@@ -364,7 +362,7 @@ def test_real_encoder_minilm_quick():
     try:
         model = load_model("minilm")
         res = real_tokens.real_encoder(model, quick=True, layers=[0, 5])
-    except (ModelUnavailable, FileNotFoundError, RuntimeError) as exc:
+    except (ModelUnavailable, FileNotFoundError) as exc:       # a RuntimeError is a failure, not a skip
         pytest.skip(f"MiniLM or WikiText-2 unavailable: {exc}")
     assert res.provenance["model"] == "minilm" and res.provenance["window_tokens"] == 64
     assert res.provenance["text"] == "wikitext2" and res.provenance["text_sha256"]
