@@ -8,7 +8,7 @@ Data flow: text -> token ids -> AttnModel.capture(ids) -> Trace -> pure function
     tools/              normalizers, compare, diagnose, report
     figures             the one registry of figures; book, widgets, cli/ on top
 """
-__version__ = "0.1.0"
+from attnlab._version import __version__  # noqa: F401 (re-exported)
 
 import os
 

@@ -476,15 +476,6 @@ def load_model(name: str = "auto", device: str = "cpu") -> AttnModel:
     )
 
 
-def default_model_name() -> str:
-    """The model chapters use: $ATTNLAB_MODEL, else "auto"."""
-    return os.environ.get("ATTNLAB_MODEL", "auto")
-
-
-def default_device() -> str:
-    return os.environ.get("ATTNLAB_DEVICE", "cpu")
-
-
 def as_attn_model(model, device: str = "cpu", tokenizer=None):
     """An `AttnModel` from an AttnModel, a name for `load_model`, or a Hugging Face model (+ tokenizer).
     A model whose attention does not go through transformers' AttentionInterface raises ValueError."""

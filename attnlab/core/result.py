@@ -34,10 +34,10 @@ def to_plain(value: Any) -> Any:
 def provenance(**fields: Any) -> dict:
     """Standard provenance: package versions, host, time, plus the caller's fields (model, text sha256,
     window, grids, protocol switches, device, runtime...)."""
-    import attnlab
+    from attnlab._version import __version__
 
     info = {
-        "attnlab": attnlab.__version__,
+        "attnlab": __version__,
         "python": platform.python_version(),
         "numpy": np.__version__,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -83,12 +83,6 @@ def check_finite(t: torch.Tensor, name: str, hint: str = "") -> None:
     raise ValueError(f"{name} has {what} at position {tuple(bad)}" + (f": {hint}" if hint else ""))
 
 
-def has_nan(t: torch.Tensor) -> bool:
-    """Any NaN in t? One reduction in the common case (a NaN makes the sum NaN; so does +inf + -inf,
-    which the exact check then tells apart)."""
-    return bool(torch.isnan(t.sum())) and bool(torch.isnan(t).any())
-
-
 def check_ns(ns: Iterable[int], K: int) -> list[int]:
     """Sorted distinct top-N sizes, checked: whole numbers, 1 <= N < K (a ValueError says which)."""
     ns = list(ns)
@@ -104,11 +98,6 @@ def check_ns(ns: Iterable[int], K: int) -> list[int]:
         raise ValueError(f"N must be < L (the number of keys, {K}): got N={ns[-1]}; "
                          "choose a smaller top-N or a longer window")
     return ns
-
-
-def row_lengths(visible: torch.Tensor) -> torch.Tensor:
-    """L_t = number of visible keys of each row: bool [Q, K] -> long [Q]."""
-    return visible.sum(-1)
 
 
 # --------------------------------------------------------------------------------------- chunking

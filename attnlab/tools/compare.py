@@ -400,33 +400,3 @@ def grid_critical_n(probs, x, visible, ns: Sequence[int], n_top: int, L: int, al
         if len(certified) < len(rest):
             crit = pooled_critical_n(*distance_heads(probs, x, visible, ns), ns, L, alpha)
     return {**crit, "critical_n_max": int(max(ns))}, d
-
-
-def summary_table(
-    result: Result,
-    columns: Sequence[str] = (
-        "max_weight",
-        "entropy_norm",
-        "ns_frac",
-        "critical_n_frac",
-        "jac_norm_mean",
-        "drift",
-        "loss_delta",
-    ),
-    L: Optional[int] = None,
-) -> str:
-    """Fixed-width text table of a comparison at one L (default: the longest)."""
-    L = L or max(result.unique("L"))
-    rows = result.select(L=L)
-    cols = [c for c in columns if any(r.get(c) is not None for r in rows)]
-    lines = [f"{'normalizer':28s} {'swap':>4s} " + " ".join(f"{c:>15s}" for c in cols)]
-    for r in rows:
-        cells = []
-        for c in cols:
-            v = r.get(c)
-            if c == "critical_n_frac" and r.get("critical_n_censored") in (True, "True", 1):
-                cells.append(f"{'>' + format(r['critical_n_max'] / L, '.2f'):>15s}")
-            else:
-                cells.append(f"{'' if v is None else format(float(v), '.4g'):>15s}")
-        lines.append(f"{r['normalizer']:28s} {str(r['swap']):>4s} " + " ".join(cells))
-    return f"L = {L}\n" + "\n".join(lines)
