@@ -84,9 +84,10 @@ book-html: install
 nbval: install
 	$(NB_ENV) $(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env book/
 
-# Execute the chapters in place (refresh stored outputs and widget state before committing).
+# Execute the chapters in place (refresh their stored outputs; no widget state is stored).
+# One chapter: $(PY) scripts/execute_notebooks.py book/NN_name.ipynb
 notebooks: install
-	$(NB_ENV) PY=$(PY) scripts/execute_notebooks.sh
+	$(NB_ENV) $(PY) scripts/execute_notebooks.py
 
 chromium:
 	@command -v chromium >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
