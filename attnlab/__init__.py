@@ -8,9 +8,9 @@ Data flow: text -> token ids -> AttnModel.capture(ids) -> Trace -> pure function
     tools/              normalizers, compare, diagnose, report
     figures             the one registry of figures; book, widgets, cli/ on top
 """
-from attnlab._version import __version__  # noqa: F401 (re-exported)
-
 import os
+
+from attnlab._version import __version__  # noqa: F401 (re-exported)
 
 # numba caches compiled kernels in attnlab's cache (normalization/kernels.py), also when `core.util` is the first
 # to import numba (it starts numba's thread pool early: `util.start_numba_pool`). OpenMP's wait policy is left to

@@ -35,45 +35,41 @@ class FigureSpec:
     compute: Callable       # (model, ids, ...) for "model+text"; (encoder, quick=, device=) or (quick=, device=)
     plot: Callable          # Result -> matplotlib Figure
     needs: str              # one of NEEDS
-    title: str
-    claim_key: str = ""     # the key the paper's claim function reads this Result under
+    title: str              # the id (the key of FIGURES) is also the Result's name and the claims' key
 
 
 FIGURES: dict[str, FigureSpec] = {
     "fig1": FigureSpec("normalization", normalization.fig1, normalization_plots.plot_fig1, "model+text",
-                       "Vanishing attention: max weight and entropy against L (Corollary 1)", "fig1"),
+                       "Vanishing attention: max weight and entropy against L (Corollary 1)"),
     "fig2a": FigureSpec("normalization", normalization.fig2a, normalization_plots.plot_fig2a, "model+text",
-                        "Distance against L at N=5 (Theorem 1)", "fig2a"),
+                        "Distance against L at N=5 (Theorem 1)"),
     "fig2b": FigureSpec("normalization", normalization.fig2b, normalization_plots.plot_fig2b, "model+text",
-                        "Distance against N at the largest L (Theorem 1)", "fig2b"),
+                        "Distance against N at the largest L (Theorem 1)"),
     "fig2c": FigureSpec("normalization", normalization.fig2c, normalization_plots.plot_fig2c, "model+text",
-                        "Critical N against L (the 6% rule)", "fig2c"),
+                        "Critical N against L (the 6% rule)"),
     "fig3": FigureSpec("normalization", normalization.fig3, normalization_plots.plot_fig3, "model+text",
-                       "Geometric separability N_s/N (Theorem 2)", "fig3"),
+                       "Geometric separability N_s/N (Theorem 2)"),
     "fig4": FigureSpec("normalization", normalization.fig4, normalization_plots.plot_fig4, "model+text",
-                       "Gradient sensitivity against T (Lemma 2)", "fig4"),
+                       "Gradient sensitivity against T (Lemma 2)"),
     "thm1_readings": FigureSpec("normalization", thm1_readings.thm1_readings, normalization_plots.plot_thm1_readings,
-                                "model+text", "Theorem 1 under every reading: Fig. 2a's curves and the critical N",
-                                "thm1_readings"),
+                                "model+text", "Theorem 1 under every reading: Fig. 2a's curves and the critical N"),
     "separability_readings": FigureSpec("normalization", thm2_readings.separability_readings,
                                         thm2_readings.plot_separability_readings, "model+text",
-                                        "Theorem 2 under every reading: N_s/N per vectors, radius and rows",
-                                        "separability_readings"),
+                                        "Theorem 2 under every reading: N_s/N per vectors, radius and rows"),
     "gradient_readings": FigureSpec("normalization", thm2_readings.gradient_readings,
                                     thm2_readings.plot_gradient_readings, "model+text",
-                                    "Fig. 4 under every reading: g(T, eps) per aggregate and direction, T -> 0",
-                                    "gradient_readings"),
+                                    "Fig. 4 under every reading: g(T, eps) per aggregate and direction, T -> 0"),
     "tsc_uniform": FigureSpec("sample-complexity", sample_complexity.uniform_map,
                               sample_complexity_plots.plot_uniform_map, "none",
-                              "Uniform convergence of the attention map (C(R)/sqrt n)", "uniform_map"),
+                              "Uniform convergence of the attention map (C(R)/sqrt n)"),
     "tsc_moments": FigureSpec("sample-complexity", sample_complexity.moment_convergence,
                               sample_complexity_plots.plot_moment_convergence, "none",
-                              "Moment convergence: fitted |beta| against the horizon H", "moment_convergence"),
+                              "Moment convergence: fitted |beta| against the horizon H"),
     "tsc_hardmax": FigureSpec("sample-complexity", sphere.hardmax, sample_complexity_plots.plot_hardmax,
-                              "none", "The hardmax regime: slower than any power law", "hardmax"),
+                              "none", "The hardmax regime: slower than any power law"),
     "tsc_real": FigureSpec("sample-complexity", real_tokens.real_encoder,
                            sample_complexity_plots.plot_real_encoder, "encoder",
-                           "Real tokens: a pretrained encoder on WikiText-2", "real_encoder"),
+                           "Real tokens: a pretrained encoder on WikiText-2"),
 }
 
 def paper1_all_claims(results: dict) -> list[dict]:
@@ -318,7 +314,7 @@ def claim_table(results: dict[str, dict[str, Result]]) -> list[dict]:
     """Every claim row (id, reading, claim, paper, measured, verdict) of `claim_results`' Results."""
     rows: list[dict] = []
     for name, res in results.items():
-        rows += CLAIMS[name]({FIGURES[i].claim_key: r for i, r in res.items()})
+        rows += CLAIMS[name](res)
     return rows
 
 

@@ -9,6 +9,7 @@ import torch
 from attnlab import benchmarks
 from attnlab.core.capture import Trace
 from attnlab.core.result import Result
+from attnlab.figures import FIGURES
 from attnlab.sample_complexity import claims as scc
 from attnlab.sample_complexity import experiments as te
 from attnlab.sample_complexity import montecarlo as mc
@@ -204,8 +205,8 @@ PROVENANCE_KEYS = {"seed", "k", "device", "runtime_s", "temperature_convention",
 
 @pytest.fixture(scope="module")
 def quick_results():
-    return {"uniform_map": te.uniform_map(quick=True), "moment_convergence": te.moment_convergence(quick=True),
-            "hardmax": sphere.hardmax(quick=True)}
+    return {r.name: r for r in (te.uniform_map(quick=True), te.moment_convergence(quick=True),
+                                sphere.hardmax(quick=True))}
 
 
 def test_quick_experiments_return_results(quick_results, tmp_path):
@@ -214,16 +215,16 @@ def test_quick_experiments_return_results(quick_results, tmp_path):
         assert PROVENANCE_KEYS <= set(res.provenance), name
         for p in res.select(kind="point"):
             assert p["err_mean"] > 0 and p["err_se"] == pytest.approx(p["err_std"] / math.sqrt(p["k"]))
-        fig = getattr(scp, f"plot_{name}")(res)
+        fig = FIGURES[name].plot(res)
         assert fig.axes and fig.get_suptitle()
         res.save(tmp_path)
         assert len(Result.load(tmp_path, res.name).rows) == len(res.rows)
-    mc = quick_results["moment_convergence"]
+    mc = quick_results["tsc_moments"]
     assert set(mc.unique("reference")) == {"exact", "sample"}
     fit = mc.select(kind="fit")[0]
     assert fit["horizon_authors"] == pytest.approx(math.sqrt(8) * fit["horizon"])     # d = 8
     assert fit["beta_ref"] == pytest.approx(theory.beta_reference(fit["horizon"]))
-    um = quick_results["uniform_map"].select(kind="fit")
+    um = quick_results["tsc_uniform"].select(kind="fit")
     assert all(f["C"] > 0 and f["C_pred"] > 0 for f in um)
 
 
@@ -318,7 +319,7 @@ def test_real_encoder_on_tiny_bert():
     assert "with replacement" in res.provenance["subsampling"].lower()
     scp.plot_real_encoder(res)
     scp.plot_real_heads(res, 1)
-    assert scc.tsc_claims({"real_encoder": res})[-1]["verdict"] in ("holds", "does not hold")
+    assert scc.tsc_claims({"tsc_real": res})[-1]["verdict"] in ("holds", "does not hold")
     with pytest.raises(ValueError, match="layers"):
         real_tokens.real_encoder(model, ids=ids, quick=True, layers=[5])
 
@@ -450,7 +451,7 @@ def test_ols_and_wls_fits():
 
 
 def test_hardmax_fit_option_and_label(quick_results):
-    wls = quick_results["hardmax"]
+    wls = quick_results["tsc_hardmax"]
     ols = sphere.hardmax(quick=True, fit="ols")
     # same draws, only the fit differs
     assert [p["err_mean"] for p in ols.select(kind="point")] == [p["err_mean"] for p in wls.select(kind="point")]
@@ -462,7 +463,7 @@ def test_hardmax_fit_option_and_label(quick_results):
     assert ols.provenance["fit_method"] == "ols" and "np.polyfit" in ols.provenance["fit"]
     assert wls.provenance["fit_method"] == "wls"
     assert "NOT the authors' fit" in wls.provenance["fit"] and "fit='ols'" in wls.provenance["fit"]
-    mcv = quick_results["moment_convergence"].provenance["fit"]
+    mcv = quick_results["tsc_moments"].provenance["fit"]
     assert "fit.py" in mcv and "NOT" not in mcv
     with pytest.raises(ValueError, match="fit must be"):
         sphere.hardmax(quick=True, fit="median")
@@ -573,6 +574,6 @@ def test_real_encoder_one_head_per_head_errors_equal_the_layers():
             (f,) = res.select(kind="fit", layer=l, moment=mom)
             assert head[f"beta_{mom}"] == pytest.approx(f["beta"], rel=1e-9) and np.isfinite(head[f"beta_{mom}"])
             assert head["horizon"] == pytest.approx(f["horizon"], rel=1e-9)       # one head: A_h = A
-    row = scc.tsc_claims({"real_encoder": res})[-1]
+    row = scc.tsc_claims({"tsc_real": res})[-1]
     assert row["id"] == "tsc-real-beta-heads" and row["verdict"] in ("holds", "does not hold")
     assert "/2 heads" in row["measured"] and "Spearman" in row["measured"]

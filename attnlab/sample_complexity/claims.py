@@ -153,16 +153,15 @@ def _claim_real_heads(res: Optional[Result]) -> list[dict]:
 
 
 def tsc_claims(results: dict) -> list[dict]:
-    """Claim rows (id, claim, paper, measured, verdict) from Results keyed by experiment name:
-    "uniform_map", "moment_convergence", "hardmax", "real_encoder" (missing -> "not applicable").
+    """Claim rows (id, claim, paper, measured, verdict) from Results keyed by figure id (`attnlab.figures`):
+    "tsc_uniform", "tsc_moments", "tsc_hardmax", "tsc_real" (missing -> "not applicable").
     Verdicts: uniform-map slopes within 0.1 of -1/2 (and C(R) increasing, within a factor 2 of the
     [DERIVED] delta-method constant, which grows like exp(||Sigma^1/2 A x||^2 / 2)); every fitted
     moment |beta| at or above beta(H) within 2 standard errors (the upper-bound reading; our H with
     the temperature inside A, the authors' H reported beside it); hardmax: |slope| < 0.1 for the
     covariance error at the largest scale (the mean error is fluctuation only, see _claim_hardmax); per
     head (reading HEADS_READING, a last row): every head's exponents at or above beta(H_j)."""
-    def get(key):
-        return results.get(key) or results.get(f"tsc_{key}")
-    return (_claim_uniform(get("uniform_map")) + _claim_moments(get("moment_convergence"))
-            + _claim_hardmax(get("hardmax")) + _claim_real(get("real_encoder"))
-            + _claim_real_heads(get("real_encoder")))
+    get = results.get
+    return (_claim_uniform(get("tsc_uniform")) + _claim_moments(get("tsc_moments"))
+            + _claim_hardmax(get("tsc_hardmax")) + _claim_real(get("tsc_real"))
+            + _claim_real_heads(get("tsc_real")))

@@ -155,7 +155,7 @@ def uniform_map(*, quick: bool = False, preset: str = "default", d: Optional[int
         temperature_convention=theory.TEMPERATURE_CONVENTION, dtype=str(dt), device=device,
         max_scores=max_scores, preset="quick" if quick else preset, torch_threads=torch.get_num_threads(),
         runtime_s=round(time.perf_counter() - t0, 3))
-    return Result("tsc_uniform_map", rows, prov)
+    return Result("tsc_uniform", rows, prov)
 
 
 # ==================================================================================================
@@ -263,7 +263,7 @@ def moment_convergence(*, quick: bool = False, preset: str = "default", d: Optio
         horizon="horizon = ours (A with temperature); horizon_authors = ||Sigma^1/2 (s W_k^T W_q) Sigma^1/2||_2",
         dtype=str(dt), moments_dtype="float64", device=device, max_scores=max_scores,
         torch_threads=torch.get_num_threads(), runtime_s=round(time.perf_counter() - t0, 3))
-    return Result("tsc_moment_convergence", rows, prov)
+    return Result("tsc_moments", rows, prov)
 
 
 # ==================================================================================================

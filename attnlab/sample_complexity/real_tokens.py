@@ -214,4 +214,4 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
         temperature_convention=theory.TEMPERATURE_CONVENTION, dtype=str(dt), moments_dtype="float64",
         device=device, max_scores=max_scores, torch_threads=torch.get_num_threads(),
         runtime_s=round(time.perf_counter() - t0, 3))
-    return Result("tsc_real_encoder", rows, prov)
+    return Result("tsc_real", rows, prov)
