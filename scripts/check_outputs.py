@@ -32,7 +32,7 @@ def _text(value) -> str:
     return "".join(value) if isinstance(value, list) else value
 
 
-def normalised(outputs: list[dict]) -> list[dict]:
+def normalized(outputs: list[dict]) -> list[dict]:
     """Outputs as nbval compares them: streams merged, skipped keys dropped, text joined."""
     merged: list[dict] = []
     for out in outputs:
@@ -59,9 +59,9 @@ def compare(reference: Path, executed: Path) -> list[str]:
         got = new_cells.get(cell.get("id"))
         if got is None:
             problems.append(f"{reference.name} cell {i}: missing from the executed notebook")
-        elif normalised(cell.get("outputs", [])) != normalised(got.get("outputs", [])):
+        elif normalized(cell.get("outputs", [])) != normalized(got.get("outputs", [])):
             problems.append(f"{reference.name} cell {i} ({cell.get('id')}):\n  stored:   "
-                            f"{normalised(cell.get('outputs', []))}\n  executed: {normalised(got.get('outputs', []))}")
+                            f"{normalized(cell.get('outputs', []))}\n  executed: {normalized(got.get('outputs', []))}")
     return problems
 
 

@@ -182,7 +182,7 @@ def test_lemma2_bound_above_exact_jacobian_norm(seed, L, which, scale):
     F, dF = _F_family()[which]
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(L, generator=g, dtype=torch.float64) * scale
-    J = bounds.normaliser_jacobian(F(logits), dF(logits))
+    J = bounds.normalizer_jacobian(F(logits), dF(logits))
     # the formula is the Jacobian: check against autograd
     lv = logits.clone().requires_grad_(True)
     auto = torch.autograd.functional.jacobian(lambda l: F(l) / F(l).sum(), lv)

@@ -22,7 +22,7 @@ def test_capture_equals_eager_and_leaves_outputs_unchanged(name, request, war_an
     assert trace.probs.dtype == torch.float32
     L, H = model.n_layers, model.n_heads
     assert trace.q.shape == (L, H, 96, model.d_head) and trace.scores.shape == (L, H, 96, 96)
-    # scores are the pre-normalisation logits: softmax of them is the captured weights
+    # scores are the pre-normalization logits: softmax of them is the captured weights
     assert torch.allclose(torch.softmax(trace.scores, -1), trace.probs, atol=1e-6)
     # scores == scaling * q.k on visible keys
     qk = trace.q @ trace.k.transpose(-1, -2) * trace.scaling

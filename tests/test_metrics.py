@@ -466,7 +466,7 @@ def test_bad_input_raises_helpfully(call, match):
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_temperature_row_stats_against_softmax(causal):
-    """Chapter 1's row statistics at tau x the model's temperature: max weight and normalised entropy
+    """Chapter 1's row statistics at tau x the model's temperature: max weight and normalized entropy
     equal those of softmax(scores / tau) row by row; at tau = 1 the Corollary 1 band holds (a theorem)."""
     g = torch.Generator().manual_seed(5)
     Lq, D = 10, 4

@@ -54,7 +54,7 @@ class Corpus:
 
     def provenance(self) -> dict:
         return {"text": self.name, "text_sha256": self.sha256, "text_source": self.source,
-                "text_checksum_verified": self.verified, "line_endings": "LF (CRLF normalised)"}
+                "text_checksum_verified": self.verified, "line_endings": "LF (CRLF normalized)"}
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -71,7 +71,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "attnlab")).expanduser()
 
 
-def normalise_newlines(text: str) -> str:
+def normalize_newlines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
@@ -113,7 +113,7 @@ def _download(url: str, timeout: float = DOWNLOAD_TIMEOUT) -> bytes:
 
 
 def _clean(spec: CorpusSpec, raw: bytes) -> str:
-    text = normalise_newlines(raw.decode("utf-8-sig"))
+    text = normalize_newlines(raw.decode("utf-8-sig"))
     if spec.gutenberg:
         text = strip_gutenberg(text, spec.start)
     return text
@@ -278,7 +278,7 @@ def read_text_file(path) -> tuple[str, dict]:
     if len(raw) > MAX_TEXT_BYTES:
         raise ValueError(f"text file {str(path)!r} is larger than {MAX_TEXT_BYTES >> 20} MiB: pass a shorter text")
     try:
-        text = normalise_newlines(raw.decode("utf-8-sig"))
+        text = normalize_newlines(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
         raise ValueError(f"text file {str(path)!r} is not UTF-8 text ({exc.reason} at byte {exc.start}): "
                          "convert it to UTF-8") from exc
@@ -287,5 +287,5 @@ def read_text_file(path) -> tuple[str, dict]:
     if not text.strip():
         raise ValueError(f"text file {str(path)!r} is empty: pass a text with at least as many tokens as the longest L")
     return text, {"text": p.name, "text_sha256": hashlib.sha256(raw).hexdigest(), "text_source": f"file {p.name}",
-                  "text_chars": len(text), "line_endings": "LF (CRLF normalised)"}
+                  "text_chars": len(text), "line_endings": "LF (CRLF normalized)"}
 

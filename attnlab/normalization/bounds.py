@@ -45,7 +45,7 @@ def _check_N(N: int, L) -> None:
 # ----------------------------------------------------------------------------------- Lemma 1, Cor. 1
 
 def lemma1_constants(F: Callable[[torch.Tensor], torch.Tensor], a: float, *, grid: int = 20001) -> tuple[float, float]:
-    """Constants of Lemma 1 for a positive, L-independent normaliser F on logits in [-a, a].
+    """Constants of Lemma 1 for a positive, L-independent normalizer F on logits in [-a, a].
 
     Paper formula [P]: `C1/L <= alpha_i <= C2/L` (Eq. 4). The constants are the reconstruction [R]
     implied by the paper's proof: `C1 = min F / max F`, `C2 = max F / min F` over `[-a, a]`.
@@ -288,8 +288,8 @@ def lemma2_bound(F_vals: torch.Tensor, dF_vals: torch.Tensor) -> torch.Tensor:
     return (dF.abs().max(-1).values / fmin + alpha.norm(dim=-1) * dF.norm(dim=-1) / fmin) / L
 
 
-def normaliser_jacobian(F_vals: torch.Tensor, dF_vals: torch.Tensor) -> torch.Tensor:
-    """The exact Jacobian `(diag(F') - alpha F'^T) / S` of a general normaliser (paper Eq. 3), [..., L, L]."""
+def normalizer_jacobian(F_vals: torch.Tensor, dF_vals: torch.Tensor) -> torch.Tensor:
+    """The exact Jacobian `(diag(F') - alpha F'^T) / S` of a general normalizer (paper Eq. 3), [..., L, L]."""
     F, dF = _t(F_vals), _t(dF_vals)
     S = F.sum(-1, keepdim=True)
     alpha = F / S

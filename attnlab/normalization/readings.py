@@ -98,7 +98,7 @@ _BASE_VECTORS = {
 VECTORS: dict[str, Reading] = {}
 for _name, (_label, _source) in _BASE_VECTORS.items():
     VECTORS[_name] = Reading(_label, _source + "; raw", r"\(x_i\)")
-    VECTORS[f"{_name}_unit"] = Reading(_label + ", unit", _source + "; L2-normalised (Algorithm 4: 'normalize "
+    VECTORS[f"{_name}_unit"] = Reading(_label + ", unit", _source + "; L2-normalized (Algorithm 4: 'normalize "
                                        "token embeddings')", r"\(x_i / \|x_i\|\)")
 
 RADII: dict[str, Reading] = {

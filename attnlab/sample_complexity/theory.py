@@ -481,7 +481,7 @@ def sphere_hardmax_moments(A, V=None, *, radius: float = 1.0, n_samples: int = 4
 def map_error_constant(x, m, Sigma, A, V=None) -> torch.Tensor:
     """Delta-method constant of the pointwise map error for Gaussian tokens [DERIVED]:
     ``n E||Gamma_{mu_n}(x) - Gamma_mu(x)||^2 -> exp(a^T Sigma a) tr(V (Sigma + Sigma a a^T Sigma) V^T)``
-    with ``a = A x`` (self-normalised importance sampling; E[w^2]/E[w]^2 = exp(a^T Sigma a)).
+    with ``a = A x`` (self-normalized importance sampling; E[w^2]/E[w]^2 = exp(a^T Sigma a)).
     Returns the RMS constant ``sqrt(...)`` ``[...]`` for x ``[..., d]``.  It grows like
     ``exp(||Sigma^1/2 A x||^2 / 2)``: the exponential C(R) of the paper's first result."""
     S = check_psd(Sigma)

@@ -22,8 +22,8 @@ change; it says nothing about a model *trained* with that normalizer (which woul
 
 Normalizers (`default_specs`): softmax at T in {0.5, 1, 2}, sparsemax, 1.5-entmax, Scalable-Softmax
 with s = 1/log(L_ref), L_ref = the shortest L of the grid (so it equals the native softmax at L_ref and
-departs from it as rows grow: a causal row t uses log t), and Self-Adjust Softmax (normalised variant;
-its weights do not sum to 1, faithful to its paper: entropy is taken of the renormalised row, the
+departs from it as rows grow: a causal row t uses log t), and Self-Adjust Softmax (normalized variant;
+its weights do not sum to 1, faithful to its paper: entropy is taken of the renormalized row, the
 row sum is reported as `weight_sum`).
 
 `bench_normalizers(...)`: the exact sort-based sparsemax / 1.5-entmax of the `entmax` library against
@@ -317,7 +317,7 @@ def compare_normalizers(model, text=None, *, lengths: Optional[Sequence[int]] = 
         normalizers=[{"label": s.label, "name": s.name, "params": s.kwargs} for s in specs],
         ssmax=f"s = 1/log({ref_len}): equals the native softmax for rows of {ref_len} visible keys "
         "(the shortest L of the grid); a row of n visible keys scales its scores by log(n)/log(" + str(ref_len) + ")",
-        sa_softmax="normalized variant; weights do not sum to 1 (weight_sum); entropy of the renormalised row",
+        sa_softmax="normalized variant; weights do not sum to 1 (weight_sum); entropy of the renormalized row",
         metric_window="first L tokens of the text (encoders: [CLS] + L-2 + [SEP]); causal: one pass at the "
         "longest L, prefixes for the others",
         held_out=f"{n_windows} windows per L starting at line starts spread over {HELD_OUT_START:.0%}-95% of the text",

@@ -204,7 +204,7 @@ def critical_grid(
 def row_weight_stats(probs: torch.Tensor, visible: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per query row of probs [..., Q, K] (visible bool [Q, K]) -> each [..., Q] float64: max_weight;
     entropy (nats) and entropy_norm = H / log L_t (NaN for rows with L_t < 2) of the row's weights
-    renormalised to sum 1 (a no-op except for normalizers whose weights do not sum to 1, e.g.
+    renormalized to sum 1 (a no-op except for normalizers whose weights do not sum to 1, e.g.
     SA-Softmax); weight_sum = the row's total weight."""
     vis = visible.to(torch.bool)
     Lt = vis.sum(-1).double()  # [Q]
@@ -275,7 +275,7 @@ def sample_view(probs: torch.Tensor, visible: torch.Tensor, rows: torch.Tensor):
 
 def reference_weights(probs: torch.Tensor, visible: torch.Tensor, kind: str, eps: float = REF_EPS) -> torch.Tensor:
     """The two ends of each row's temperature path softmax(z / T), float64 [..., Q, K] like probs (0 on
-    invisible keys; rows renormalised): "uniform" (T -> inf) = (1 - eps) / L_t + eps a, uniform weights
+    invisible keys; rows renormalized): "uniform" (T -> inf) = (1 - eps) / L_t + eps a, uniform weights
     ranked as the row ranks its keys (top-N stays the row's own); "sharp" (T -> 0) = one-hot on the
     row's top key (ties: the lower index)."""
     vis = visible.to(torch.bool)
