@@ -265,6 +265,34 @@ def test_top_k_kernel_equals_stable_sort_with_ties():
             assert bool(vis.gather(-1, top[0]).eq(first[0]).all())         # invisible keys only after the visible
 
 
+def test_far_rows_kernel_equals_cummax():
+    """far2 of the d1 tables: the numba running maximum equals torch.cummax's values (+ ||x_j||^2) bit for bit."""
+    from attnlab.normalization import kernels
+
+    g = torch.Generator().manual_seed(5)
+    H = ((torch.rand(2, 30, 30, generator=g, dtype=torch.float64) - 0.5) * 8).round()   # ties, zeros
+    xn2 = torch.rand(2, 30, generator=g, dtype=torch.float64)
+    assert torch.equal(kernels.far_rows(H, xn2), torch.cummax(H, dim=-1).values + xn2.unsqueeze(-1))
+
+
+def test_equal_x_share_one_table_and_give_the_same_stats():
+    """GQA: the value vectors repeated per query head map to one x (`engine.same_x`); the statistics are those
+    of the heads computed one by one."""
+    g = torch.Generator().manual_seed(6)
+    K = 40
+    vis = torch.ones(K, K, dtype=torch.bool).tril()
+    p = torch.randn(1, 4, K, K, generator=g).masked_fill(~vis, float("-inf")).softmax(-1)
+    x = torch.randn(1, 2, K, 8, generator=g).repeat_interleave(2, dim=1)
+    _, _, X, xmap = engine.flatten_heads(p, x)
+    assert engine.same_x(X, xmap).tolist() == [0, 0, 2, 2]
+    both = distance.distance_stats(p, x, [3], vis, stats=distance.DISTANCE_STATS, chunk=K * 8)
+    for h in range(4):
+        one = distance.distance_stats(p[:, h:h + 1], x[:, h:h + 1], [3], vis, stats=distance.DISTANCE_STATS,
+                                      chunk=K * 8)
+        for k in distance.DISTANCE_STATS:
+            assert torch.equal(both[k][:, h:h + 1].nan_to_num(-1.0), one[k].nan_to_num(-1.0)), k
+
+
 def test_partial_sort_equals_full_sort_with_ties():
     g = torch.Generator().manual_seed(0)
     p = (torch.rand(3, 7, 40, generator=g) * 4).floor() / 4          # many exact ties, zeros

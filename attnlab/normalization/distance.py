@@ -24,6 +24,7 @@ from attnlab.normalization.engine import (
     nan_rows,
     prefix_lengths,
     root_sum,
+    same_x,
     unique_x,
 )
 
@@ -48,8 +49,8 @@ def _far_tables(rows: "RowBlock", ns: Sequence[int], m: int, key: tuple = (), ca
     [u, K, P], the largest d2[j, i] over the first n keys, at column col[t] for row t's n = L_t. For
     larger N: each key's m farthest keys, farthest first (far_dist, far_idx [u, K, m]), for the keys
     that are ever selected. `cache` (a dict kept across the row blocks of one call) keeps H and far2 for
-    the distinct x named by `key` (`unique_x`): they depend on the x only, and a long window's row blocks
-    of one head would otherwise form them again each (O(K^2 D) per block)."""
+    the distinct x named by `key` (`unique_x`; heads with equal x share one, `same_x`): they depend on the x only,
+    and a long window's row blocks of one head would otherwise form them again each (O(K^2 D) per block)."""
     Xu, K = rows.Xu, rows.a.shape[-1]
     xn2 = (Xu * Xu).sum(-1)
     tables = {}
@@ -59,10 +60,15 @@ def _far_tables(rows: "RowBlock", ns: Sequence[int], m: int, key: tuple = (), ca
         full = bool((n_vis == K).all())
         cache = {} if cache is None else cache
         if cache.get("key") != (key, full, K) or not key:
+            cache.clear()                                                # (frees the last x's tables first)
             H = torch.baddbmm(xn2.unsqueeze(-2).expand(-1, K, -1), Xu, Xu.transpose(1, 2), alpha=-2)
-            far2 = H.amax(-1, keepdim=True) if full else torch.cummax(H, dim=-1).values
-            cache.clear()
-            cache.update(key=(key, full, K), H=H, far2=far2.add_(xn2.unsqueeze(-1)))
+            if full:
+                far2 = H.amax(-1, keepdim=True).add_(xn2.unsqueeze(-1))
+            elif kernels is not None:
+                far2 = kernels.far_rows(H, xn2)                          # (no int64 index tensor)
+            else:
+                far2 = torch.cummax(H, dim=-1).values.add_(xn2.unsqueeze(-1))
+            cache.update(key=(key, full, K), H=H, far2=far2)
         col = torch.zeros_like(n_vis) if full else (n_vis - 1).clamp_min(0)
         tables["small"] = (cache["H"], xn2, cache["far2"], col)
     if not _table_d1(ns[-1], kernels) or "small" not in tables:
@@ -168,6 +174,7 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     if bad:
         raise ValueError(f"unknown stats {sorted(bad)}; choose from {DISTANCE_STATS}")
     lead, P, X, xmap = flatten_heads(probs, x)
+    xmap = same_x(X, xmap)                                               # GQA: one x (and d1 table) per KV head
     B, Q, _ = P.shape
     if order is not None:
         if order.shape[:-1] != probs.shape[:-1] or order.shape[-1] < ns[-1]:
@@ -204,6 +211,7 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
             xn_top = rows.xn2.sqrt().unsqueeze(1).expand(a.shape).gather(-1, rows.order)   # ||x_j|| in order
             Rcum = torch.cummax(xn_top, dim=-1).values                   # [b, q, k]
             acum = torch.cumsum(a.gather(-1, rows.order), dim=-1)
+        far = table = None                                               # (the last block's tables may go first)
         far = _far_tables(rows, ns, FAR_CANDIDATES, key, far_cache) if need_d1 else {}
         # x_i.s for N <= SMALL_N from the d1 table H (kernels only): N products per key instead of D
         on_kernels = cpu_kernels(a) is not None and dtype == torch.float64

@@ -318,6 +318,23 @@ def unique_x(
     return X[uniq.to(X.device)].to(dtype), inv.to(X.device), tuple(uniq.tolist())
 
 
+def same_x(X: torch.Tensor, xmap: torch.Tensor) -> torch.Tensor:
+    """xmap long [B] with each x of X [Bx, K, D] that equals an earlier one bit for bit (the value vectors of the
+    query heads of one GQA group, repeated per head) mapped to that one, so that `unique_x` and the per-x tables
+    made from it see one x. O(Bx^2 D) for the first keys, O(K D) more per match."""
+    first: list[int] = []
+    same = list(range(X.shape[0]))
+    for i in range(X.shape[0]):
+        for j in first:
+            if torch.equal(X[j, 0], X[i, 0]) and torch.equal(X[j], X[i]) and \
+                    torch.equal(X[j].signbit(), X[i].signbit()):
+                same[i] = j
+                break
+        else:
+            first.append(i)
+    return torch.tensor(same, dtype=torch.long, device=xmap.device)[xmap]
+
+
 def nan_rows(value: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
     return value.masked_fill(~ok, float("nan"))
 

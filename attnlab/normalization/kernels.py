@@ -19,7 +19,8 @@ cancellation happens), roots in float32 (~1e-7 relative), sums in float64, as in
 (insertion into a sorted list of k), ties to the lower index by construction.
 
 `d1_small` (`distance._d1`, small N): the largest selected-to-non-selected distance from each selected
-key's farthest visible key (one lookup), scanning the key's distances only where that key is selected.
+key's farthest visible key (one lookup), scanning the key's distances only where that key is selected;
+`far_rows`: those farthest keys' distances for causal rows (a running maximum, in place of torch.cummax).
 
 The incremental critical-N scan (`critical_n.RunningTopN`): `sorted_keys` (each row's visible keys by
 weight, once per scan; float32 weights and key indices packed in one integer), `row_sums` (o = sum_i y_i,
@@ -228,6 +229,30 @@ def d1_small(H: torch.Tensor, xn2: torch.Tensor, far2: torch.Tensor, col: torch.
     out = torch.empty(b, q, dtype=torch.float64)
     _d1_small(H.contiguous().numpy(), xn2.contiguous().numpy(), far2.contiguous().numpy(), col.contiguous().numpy(),
               inv.contiguous().numpy(), order.contiguous().numpy(), int(N), _vis(vis, H.shape[1]), out.numpy())
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
+def _far_rows(H, xn2, out):
+    """out[u, j, c] = max(H[u, j, :c + 1]) + xn2[u, j]: torch.cummax(H, -1).values + xn2 (ties to the later
+    key, as torch), without its int64 index tensor."""
+    u, K = H.shape[0], H.shape[1]
+    for r in numba.prange(u * K):
+        m, j = r // K, r % K
+        best = H[m, j, 0]
+        for i in range(K):
+            v = H[m, j, i]
+            if v >= best:
+                best = v
+            out[m, j, i] = best + xn2[m, j]
+
+
+def far_rows(H: torch.Tensor, xn2: torch.Tensor) -> torch.Tensor:
+    """float64 [u, K, K]: row j's running maximum of H [u, K, K] (float64) over the keys, plus xn2 [u, K]:
+    `distance._far_tables`' far2 for causal rows."""
+    use_threads()
+    out = torch.empty(H.shape, dtype=H.dtype)
+    _far_rows(H.contiguous().numpy(), xn2.contiguous().numpy(), out.numpy())
     return out
 
 
