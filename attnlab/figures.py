@@ -19,7 +19,7 @@ from attnlab.core.util import atomic_write
 from attnlab.normalization import claims as normalization_claims
 from attnlab.normalization import experiments as normalization
 from attnlab.normalization import plots as normalization_plots
-from attnlab.normalization import thm1_readings, thm2_readings
+from attnlab.normalization.readings import theorem1, theorem2
 from attnlab.sample_complexity import claims as sample_complexity_claims
 from attnlab.sample_complexity import experiments as sample_complexity
 from attnlab.sample_complexity import plots as sample_complexity_plots
@@ -51,13 +51,13 @@ FIGURES: dict[str, FigureSpec] = {
                        "Geometric separability N_s/N (Theorem 2)"),
     "fig4": FigureSpec("normalization", normalization.fig4, normalization_plots.plot_fig4, "model+text",
                        "Gradient sensitivity against T (Lemma 2)"),
-    "thm1_readings": FigureSpec("normalization", thm1_readings.thm1_readings, normalization_plots.plot_thm1_readings,
+    "thm1_readings": FigureSpec("normalization", theorem1.thm1_readings, normalization_plots.plot_thm1_readings,
                                 "model+text", "Theorem 1 under every reading: Fig. 2a's curves and the critical N"),
-    "separability_readings": FigureSpec("normalization", thm2_readings.separability_readings,
-                                        thm2_readings.plot_separability_readings, "model+text",
+    "separability_readings": FigureSpec("normalization", theorem2.separability_readings,
+                                        theorem2.plot_separability_readings, "model+text",
                                         "Theorem 2 under every reading: N_s/N per vectors, radius and rows"),
-    "gradient_readings": FigureSpec("normalization", thm2_readings.gradient_readings,
-                                    thm2_readings.plot_gradient_readings, "model+text",
+    "gradient_readings": FigureSpec("normalization", theorem2.gradient_readings,
+                                    theorem2.plot_gradient_readings, "model+text",
                                     "Fig. 4 under every reading: g(T, eps) per aggregate and direction, T -> 0"),
     "tsc_uniform": FigureSpec("sample-complexity", sample_complexity.uniform_map,
                               sample_complexity_plots.plot_uniform_map, "none",
@@ -74,8 +74,8 @@ FIGURES: dict[str, FigureSpec] = {
 
 def paper1_all_claims(results: dict) -> list[dict]:
     """The paper-1 claim rows at the book's default readings, then one row per reading where the reading matters."""
-    return (normalization_claims.paper1_claims(results) + thm1_readings.thm1_reading_claims(results)
-            + thm2_readings.thm2_reading_claims(results))
+    return (normalization_claims.paper1_claims(results) + theorem1.thm1_reading_claims(results)
+            + theorem2.thm2_reading_claims(results))
 
 
 # every reading of an open formula, side by side (their claim rows carry a reading)

@@ -151,10 +151,10 @@ def critical_by_window(model: str, windows: Sequence[TextWindow], *, device: str
 def reading_critical_over_windows(model: str, windows: Sequence[TextWindow], reading: str, *, device: str = "cpu",
                                   max_length: int = BOOK_MAX_LENGTH, lengths: Sequence[int] = (64, 128, 256, 512)
                                   ) -> list[dict]:
-    """Fig. 2c's critical N under one reading "E / d / vectors" (`thm1_readings`) in each window: rows window (label),
-    L, critical_n, critical_frac (NaN where none), holds (the 6% rule at that L)."""
+    """Fig. 2c's critical N under one reading "E / d / vectors" (`readings.theorem1`) in each window: rows window
+    (label), L, critical_n, critical_frac (NaN where none), holds (the 6% rule at that L)."""
     from attnlab.normalization.paper import CRITICAL_FRAC
-    from attnlab.normalization.thm1_readings import thm1_readings
+    from attnlab.normalization.readings.theorem1 import thm1_readings
 
     e, d, vec = reading.split(" / ")
     rows = []
@@ -178,7 +178,7 @@ def pooled_critical_n(model: str, windows: Sequence[TextWindow], lengths: Sequen
     Rows: L, critical_n, critical_frac, n_samples. Value vectors, visible keys, as the book's Fig. 2c."""
     import torch
 
-    from attnlab.normalization.critical_n import critical_n
+    from attnlab.normalization.metrics.critical_n import critical_n
     from attnlab.normalization.paper import KS_ALPHA
 
     inputs = window_inputs(model, device, windows, max_length)
@@ -255,7 +255,7 @@ def pooled_result(model, windows: Sequence[TextWindow], *, device: str = "cpu") 
 def reading_result(model, windows: Sequence[TextWindow], reading: str, *, device: str = "cpu") -> Result:
     """`reading_critical_over_windows` at BOOK_LENGTHS as a cached Result "reading_windows"."""
     key = {"reading": reading, "windows": [(w.corpus, w.start) for w in windows], "lengths": list(BOOK_LENGTHS),
-           "code": ["attnlab.windows", "attnlab.normalization.thm1_readings"], **model_key(model)}
+           "code": ["attnlab.windows", "attnlab.normalization.readings.theorem1"], **model_key(model)}
     return cached("reading_windows", key, lambda: Result(
         "reading_windows", reading_critical_over_windows(model.name, windows, reading, device=device,
                                                          lengths=BOOK_LENGTHS),

@@ -7,7 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnlab.normalization import bounds, gradients, separability
+from attnlab.normalization import bounds
+from attnlab.normalization.metrics import gradients, separability
 
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True)
 

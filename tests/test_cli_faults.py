@@ -147,7 +147,7 @@ def _parser_with(func):
 
 def test_a_damaged_numba_cache_is_dropped_and_rebuilt(tmp_path):
     """A garbled index and a truncated data file raised UnpicklingError on every run until deleted by hand."""
-    run = [sys.executable, "-c", "import torch; from attnlab.normalization import kernels; "
+    run = [sys.executable, "-c", "import torch; from attnlab.normalization.kernels import metrics as kernels; "
            "torch.manual_seed(0); print(kernels.top_k(torch.rand(1, 3, 9), None, 2).tolist())"]
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     first = subprocess.run(run, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -313,7 +313,7 @@ def test_finite_scores_that_overflow_are_errors_not_nan():
 
 
 def test_an_empty_critical_n_scan_is_an_error_not_minus_one():
-    from attnlab.normalization.critical_n import critical_n
+    from attnlab.normalization.metrics.critical_n import critical_n
 
     for incremental in (True, False):
         with pytest.raises(ValueError, match="nothing to scan"):

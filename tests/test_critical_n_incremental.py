@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.normalization import critical_n, distance, engine, kernels, oracle
+from attnlab.normalization import oracle
+from attnlab.normalization.kernels import metrics as kernels
+from attnlab.normalization.metrics import critical_n, distance, engine
 
 
 def _inputs(seed=0, heads=20, L=14, D=4, sharp=1.0, vis="causal", ties=False, shared=False, dtype=torch.float32):

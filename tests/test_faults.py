@@ -159,7 +159,7 @@ def _parser_with(func):
 def test_a_fractional_top_n_is_refused():
     import torch
 
-    from attnlab.normalization import distance
+    from attnlab.normalization.metrics import distance
 
     probs = torch.softmax(torch.randn(1, 6, 6), -1)
     with pytest.raises(ValueError, match="whole number"):
@@ -239,7 +239,7 @@ def test_non_finite_inputs_are_errors_that_name_the_tensor_and_position():
 
     import torch
 
-    from attnlab.normalization import distance, gradients, rows
+    from attnlab.normalization.metrics import distance, gradients, rows
     from attnlab.tools import normalizers
 
     with pytest.raises(ValueError, match=r"position \(1,\).*-inf"):

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.normalization import bounds, critical_n, distance, engine, gradients, oracle, rows, separability
+from attnlab.normalization import bounds, oracle
+from attnlab.normalization.metrics import critical_n, distance, engine, gradients, rows, separability
 
 
 def _inputs(seed=0, layers=2, heads=2, L=12, D=4, sharp=2.0, causal=True):
@@ -193,7 +194,7 @@ def test_fd_grad_norms_leave_out_keys_no_causal_row_sees():
 def test_secular_top_eigenvalue_equals_eigvalsh(monkeypatch, fused):
     """The secular solver (CPU kernel: safeguarded Newton; torch: bisection) == eigvalsh to 1e-12 absolute, on soft
     and near one-hot rows, a tie at the top, one visible key and masked keys."""
-    from attnlab.normalization import engine
+    from attnlab.normalization.metrics import engine
 
     monkeypatch.setattr(engine, "FUSED", fused)
     g = torch.Generator().manual_seed(7)
@@ -249,7 +250,7 @@ def test_ties_break_to_lower_index_and_top_n():
 def test_top_k_kernel_equals_stable_sort_with_ties():
     """The insertion top-k (CPU kernel) keeps the tie rule: weight descending, lower index first,
     invisible keys last, also where rows have fewer visible keys than k."""
-    from attnlab.normalization import kernels
+    from attnlab.normalization.kernels import metrics as kernels
 
     g = torch.Generator().manual_seed(3)
     p = (torch.rand(3, 9, 40, generator=g) * 4).floor() / 4          # many exact ties, zeros
@@ -267,7 +268,7 @@ def test_top_k_kernel_equals_stable_sort_with_ties():
 
 def test_far_rows_kernel_equals_cummax():
     """far2 of the d1 tables: the numba running maximum equals torch.cummax's values (+ ||x_j||^2) bit for bit."""
-    from attnlab.normalization import kernels
+    from attnlab.normalization.kernels import metrics as kernels
 
     g = torch.Generator().manual_seed(5)
     H = ((torch.rand(2, 30, 30, generator=g, dtype=torch.float64) - 0.5) * 8).round()   # ties, zeros

@@ -7,7 +7,9 @@ import torch
 from test_critical_n_incremental import _inputs
 
 from attnlab.core.capture import Trace
-from attnlab.normalization import bounds, critical_n, critical_readings, distance, engine, oracle, readings
+from attnlab.normalization import bounds, oracle, readings
+from attnlab.normalization.metrics import critical_n, distance, engine
+from attnlab.normalization.readings import six_percent
 
 
 def _rows_direct(probs, x, vis, N, fn):
@@ -96,16 +98,16 @@ def _agree(res, ref, rtol=1e-5):
 @pytest.mark.parametrize("vis", ["causal", "bidirectional", "irregular"])
 def test_reading_scan_equals_oracle_and_torch_path(vis, monkeypatch):
     probs, x, visible = _inputs(seed=7, heads=16, L=13, D=4, sharp=1.5, vis=vis, shared=vis == "bidirectional")
-    pairs = critical_readings.ALL_PAIRS
+    pairs = six_percent.ALL_PAIRS
     ref = oracle.critical_n_readings(probs, x, visible, pairs=pairs, seed=2)
     for certify in (True, False):
-        got = critical_readings.critical_n_readings(probs, x, visible, pairs=pairs, seed=2, certify=certify, block=2)
+        got = six_percent.critical_n_readings(probs, x, visible, pairs=pairs, seed=2, certify=certify, block=2)
         for p in pairs:
             _agree(got[p], ref[p])
             if not certify:
                 assert all(got[p]["exact"])
     monkeypatch.setattr(engine, "FUSED", False)
-    torch_path = critical_readings.critical_n_readings(probs, x, visible, pairs=pairs, seed=2)
+    torch_path = six_percent.critical_n_readings(probs, x, visible, pairs=pairs, seed=2)
     for p in pairs:
         _agree(torch_path[p], ref[p])
         assert all(torch_path[p]["exact"])
@@ -115,7 +117,7 @@ def test_reading_scan_longer_rows_certifies_and_matches_the_default_scan():
     """L = 40: most N certified for some pairs, the rest exact; the pair (E1, b) is the book's default scan."""
     probs, x, visible = _inputs(seed=1, heads=24, L=40, D=6, sharp=2.0, vis="causal")
     pairs = [("E1", "b"), ("E1", "a"), ("E2", "b"), ("E4", "b"), ("E5", "a")]
-    got = critical_readings.critical_n_readings(probs, x, visible, pairs=pairs, seed=0)
+    got = six_percent.critical_n_readings(probs, x, visible, pairs=pairs, seed=0)
     ref = oracle.critical_n_readings(probs, x, visible, pairs=pairs, seed=0)
     for p in pairs:
         _agree(got[p], ref[p])
@@ -134,7 +136,7 @@ def test_formula_brackets_contain_the_exact_values():
     for t in (3, 11, 29):                                            # one query row at a time: head mean == row
         p1, v1 = probs[..., t:t + 1, :], v[t:t + 1]
         scan = critical_n.RunningTopN(p1, x, v1, 29)
-        rows = critical_readings.FormulaRows(scan)
+        rows = six_percent.FormulaRows(scan)
         ns = list(range(1, int(v1.sum())))
         br = rows.brackets(("E2", "E3", "E5"), ns)
         st = distance.distance_stats(p1, x, ns, v1, stats=("E2", "E3", "E5"))
@@ -150,9 +152,9 @@ def test_formula_brackets_contain_the_exact_values():
 def test_reading_scan_rejects_bad_input():
     probs, x, visible = _inputs(seed=0, heads=4, L=6, D=3)
     with pytest.raises(ValueError, match="unknown reading pair"):
-        critical_readings.critical_n_readings(probs, x, visible, pairs=[("E9", "b")])
+        six_percent.critical_n_readings(probs, x, visible, pairs=[("E9", "b")])
     with pytest.raises(ValueError, match="samples"):
-        critical_readings.critical_n_readings(probs, x, visible, samples=0)
+        six_percent.critical_n_readings(probs, x, visible, samples=0)
 
 
 def test_vector_readings():
@@ -178,25 +180,26 @@ def test_vector_readings():
 def test_thm1_readings_experiment_and_claims(tiny, war_and_peace):
     """The experiment on a causal model (one pass, prefixes): rows of both kinds for every reading, the default pair
     equal to fig2c's scan, claim rows with their reading, and the derived bound [R] holding for E1, E3 and E4."""
-    from attnlab.normalization import experiments, thm1_readings
+    from attnlab.normalization import experiments
     from attnlab.normalization.claims import paper1_claims
+    from attnlab.normalization.readings import theorem1
 
     ids = tiny.window(war_and_peace.text, 128)
     vecs = ["v", "k_unit", "hidden_head"]
-    res = thm1_readings.thm1_readings(tiny, ids, quick=True, progress=False, vectors=vecs, lengths=[64, 128],
+    res = theorem1.thm1_readings(tiny, ids, quick=True, progress=False, vectors=vecs, lengths=[64, 128],
                                       curve_lengths=[32, 64, 128])
     crit = res.select(kind="critical")
-    assert len(crit) == 2 * len(vecs) * len(critical_readings.ALL_PAIRS)
+    assert len(crit) == 2 * len(vecs) * len(six_percent.ALL_PAIRS)
     assert {r["vectors"] for r in crit} == set(vecs) and res.provenance["samples"] == 2
     fig2c = experiments.fig2c(tiny, ids, lengths=[64, 128], progress=False)
     for L in (64, 128):
         want = fig2c.select(L=L)[0]["critical_n"]
         assert res.select(kind="critical", vectors="v", L=L, e="E1", d="b")[0]["critical_n"] == want
     curve = res.select(kind="curve", vectors="v")
-    assert {r["N"] for r in curve if r["L"] == 128} == set(thm1_readings.cor2_ns(128)) == {1, 5, 16, 32, 48, 64, 80,
+    assert {r["N"] for r in curve if r["L"] == 128} == set(theorem1.cor2_ns(128)) == {1, 5, 16, 32, 48, 64, 80,
                                                                                           96, 112, 127}
     assert all(np.isfinite(r["E4_b_se"]) and r["E4_b_se"] >= 0 for r in curve)
-    rows = thm1_readings.thm1_reading_claims({"thm1_readings": res})
+    rows = theorem1.thm1_reading_claims({"thm1_readings": res})
     assert rows and all(r["reading"] for r in rows)
     ids_ = {r["id"] for r in rows}
     assert ids_ == {"p1-fig2c-critical", "p1-fig2a-linear", "p1-cor2-i", "p1-cor2-bounded", "p1-cor2-ii"}
@@ -208,7 +211,7 @@ def test_thm1_readings_experiment_and_claims(tiny, war_and_peace):
     crit_v = {r["reading"]: r["verdict"] for r in rows if r["id"] == "p1-fig2c-critical"}
     assert crit_v["E1 / b / v"] == default["p1-fig2c-critical"]["verdict"]
     with pytest.raises(ValueError, match="unknown vectors"):
-        thm1_readings.thm1_readings(tiny, ids, vectors=["q"], progress=False)
+        theorem1.thm1_readings(tiny, ids, vectors=["q"], progress=False)
 
 
 def test_thm1_curves_in_float32_products_equal_float64(tiny, war_and_peace, monkeypatch):
@@ -216,15 +219,15 @@ def test_thm1_curves_in_float32_products_equal_float64(tiny, war_and_peace, monk
     E4 samples (random subsets, both d~ readings in one pass) included."""
     import torch
 
-    from attnlab.normalization import thm1_readings
     from attnlab.normalization.experiments import Captures
+    from attnlab.normalization.readings import theorem1
 
     ids = tiny.window(war_and_peace.text, 96)
     tr = Captures(tiny, ids, {"probs", "v", "hidden"}).get(96)
     for vec in ("v", "hidden"):
-        fast = thm1_readings.curve_rows(tr, vec, 96, [5, 48, 95], 0, 2)
-        monkeypatch.setattr(thm1_readings, "CURVE_DTYPE", torch.float64)
-        ref = thm1_readings.curve_rows(tr, vec, 96, [5, 48, 95], 0, 2)
+        fast = theorem1.curve_rows(tr, vec, 96, [5, 48, 95], 0, 2)
+        monkeypatch.setattr(theorem1, "CURVE_DTYPE", torch.float64)
+        ref = theorem1.curve_rows(tr, vec, 96, [5, 48, 95], 0, 2)
         monkeypatch.undo()
         assert len(fast) == len(ref)
         for a, b in zip(fast, ref):
@@ -247,7 +250,7 @@ def test_cor2_ii_measures_e_against_its_value_at_n_1_not_its_peak():
     """Cor. 2(ii) says E -> 0 as N -> L. A curve that rises to a peak at N = L/2 and falls back to its N = 1 value
     does not vanish: measured against its peak (the old test) it passed; against E(1) it does not."""
     from attnlab.core.result import Result
-    from attnlab.normalization import thm1_readings
+    from attnlab.normalization.readings import theorem1
 
     L = 64
 
@@ -255,11 +258,11 @@ def test_cor2_ii_measures_e_against_its_value_at_n_1_not_its_peak():
         return [{"kind": "curve", "window": 0, "vectors": "v", "L": ell, "N": n, "layer": 0, "head": 0, "sum_y": 1.0,
                  "x_max": 1.0, "d_a": 1.0, "d_b": 1.0, "E4_a": 1.0, "E4_b": 1.0,
                  **{e: e_of_n(n) for e in ("E1", "E2", "E3", "E5")}}
-                for ell, ns in ((16, [5]), (32, [5]), (L, thm1_readings.cor2_ns(L))) for n in ns]
+                for ell, ns in ((16, [5]), (32, [5]), (L, theorem1.cor2_ns(L))) for n in ns]
 
     def verdict(e_of_n):
         res = Result("thm1_readings", rows(e_of_n), {"pairs": [("E1", "b")], "vectors": ["v"]})
-        return next(r for r in thm1_readings.thm1_reading_claims({"thm1_readings": res})
+        return next(r for r in theorem1.thm1_reading_claims({"thm1_readings": res})
                     if r["id"] == "p1-cor2-ii" and r["reading"].startswith("E1"))
 
     peaked = verdict(lambda n: 1.0 + 40.0 * (n / L) * (1 - n / L))        # E(L - 1) ~ E(1), peak 10x higher

@@ -124,7 +124,7 @@ def test_ks_p_value_with_more_samples_than_float64_path_counts_allow():
     import numpy as np
     from scipy.stats import ks_2samp
 
-    from attnlab.normalization.critical_n import ks_sf
+    from attnlab.normalization.metrics.critical_n import ks_sf
 
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=1080), rng.normal(0.1, 1, size=1080)

@@ -7,7 +7,7 @@ Each docstring says where the formula comes from (labels: book appendix "How we 
 - **reconstruction [R]**: derived for this project from the paper's prose; *not* the paper's formula.
 
 The functions here are the plain, direct formulas (readable, O(L·D) per row, batched over leading
-dims). `attnlab.normalization.distance`, `separability` and `gradients` compute the same quantities
+dims). `attnlab.normalization.metrics.distance`, `separability` and `gradients` compute the same quantities
 faster, over whole attention tensors, and the
 tests check the two against each other and against the theorems' statements on random inputs.
 
@@ -73,7 +73,7 @@ def corollary1_delta(q: torch.Tensor, k: torch.Tensor, visible: torch.Tensor | N
 
     q [..., Q, D], k [..., K, D], visible bool [Q, K] (default all) -> Delta [..., Q] float64.
     """
-    from attnlab.normalization.engine import prefix_lengths
+    from attnlab.normalization.metrics.engine import prefix_lengths
 
     qn = q.double().norm(dim=-1)                                   # [..., Q]
     kn = k.double().norm(dim=-1)                                   # [..., K]

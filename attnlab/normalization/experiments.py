@@ -36,8 +36,9 @@ from attnlab.core.result import Result, provenance
 from attnlab.core.text import WINDOW_RULE, window_prefix
 from attnlab.core.util import progress as progress_bar
 from attnlab.core.util import recheck_threads, with_threads
-from attnlab.normalization import bounds, critical_n, distance, gradients, rows, separability, streaming
-from attnlab.normalization.engine import DEFAULT_CHUNK, row_mean, visible_scores
+from attnlab.normalization import bounds, streaming
+from attnlab.normalization.metrics import critical_n, distance, gradients, rows, separability
+from attnlab.normalization.metrics.engine import DEFAULT_CHUNK, row_mean, visible_scores
 from attnlab.normalization.paper import EPSILONS, FIG2A_N, FIG2B_NS, FIG3_NMAX, KS_ALPHA
 
 FIGURES = ("fig1", "fig2a", "fig2b", "fig2c", "fig3", "fig4")

@@ -17,8 +17,8 @@ import torch
 from scipy.spatial.distance import cdist, pdist
 from scipy.stats import ks_2samp
 
-from attnlab.normalization.engine import check_inputs, check_ns, flatten_heads, visible_scores
-from attnlab.normalization.gradients import random_directions
+from attnlab.normalization.metrics.engine import check_inputs, check_ns, flatten_heads, visible_scores
+from attnlab.normalization.metrics.gradients import random_directions
 
 NAME = "oracle"
 
@@ -167,7 +167,7 @@ def _ks_record(res: dict, N: int, d_heads, e_heads, alpha: float) -> bool:
 
 def critical_n_readings(probs, x, visible=None, *, pairs=None, alpha: float = 0.01, n_max: Optional[int] = None,
                         seed: int = 0, samples: int = 2, **_ignored) -> dict:
-    """Alg. 3 under every reading pair (e, d) (`critical_readings.critical_n_readings`, same output but e_rel_se):
+    """Alg. 3 under every reading pair (e, d) (`six_percent.critical_n_readings`, same output but e_rel_se):
     per N, per head, the token means of d~ (reading d) of the top N and of E (reading e; E4: d~ of the first N keys
     of each of the `samples` seeded random orders of `readings.random_orders`, averaged); per pair the first N with
     KS p > alpha."""
@@ -328,7 +328,7 @@ def softmax_jacobian_norm(probs, T: float = 1.0, visible=None, **_ignored) -> to
     return torch.from_numpy(out).reshape(lead)
 
 
-# ------------------------------------------- readings of Theorem 2 and Fig. 4 (issue #14; `thm2_readings`)
+# ------------------------------- readings of Theorem 2 and Fig. 4 (issue #14; `readings.theorem2`, `readings.lemma2`)
 
 
 def row_ns_fracs(dist_sel: np.ndarray, r: float, N: int) -> dict[str, float]:

@@ -221,7 +221,7 @@ def plot_fig4(result: Result):
 
 
 def plot_thm1_readings(result: Result, vectors: str = "v"):
-    """Theorem 1 under every reading (`thm1_readings`): left, the critical N / L against L for every E reading
+    """Theorem 1 under every reading (`readings.theorem1`): left, the critical N / L against L for every E reading
     (d~ reading b solid, a dashed) with 0.06 L; right, Fig. 2a's head-mean curves at N = 5 (d~ b and every E)."""
     from attnlab.normalization.readings import E_READINGS
 
@@ -249,10 +249,10 @@ def plot_thm1_readings(result: Result, vectors: str = "v"):
 
 
 def plot_cor2_curves(result: Result, vectors: str = "v"):
-    """Corollary 2(ii) (`thm1_readings`): each reading of E and the true d~ (b) against N / L at the largest L,
+    """Corollary 2(ii) (`readings.theorem1`): each reading of E and the true d~ (b) against N / L at the largest L,
     relative to their value at N = 1 (head means), with the test's level COR2_VANISH."""
     from attnlab.normalization.readings import E_READINGS
-    from attnlab.normalization.thm1_readings import COR2_VANISH
+    from attnlab.normalization.readings.theorem1 import COR2_VANISH
 
     curve = [r for r in result.rows if r["kind"] == "curve" and r["vectors"] == vectors]
     L = max(r["L"] for r in curve)

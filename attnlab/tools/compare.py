@@ -49,9 +49,9 @@ from attnlab.core.models import as_attn_model
 from attnlab.core.result import Result, provenance
 from attnlab.core.text import resolve_text
 from attnlab.core.util import progress as progress_bar
-from attnlab.normalization.critical_n import RunningTopN, brackets_for, certified_rejections
-from attnlab.normalization.engine import cpu_kernels
-from attnlab.normalization.gradients import softmax_jacobian_norm
+from attnlab.normalization.metrics.critical_n import RunningTopN, brackets_for, certified_rejections
+from attnlab.normalization.metrics.engine import cpu_kernels
+from attnlab.normalization.metrics.gradients import softmax_jacobian_norm
 from attnlab.tools import normalizers
 from attnlab.tools.diagnose import (
     ALPHA,

@@ -58,12 +58,12 @@ from attnlab.core.result import Result, provenance
 from attnlab.core.text import resolve_text
 from attnlab.core.util import progress as progress_bar
 from attnlab.normalization import paper
-from attnlab.normalization.critical_n import ks_first_indistinguishable
-from attnlab.normalization.distance import distance_stats
-from attnlab.normalization.engine import row_mean
-from attnlab.normalization.gradients import softmax_jacobian_norm
-from attnlab.normalization.rows import entropy, max_weight
-from attnlab.normalization.separability import separability
+from attnlab.normalization.metrics.critical_n import ks_first_indistinguishable
+from attnlab.normalization.metrics.distance import distance_stats
+from attnlab.normalization.metrics.engine import row_mean
+from attnlab.normalization.metrics.gradients import softmax_jacobian_norm
+from attnlab.normalization.metrics.rows import entropy, max_weight
+from attnlab.normalization.metrics.separability import separability
 
 DEFAULT_LENGTHS = (64, 128, 256, 512, 1024)   # powers of two up to the paper's 1024, capped by the model
 N_TOP = paper.FIG2A_N          # d~ at N = 5, as in the paper's Fig. 2a

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from attnlab.normalization import bounds
-from attnlab.normalization.engine import blocks, check_inputs, cpu_kernels, visible_scores
+from attnlab.normalization.metrics.engine import blocks, check_inputs, cpu_kernels, visible_scores
 
 # elements of one [heads, rows, K] block of `row_summary`: its float32 temporaries (1 MiB each) stay in a
 # core's L2 cache between passes (at MiniLM's L = 512, 8.4 ms per layer against 11-14 ms with 1 << 20)

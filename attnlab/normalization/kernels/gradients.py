@@ -1,12 +1,12 @@
-"""CPU kernel (numba) of Lemma 2's exact Jacobian norm (`attnlab.normalization.gradients.softmax_jacobian_norm`,
+"""CPU kernel (numba) of Lemma 2's exact Jacobian norm (`attnlab.normalization.metrics.gradients.softmax_jacobian_norm`,
 method "secular"): the top eigenvalue of diag(a) - a a^T per row. Compiled once and cached on disk like
-`attnlab.normalization.kernels` (imported first: it sets numba's cache folder)."""
+`attnlab.normalization.kernels.metrics` (imported first: it sets numba's cache folder)."""
 from __future__ import annotations
 
 import numba
 import torch
 
-from attnlab.normalization.kernels import FASTMATH, use_threads
+from attnlab.normalization.kernels.metrics import FASTMATH, use_threads
 
 
 @numba.njit(parallel=True, fastmath=FASTMATH, cache=True)

@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 import torch
 
 from attnlab.normalization import bounds
-from attnlab.normalization.engine import (
+from attnlab.normalization.metrics.engine import (
     DEFAULT_CHUNK,
     RowBlock,
     blocks,

@@ -28,10 +28,11 @@ from attnlab.core.text import window_prefix
 from attnlab.core.util import figure_row, with_threads
 from attnlab.core.util import progress as progress_bar
 from attnlab.core.verdicts import claim_row, percent, verdict
-from attnlab.normalization import gradients, readings, separability
+from attnlab.normalization import readings
 from attnlab.normalization.claims import SLOPE_TOL, linear_fit
-from attnlab.normalization.engine import DEFAULT_CHUNK, row_mean, visible_scores
 from attnlab.normalization.experiments import HOLD_ATOL, HOLD_RTOL, sep_token_id, temperature_grid, with_defaults
+from attnlab.normalization.metrics import gradients, separability
+from attnlab.normalization.metrics.engine import DEFAULT_CHUNK, row_mean, visible_scores
 from attnlab.normalization.paper import EPSILONS, FIG3_NMAX, ONE_OVER_T_BELOW, SATURATION_N, SEPARABILITY_BAND
 from attnlab.normalization.plots import title
 

@@ -23,7 +23,7 @@ inputs: float32), where the cancellation happens; their square roots are float32
 float64 roots are 4x slower on CPU), their sums float64.
 
 On CPU the per-key loops (the root sums, a small top-k, the d1 lookups, the running top-N sums of the
-critical-N scan) run as numba kernels (`attnlab.normalization.kernels`, `FUSED`): one pass per row where
+critical-N scan) run as numba kernels (`attnlab.normalization.kernels.metrics`, `FUSED`): one pass per row where
 torch makes one per operation.
 Elsewhere (GPU, or ATTNLAB_KERNELS=0) the same formulas run as torch operations.
 `attnlab.normalization.oracle` recomputes everything row by row, directly from the formulas; the
@@ -38,7 +38,7 @@ from typing import Iterable, Iterator, Optional
 import torch
 
 DEFAULT_CHUNK = 1 << 20          # elements of one [heads, rows, K] block (8 MiB in float64)
-# CPU: the hot loops run as the numba kernels of `attnlab.normalization.kernels`; False (or ATTNLAB_KERNELS=0): plain
+# CPU: the hot loops run as the numba kernels of `normalization.kernels.metrics`; False (or ATTNLAB_KERNELS=0): plain
 # torch everywhere, the path GPUs take (the tests check both against the oracle)
 FUSED = os.environ.get("ATTNLAB_KERNELS", "1") != "0"
 SMALL_N = 16                     # N <= SMALL_N: d1 from each key's farthest visible key (else candidates),
@@ -196,9 +196,9 @@ def context_vector(
 
 
 def cpu_kernels(t: torch.Tensor):
-    """`attnlab.normalization.kernels` when they serve tensors like t (CPU, `FUSED`), else None (torch operations)."""
+    """`normalization.kernels.metrics` when they serve tensors like t (CPU, `FUSED`), else None (torch operations)."""
     if FUSED and t.device.type == "cpu":
-        from attnlab.normalization import kernels
+        from attnlab.normalization.kernels import metrics as kernels
 
         return kernels
     return None
@@ -243,7 +243,7 @@ def root_sum(
     `_far_tables`: w_i = x_i.s for s the dropped keys' sum, from H), c0 [b, q, 1], g and s2_coef numbers or
     [q, 1]. The squares are formed in float64 by default (the cancellation happens there), their roots
     in float32 (~1e-7 relative; float64 roots are 4x slower on CPU), the sums in float64. On CPU one
-    fused pass per row (`attnlab.normalization.kernels`, when `FUSED`); elsewhere torch, a pass per operation."""
+    fused pass per row (`normalization.kernels.metrics`, when `FUSED`); elsewhere torch, a pass per operation."""
     kernels = cpu_kernels(rows.a)
     if kernels is not None:
         c0, g, s2_coef = (v.squeeze(-1) if torch.is_tensor(v) else v for v in (c0, g, s2_coef))

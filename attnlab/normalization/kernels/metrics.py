@@ -1,4 +1,4 @@
-"""CPU kernels (numba, compiled once and cached on disk) for the hot loops of `attnlab.normalization.engine`: one
+"""CPU kernels (numba, compiled once and cached on disk) for the hot loops of `normalization.metrics.engine`: one
 pass over the keys of each attention row where torch would make a pass per operation.
 
 `root_sums` (`engine.root_sum`). The sums of Theorem 1 (d~, E, the Jensen spread) all have one form,

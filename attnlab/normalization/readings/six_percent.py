@@ -18,14 +18,14 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from attnlab.normalization.critical_n import (
+from attnlab.normalization.metrics.critical_n import (
     BRACKET_SLACK,
     RunningTopN,
     certified_rejections,
     ks_first_indistinguishable,
 )
-from attnlab.normalization.distance import distance_stats
-from attnlab.normalization.engine import check_inputs, cpu_kernels, row_mean
+from attnlab.normalization.metrics.distance import distance_stats
+from attnlab.normalization.metrics.engine import check_inputs, cpu_kernels, row_mean
 from attnlab.normalization.readings import D_READINGS, E_READINGS, FORMULA_E, random_orders
 
 ALL_PAIRS = tuple((e, d) for e in E_READINGS for d in D_READINGS)
@@ -78,7 +78,7 @@ class FormulaRows:
         triangle inequality (`||sum w_i|| <= sum ||w_i||`, `|sum l_i ||x_i|| - L mu ||xbar||| <= sum ||w_i|| <=
         sum l_i ||x_i|| + L mu ||xbar||`) and Cauchy-Schwarz (`sum ||w_i|| <= sqrt(L sum ||w_i||^2)`, the sum of
         squares in closed form), with the bracket slack of `critical_n`."""
-        from attnlab.normalization import reading_kernels as kernels
+        from attnlab.normalization.kernels import readings as kernels
 
         if list(ns) != list(range(ns[0], ns[0] + len(ns))):
             raise ValueError(f"the N of a bracket window must be consecutive, got {list(ns)}")

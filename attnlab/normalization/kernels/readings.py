@@ -1,19 +1,19 @@
-"""CPU kernels (numba) of the readings scan (`attnlab.normalization.critical_readings`): the closed-form brackets of
+"""CPU kernels (numba) of the readings scan (`attnlab.normalization.readings.six_percent`): the closed-form brackets of
 E2, E3, E5 in O(1) per row and N, and the seeded random orders of E4 (counter-based Fisher-Yates). Compiled once and
-cached on disk like `attnlab.normalization.kernels` (imported first: it sets numba's cache folder)."""
+cached on disk like `attnlab.normalization.kernels.metrics` (imported first: it sets numba's cache folder)."""
 from __future__ import annotations
 
 import numba
 import numpy as np
 import torch
 
-from attnlab.normalization.kernels import FASTMATH, use_threads
+from attnlab.normalization.kernels.metrics import FASTMATH, use_threads
 
 
 @numba.njit(parallel=True, fastmath=FASTMATH, cache=True)
 def _formula_brackets(SA, Syn, San, Sn, Sn2, oo, oX, XX, Lt, n0, flags, slack, out):
     """Brackets of the closed forms E2, E3, E5 (flags uint8 [3]) for N = n0 .. n0 + W - 1 from per-row sums [b, q]
-    (`critical_readings.FormulaRows`), in O(1) per row and N: out float64 [6, b, W] += lo, hi of E2, E3, E5 summed
+    (`six_percent.FormulaRows`), in O(1) per row and N: out float64 [6, b, W] += lo, hi of E2, E3, E5 summed
     over the rows with Lt > N. For sum_i ||l_i x_i - mu xbar||, l_i = a_i + c: lo = max(||sum_i (l_i x_i - mu xbar)||,
     |sum l_i ||x_i|| - L mu ||xbar|||), hi = min(sum l_i ||x_i|| + L mu ||xbar||, sqrt(L sum ||l_i x_i - mu xbar||^2)),
     times (L - N) / L; xbar = Xs / L and mu = 1 (E2), xbar = o and mu = c (E3) or 1 (E5)."""

@@ -11,7 +11,7 @@ Rows (`kind`):
   (`sum_y`, the limit of Corollary 2(i)) and of max_i ||x_i|| (`x_max`). N = 5 at every L of the curve grid
   (Fig. 2a), and N = L/2, L - 1 at the largest L (Corollary 2(ii)).
 - "critical": per (vectors, L, e, d): the critical N of the KS scan (Alg. 3: every N from 1, alpha = 0.01,
-  `critical_readings.critical_n_readings`), its fraction of L, the p-value and the sample means there, how many
+  `six_percent.critical_n_readings`), its fraction of L, the p-value and the sample means there, how many
   N were computed exactly, and E4's relative standard error at that N.
 """
 from __future__ import annotations
@@ -28,11 +28,11 @@ from attnlab.core.util import with_threads
 from attnlab.core.verdicts import claim_row, verdict
 from attnlab.normalization import readings as R
 from attnlab.normalization.claims import LINEAR_CLAIM, linear_growth
-from attnlab.normalization.critical_readings import ALL_PAIRS, DEFAULT_SAMPLES, check_pairs, critical_n_readings
-from attnlab.normalization.distance import distance_stats
-from attnlab.normalization.engine import prefix_lengths, row_mean
 from attnlab.normalization.experiments import Captures, as_windows, length_grid
+from attnlab.normalization.metrics.distance import distance_stats
+from attnlab.normalization.metrics.engine import prefix_lengths, row_mean
 from attnlab.normalization.paper import CRITICAL_FRAC, FIG2A_N, KS_ALPHA
+from attnlab.normalization.readings.six_percent import ALL_PAIRS, DEFAULT_SAMPLES, check_pairs, critical_n_readings
 
 NAME = "thm1_readings"
 LENGTHS = (64, 128, 256, 512)             # the critical-N table (issue #14); capped by the model

@@ -10,7 +10,14 @@ import numpy as np
 import torch
 
 from attnlab.normalization import bounds
-from attnlab.normalization.engine import DEFAULT_CHUNK, blocks, check_inputs, cpu_kernels, key_spans, visible_scores
+from attnlab.normalization.metrics.engine import (
+    DEFAULT_CHUNK,
+    blocks,
+    check_inputs,
+    cpu_kernels,
+    key_spans,
+    visible_scores,
+)
 
 #: how the unit direction v of Alg. 5 is drawn (`attnlab.normalization.readings.DIRECTIONS`): z/||z|| over the
 #: visible keys with z ~ N(0, I) ("gaussian", the default) or z_i = -+1 ("rademacher")
@@ -209,7 +216,7 @@ def softmax_jacobian_norm(
     if method == "secular":
         if cpu_kernels(a) is None:
             return _secular_top(a) / T
-        from attnlab.normalization.gradient_kernels import secular_top
+        from attnlab.normalization.kernels.gradients import secular_top
 
         return secular_top(a) / T
     raise ValueError(f"method must be 'eigvalsh' or 'secular', got {method!r}")

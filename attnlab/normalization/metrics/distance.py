@@ -1,7 +1,7 @@
 """Theorem 1 of arXiv 2508.17821 (Fig. 2a/2b): the representation distance d~ of the top-N tokens,
 its random-set expectation E, the Jensen spread, and the fixed-set bound d_max, for every row.
 
-Built on `attnlab.normalization.engine` (blocks, top-N orders, root sums). E and the Jensen spread
+Built on `attnlab.normalization.metrics.engine` (blocks, top-N orders, root sums). E and the Jensen spread
 share one x_i.o product; for N <= SMALL_N, x_i.s comes from the d1 table instead. d1 (the largest
 selected-to-non-selected distance) comes from each key's farthest keys, precomputed once per head.
 """
@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 import torch
 
 from attnlab.normalization import bounds
-from attnlab.normalization.engine import (
+from attnlab.normalization.metrics.engine import (
     DEFAULT_CHUNK,
     SMALL_N,
     RowBlock,

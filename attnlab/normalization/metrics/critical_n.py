@@ -10,8 +10,8 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from attnlab.normalization.distance import distance_stats
-from attnlab.normalization.engine import (
+from attnlab.normalization.metrics.distance import distance_stats
+from attnlab.normalization.metrics.engine import (
     DEFAULT_CHUNK,
     SMALL_N,
     blocks,
@@ -237,7 +237,7 @@ class RunningTopN:
     """
 
     def __init__(self, probs, x, vis, n_max: int, order: Optional[torch.Tensor] = None):
-        from attnlab.normalization import kernels
+        from attnlab.normalization.kernels import metrics as kernels
 
         self.kernels = kernels
         _, P, X, xmap = flatten_heads(probs.detach(), x.detach())

@@ -1,4 +1,9 @@
-"""Every defensible reading of the formulas that arXiv 2508.17821 leaves open, in one registry: the name each
+"""Readings: the registry (this file) of every defensible reading of a formula that arXiv 2508.17821 leaves
+open, and beside it one module per statement those readings change, each with its experiment, claim rows and
+plots: `theorem1` (d~ and E, Fig. 2a's curves), `six_percent` (the critical N of every reading pair),
+`theorem2` (separability, Fig. 3), `lemma2` (Fig. 4's slope). Data flows registry -> modules -> figures.
+
+The registry, one place for every reading: the name each
 Result, claim row, plot and chapter uses, what it computes, and where it comes from (labels of the book's
 appendix "How we read the papers": [P] paper, [B] printed in a published summary, [R] reconstruction,
 [G] gap). The first entry of each registry is the book's default reading.
@@ -18,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-#: the longest window of the reading-by-reading Results (thm1_readings' curves, separability_readings,
+#: the longest window of the reading-by-reading Results (theorem1's curves, separability_readings,
 #: gradient_readings) unless a length is asked for: the longest both offline models share (MiniLM has 512
 #: positions), so their reading tables compare like with like, and SmolLM2's 270 heads at L = 1024 would
 #: add about ten minutes of CPU to a build that already has the paper's figures to L = 1024
@@ -209,7 +214,7 @@ def random_orders(lead, visible: torch.Tensor, seed: int = 0, sample: int = 0) -
     visible bool [Q, K]."""
     import numpy as np
 
-    from attnlab.normalization import reading_kernels as kernels
+    from attnlab.normalization.kernels import readings as kernels
 
     Q, K = visible.shape
     B = int(np.prod([int(n) for n in lead])) if len(lead) else 1
