@@ -19,7 +19,7 @@ from attnlab.core.util import atomic_write
 from attnlab.normalization import claims as normalization_claims
 from attnlab.normalization import experiments as normalization
 from attnlab.normalization import plots as normalization_plots
-from attnlab.normalization.readings import theorem1, theorem2
+from attnlab.normalization.readings import lemma2, theorem1, theorem2
 from attnlab.sample_complexity import claims as sample_complexity_claims
 from attnlab.sample_complexity import experiments as sample_complexity
 from attnlab.sample_complexity import plots as sample_complexity_plots
@@ -56,8 +56,8 @@ FIGURES: dict[str, FigureSpec] = {
     "separability_readings": FigureSpec("normalization", theorem2.separability_readings,
                                         theorem2.plot_separability_readings, "model+text",
                                         "Theorem 2 under every reading: N_s/N per vectors, radius and rows"),
-    "gradient_readings": FigureSpec("normalization", theorem2.gradient_readings,
-                                    theorem2.plot_gradient_readings, "model+text",
+    "gradient_readings": FigureSpec("normalization", lemma2.gradient_readings,
+                                    lemma2.plot_gradient_readings, "model+text",
                                     "Fig. 4 under every reading: g(T, eps) per aggregate and direction, T -> 0"),
     "tsc_uniform": FigureSpec("sample-complexity", sample_complexity.uniform_map,
                               sample_complexity_plots.plot_uniform_map, "none",
@@ -75,7 +75,7 @@ FIGURES: dict[str, FigureSpec] = {
 def paper1_all_claims(results: dict) -> list[dict]:
     """The paper-1 claim rows at the book's default readings, then one row per reading where the reading matters."""
     return (normalization_claims.paper1_claims(results) + theorem1.thm1_reading_claims(results)
-            + theorem2.thm2_reading_claims(results))
+            + theorem2.reading_claims(results) + lemma2.reading_claims(results))
 
 
 # every reading of an open formula, side by side (their claim rows carry a reading)

@@ -13,7 +13,7 @@ from attnlab.core.verdicts import VERDICTS
 from attnlab.normalization import claims, oracle, readings
 from attnlab.normalization import experiments as ex
 from attnlab.normalization.metrics import gradients, separability
-from attnlab.normalization.readings import theorem2
+from attnlab.normalization.readings import lemma2, theorem2
 
 matplotlib.use("Agg")
 
@@ -127,7 +127,7 @@ def test_g_at_tiny_T_is_its_T_to_0_limit_away_from_ties(direction):
     l = scores.double()
     flips = 0
     for ei, eps in enumerate(Es):
-        far = (theorem2.top2_gaps(l, vis)[0] > 50 * T) & (theorem2.top2_gaps(l + eps * v, vis)[0] > 50 * T)
+        far = (lemma2.top2_gaps(l, vis)[0] > 50 * T) & (lemma2.top2_gaps(l + eps * v, vis)[0] > 50 * T)
         assert int(far.sum()) > 100
         _close(g[..., ei][far], lim[..., ei][far], rtol=1e-6, atol=1e-12)
         moved = l.argmax(-1) != (l + eps * v).masked_fill(~vis, -math.inf).argmax(-1)
@@ -175,14 +175,15 @@ def test_experiments_claims_and_plots(causal):
     ids = torch.arange(40) % 50
     ns, Ts = list(range(1, 21)), [1e-3, 1e-2, 0.05, 1.0, 10.0]
     sep = theorem2.separability_readings(model, ids, progress=False, ns=ns, text=TEXT)
-    grad = theorem2.gradient_readings(model, ids, progress=False, temperatures=Ts, jac_rows=8, text=TEXT)
+    grad = lemma2.gradient_readings(model, ids, progress=False, temperatures=Ts, jac_rows=8, text=TEXT)
     heads = model.n_layers * model.n_heads
     assert len(sep.rows) == len(readings.VECTORS) * 2 * 2 * len(ns) * heads
     assert len(grad.rows) == heads * (2 * (len(Ts) + 1) * 3 + len(Ts))
     for res in (sep, grad):
         assert res.provenance["text_sha256"] == "ab" * 32 and res.provenance["window_tokens"] == 40
     assert set(sep.provenance["readings"]["VECTORS"]) == set(readings.VECTORS)
-    rows = theorem2.thm2_reading_claims({"separability_readings": sep, "gradient_readings": grad})
+    both = {"separability_readings": sep, "gradient_readings": grad}
+    rows = theorem2.reading_claims(both) + lemma2.reading_claims(both)
     assert all(r["verdict"] in VERDICTS and r["reading"] for r in rows)
     keys = {(r["id"], r["reading"]) for r in rows}
     assert len(keys) == len(rows)                                            # every reading once
@@ -207,24 +208,25 @@ def test_experiments_claims_and_plots(causal):
     for r in grad.rows:
         if r["T"] == 0.0:
             assert math.isclose(r["g_mean"], math.sqrt(2) / r["eps"] * r["flip_frac"], rel_tol=1e-9, abs_tol=1e-12)
-    table = theorem2.g_table(grad)
+    table = lemma2.g_table(grad)
     for agg in readings.G_AGGREGATES:
-        T, g = theorem2.g_curve(table, "gaussian", 0.1, agg)
+        T, g = lemma2.g_curve(table, "gaussian", 0.1, agg)
         assert list(T) == Ts and np.isfinite(g).all()
     for fig in (theorem2.plot_separability_readings(sep, aggregate="q75", radius="closed", rows="all"),
-                theorem2.plot_gradient_readings(grad), theorem2.plot_gradient_readings(grad, aggregate="max_row",
+                lemma2.plot_gradient_readings(grad), lemma2.plot_gradient_readings(grad, aggregate="max_row",
                                                                              direction="worst")):
         assert fig.get_size_inches()[0] <= 6.8
         assert "fake" in fig._suptitle.get_text()
 
 
 def test_missing_results_quick_grids_and_bad_protocol():
-    rows = theorem2.thm2_reading_claims({})
+    rows = theorem2.reading_claims({}) + lemma2.reading_claims({})
     assert rows and all(r["verdict"] == "not applicable" for r in rows)
     sep = theorem2.separability_readings(FakeModel(), torch.arange(40), quick=True, progress=False,
                                     vectors=["v_unit", "k"])
     assert sep.provenance["grids"]["ns"] == list(range(1, 9)) and sep.provenance["quick"]
-    rows = theorem2.thm2_reading_claims({"separability_readings": sep})
+    only_sep = {"separability_readings": sep}
+    rows = theorem2.reading_claims(only_sep) + lemma2.reading_claims(only_sep)
     assert all(r["verdict"] == "not applicable" for r in rows if r["id"] == "p1-fig3-saturation")   # no N >= 16
     lower = [r["verdict"] for r in rows if r["id"] == "p1-thm2-lower" and r["reading"].startswith("xi=row / v_unit")]
     assert lower == ["holds"]                                                # a theorem
@@ -233,4 +235,4 @@ def test_missing_results_quick_grids_and_bad_protocol():
     with pytest.raises(ValueError, match="unknown vectors"):
         theorem2.separability_readings(FakeModel(), torch.arange(10), progress=False, vectors=["q"])
     with pytest.raises(ValueError, match="unknown directions"):
-        theorem2.gradient_readings(FakeModel(), torch.arange(10), progress=False, directions=["up"])
+        lemma2.gradient_readings(FakeModel(), torch.arange(10), progress=False, directions=["up"])

@@ -220,7 +220,7 @@ def _visible(trace, p: dict) -> Optional[torch.Tensor]:
     return trace.visible() if p["keys"] == "visible" else None
 
 
-def _head_rows(trace, values: dict, **fixed) -> list[dict]:
+def head_rows(trace, values: dict, **fixed) -> list[dict]:
     """One row per (layer, head) of arrays values[name] [layer, head]."""
     values = {k: torch.as_tensor(v).double().tolist() for k, v in values.items()}    # one conversion per array
     rows = []
@@ -293,7 +293,7 @@ def fig1_rows(trace, p: dict, L: int, window: int = 0) -> list[dict]:
         "cor1_holds": cor_ok.mean(-1), "lemma1_holds": lem_ok.mean(-1),
         "logit_err": st["logit_err"].amax(-1), "mean_row_len": st["L"].mean(-1),
     }
-    return _head_rows(trace, values, window=window, L=L, uniform=1.0 / L, n_rows=trace.probs.shape[-2])
+    return head_rows(trace, values, window=window, L=L, uniform=1.0 / L, n_rows=trace.probs.shape[-2])
 
 
 @with_threads
@@ -332,7 +332,7 @@ def distance_rows(trace, p: dict, ns: Sequence[int], L: int, window: int = 0) ->
         vals = {k: v[..., c] for k, v in means.items()}
         vals.update({k: v[..., c] for k, v in hold.items()})
         vals["n_rows"] = n_rows[..., c]
-        rows += _head_rows(trace, vals, window=window, L=L, N=N)
+        rows += head_rows(trace, vals, window=window, L=L, N=N)
     for r in rows:
         r["n_rows"] = int(r["n_rows"])
     return rows
@@ -430,7 +430,7 @@ def separability_rows(trace, p: dict, ns: Sequence[int], L: int, window: int = 0
     for c, N in enumerate(ns):
         vals = {k: v[..., c] for k, v in means.items()}
         vals.update({k: v[..., c] for k, v in hold.items()})
-        rows += _head_rows(trace, vals, window=window, L=L, N=N)
+        rows += head_rows(trace, vals, window=window, L=L, N=N)
     return rows
 
 
