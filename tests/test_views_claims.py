@@ -7,10 +7,11 @@ import pytest
 
 matplotlib.use("Agg")
 
-from attnlab import book, claim_views, widgets  # noqa: E402
+from attnlab import book, widgets  # noqa: E402
 from attnlab.core.result import Result  # noqa: E402
 from attnlab.normalization import claim_kinds  # noqa: E402
 from attnlab.normalization.claim_kinds import EMPIRICAL, PRINTED, THEOREM, by_kind, claim_kind, is_theorem, why  # noqa: E402
+from attnlab.views import claims as claim_views  # noqa: E402
 
 
 def test_every_claim_in_the_table_is_one_the_checker_makes():
