@@ -71,3 +71,11 @@ def test_reference_and_fit_frames():
     assert fig.axes[0].get_title() == "sphere, covariance error, WLS fit"
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["s = 1: slope -0.100",
                                                                            "s = 10: slope -1.000"]
+
+
+def test_map_departure_finds_where_the_map_leaves_its_limit():
+    dep = views.map_departure(2.0, 2000)
+    assert 0 < dep["x_away"] <= 4 and dep["band"] > 0
+    assert 2.0 < dep["y_max"] < 5.0                                  # about sqrt(2 log n) = 3.9
+    assert dep["y_max"] / 2.0 > dep["x_away"] * 0.5                  # it bends away before Hx meets the ceiling
+    assert views.map_departure(2.0, 2000, tol=1e9)["x_away"] == 4.0   # never away: the last query

@@ -251,3 +251,21 @@ def fit_frame(res_h, ols_wls: dict, method: str):
     book.plain_log(ax2)
     ax2.legend(loc="lower right")
     return fig
+
+
+def map_departure(H: float, n: int, tol: float = 0.05, draws: int = 3) -> dict:
+    """Where the n-token map (`draws` seeded sets, as in `map_frame`) leaves the limit H x for good on x >= 0 (the
+    map is odd): x_away, the first query from which the mean relative error over the draws stays above `tol`;
+    y_max, the mean over the draws of the largest token; band, the delta-method RMS error at x_away."""
+    A, m, S = torch.tensor([[H]], dtype=torch.float64), torch.zeros(1), torch.eye(1)
+    x = QUERIES[QUERIES[:, 0] >= 0]
+    exact = theory.gaussian_map(x, m, S, A)[:, 0]
+    band = theory.map_error_constant(x, m, S, A) / math.sqrt(n)
+    gen = mc.make_generator(mc.derive_seed(0, n, int(100 * H)))
+    tokens = mc.sample_gaussian(n, m, S, batch=(draws,), generator=gen)        # [draws, n, 1]
+    emp = theory.attention_map(x, tokens, A)[..., 0]                           # [draws, len(x)]
+    rel = ((emp - exact).abs() / exact.abs().clamp_min(1e-12)).mean(0)         # mean relative error over the draws
+    away = torch.flip(torch.cummin(torch.flip((rel > tol).int(), [0]), 0).values, [0]).bool()   # off from here on
+    i_away = int(away.int().argmax()) if bool(away.any()) else len(x) - 1
+    return {"x_away": float(x[i_away, 0]), "y_max": float(tokens.amax(dim=(1, 2)).mean()),
+            "band": float(band[i_away])}
