@@ -3,6 +3,7 @@ import math
 from pathlib import Path
 
 import matplotlib
+import matplotlib.pyplot
 import pytest
 
 matplotlib.use("Agg")
@@ -126,3 +127,9 @@ def test_time_updates_draws_n_times_and_reports_the_median(capsys):
     ms = widgets.time_updates(draw, 1, 2, n=3, what="compute + draw")
     assert calls == [(1, 2)] * 3 and ms >= 0
     assert "one update of the live slider (compute + draw): median" in capsys.readouterr().err
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    matplotlib.pyplot.close("all")

@@ -1,5 +1,7 @@
 """Chapter 2's views: tables, frames and the live one-head figure, on small synthetic Results and Traces."""
 import matplotlib
+import matplotlib.pyplot
+import pytest
 import torch
 
 matplotlib.use("Agg")
@@ -88,3 +90,9 @@ def test_vectors_frame_is_a_png():
     rows = [{"kind": "curve", "N": 5, "vectors": vec, "L": L, "layer": 0, "head": 0, **{k: 0.1 * L for k in keys}}
             for L in (64, 128, 256)]
     assert views.vectors_frame(Result("thm1_readings", rows), vec)[:4] == b"\x89PNG"
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    matplotlib.pyplot.close("all")

@@ -1,6 +1,8 @@
 """Chapter 5's views: one row's frame, Figure 4's table, the live histogram and the readings tables."""
 import matplotlib
+import matplotlib.pyplot
 import numpy as np
+import pytest
 import torch
 
 matplotlib.use("Agg")
@@ -55,3 +57,9 @@ def test_slope_table_reads_every_reading():
     assert html.count("-0.98<br><b>holds</b>") == len(slopes)
     assert "(m, L = 256); paper: -1" in html
     assert html.count("<tr>") == 1 + len(readings.G_AGGREGATES) * len(readings.DIRECTIONS)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    matplotlib.pyplot.close("all")

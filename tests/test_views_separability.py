@@ -1,6 +1,8 @@
 """Chapter 4's views: the circle example, Figure 3's summary and grid, the live histogram and the readings tables."""
 import matplotlib
+import matplotlib.pyplot
 import numpy as np
+import pytest
 import torch
 
 matplotlib.use("Agg")
@@ -74,3 +76,9 @@ def test_bound_table_has_one_row_per_bound_and_xi():
     html = views.bound_table(rows_sep, units).data
     assert html.count("<tr>") == 1 + 3 * len(readings.XI_READINGS) and "; more" not in html
     assert html.count("<b>holds</b>") == 3 * len(readings.XI_READINGS) * 2
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    matplotlib.pyplot.close("all")

@@ -2,6 +2,8 @@
 import math
 
 import matplotlib
+import matplotlib.pyplot
+import pytest
 
 matplotlib.use("Agg")
 
@@ -68,3 +70,9 @@ def test_readings_table_and_holding_pairs():
     html = views.readings_table(_thm1(), rclaims, "m").data
     assert "critical N / L at L = 64, 128, m" in html and html.count("#d7f5dd") == 2
     assert "0.03<br>–" in html
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    matplotlib.pyplot.close("all")

@@ -1,5 +1,7 @@
 """Chapter 9's views: the cached experiment runner, the map frame and the frames and tables of its Results."""
 import matplotlib
+import matplotlib.pyplot
+import pytest
 
 matplotlib.use("Agg")
 
@@ -79,3 +81,9 @@ def test_map_departure_finds_where_the_map_leaves_its_limit():
     assert 2.0 < dep["y_max"] < 5.0                                  # about sqrt(2 log n) = 3.9
     assert dep["y_max"] / 2.0 > dep["x_away"] * 0.5                  # it bends away before Hx meets the ceiling
     assert views.map_departure(2.0, 2000, tol=1e9)["x_away"] == 4.0   # never away: the last query
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    matplotlib.pyplot.close("all")

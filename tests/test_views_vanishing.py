@@ -1,6 +1,8 @@
 """Chapter 1's views: Figure 1's table, the row-statistics frames and the live one-head figure."""
 import matplotlib
+import matplotlib.pyplot
 import numpy as np
+import pytest
 import torch
 
 matplotlib.use("Agg")
@@ -44,3 +46,9 @@ def test_head_figure_redraws_one_figure():
     draw = views.head_figure(_Trace())
     first = draw(0, 0, 1.0)
     assert first[:4] == b"\x89PNG" and draw(0, 0, 0.25) != first and draw(0, 0, 1.0) == first
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    matplotlib.pyplot.close("all")
