@@ -61,6 +61,9 @@ from __future__ import annotations
 
 import base64
 import io
+import statistics
+import sys
+import time
 import warnings
 from typing import Any, Callable, Sequence, Union
 
@@ -289,6 +292,19 @@ def live_slider(update_fn: Callable[..., Any], *, dpi: int = FRAME_DPI, alt: str
     box = SliderBox([widgets.HBox(list(controls.values())), image, note], fallback_png=bytes(image.value),
                     html=html)
     return box.add_class(LIVE_CLASS)
+
+
+def time_updates(update_fn: Callable[..., Any], *args: Any, n: int = 5, what: str = "read + draw") -> float:
+    """Median milliseconds of `n` calls of ``update_fn(*args)`` drawn to PNG (one live-slider update each), also
+    printed to stderr: Jupyter shows it, the site does not."""
+    ms = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fig_to_png(update_fn(*args))
+        ms.append(1e3 * (time.perf_counter() - t0))
+    median = statistics.median(ms)
+    print(f"one update of the live slider ({what}): median {median:.0f} ms of {n}", file=sys.stderr)
+    return median
 
 
 class StaticFigure:

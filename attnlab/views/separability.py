@@ -1,0 +1,194 @@
+"""Views for chapter 4 (Geometric separability): the circle example, Figure 3's summary and head grid, the live
+one-head histogram, and every reading of N_s/N and of Theorem 2's bounds. Views only: every number is read
+from `attnlab.normalization.metrics.separability` on one row or Trace, or from the fig3 / separability_readings
+Results and their claim rows."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from attnlab import book
+from attnlab.normalization import readings
+from attnlab.normalization.metrics import engine, separability
+from attnlab.normalization.paper import SATURATION_N, SEPARABILITY_BAND
+from attnlab.normalization.readings import theorem2
+from attnlab.tools import normalizers
+
+K = 12                                      # points of the circle example
+
+
+def circle_example(K: int = K, T: float = 0.5, seed: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """K points on the unit circle (evenly spread, jittered) [K, 2] and softmax(logits / T) of random logits [K]."""
+    g = torch.Generator().manual_seed(seed)
+    theta = (torch.arange(K) + 0.7 * torch.rand(K, generator=g)).double() * 2 * np.pi / K
+    x = torch.stack([theta.cos(), theta.sin()], dim=-1)                  # [K, 2]
+    logits = torch.randn(K, generator=g, dtype=torch.float64)
+    return x, normalizers.softmax(logits, T=T)                           # weights [K]
+
+
+def circle_view(x: torch.Tensor, a: torch.Tensor, N: int) -> dict:
+    """`separability.separability_stats` on one row (weights [1, K], points [K, 2]), with what the drawing needs:
+    s, the selected and (for drawing only) the inside points, the scaled points, and whether the two agree."""
+    st = separability.separability_stats(a[None], x, [N], stats=("ns_frac", "r", "lower_row", "upper_B_row"))
+    v = {k: float(t[0, 0]) for k, t in st.items()}
+    s = engine.context_vector(a[None], x, N)[0]
+    sel = torch.zeros(len(a), dtype=torch.bool)
+    sel[engine.top_n(a[None], N)[0]] = True
+    y = a[:, None] * x                                                   # scaled points
+    inside = sel & ((y - s).norm(dim=-1) < v["r"])
+    return dict(v, s=s, sel=sel, inside=inside, y=y, N=N, agrees=int(inside.sum()) == round(v["ns_frac"] * N))
+
+
+def draw_circle(x: torch.Tensor, a: torch.Tensor, N: int, figsize=(6.4, 3.1)):
+    """Figure: the tokens with their weights, and the scaled points a_i x_i with s and the ball B_r(s)."""
+    v = circle_view(x, a, N)
+    s, sel, inside, y, r = v["s"], v["sel"], v["inside"], v["y"], v["r"]
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=figsize)
+    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.09, top=0.91, wspace=0.04)   # fixed layout: fast redraws
+    t = np.linspace(0, 2 * np.pi, 200)
+    ax0.plot(np.cos(t), np.sin(t), color="0.8", lw=1)
+    ax0.scatter(*x[~sel].T, c="k", s=14)
+    ax0.scatter(*x[sel].T, c="m", marker="*", s=90)
+    for i in range(len(a)):
+        ax0.annotate(f"{a[i]:.2f}", x[i] * 1.2, ha="center", va="center", color="0.3")
+    ax0.set(aspect="equal", xlim=(-1.45, 1.45), ylim=(-1.45, 1.45), xticks=[], yticks=[])
+    ax0.set_title(r"tokens $x_i$ (labels: weights $\alpha_i$)", fontsize=9)
+    ax1.add_patch(plt.Circle(s.tolist(), r, color="m", alpha=0.12, lw=0))
+    ax1.add_patch(plt.Circle(s.tolist(), r, fill=False, color="m", lw=0.8, ls="--"))
+    ax1.scatter(*y[~sel].T, c="k", s=14, label="not selected")
+    ax1.scatter(*y[inside].T, c="m", marker="*", s=90, label="selected, inside")
+    ax1.scatter(*y[sel & ~inside].T, facecolors="none", edgecolors="m", marker="*", s=90,
+                label="selected, outside")
+    ax1.scatter(*s.tolist(), c="r", marker="x", s=40, label="$s$")
+    ax1.scatter(0, 0, c="0.5", marker="+", s=30)
+    m = 1.1 * max(float(y.norm(dim=-1).max()), float(s.norm()) + r)
+    ax1.set(aspect="equal", xlim=(-m, m), ylim=(-m, m), xticks=[], yticks=[])
+    ax1.set_title(rf"$\alpha_i x_i$, $s$, $B_r(s)$:  $N = {N}$,  $N_s/N$ = {round(v['ns_frac'] * N)}/{N}",
+                  fontsize=9)
+    ax1.set_xlabel(f"Theorem 2 (ξ = row): lower {v['lower_row']:.2f}, upper [B] {v['upper_B_row']:.2f}")
+    ax1.legend(loc="lower left", framealpha=0.8)
+    return fig
+
+
+def live_circle(N: int, T: float, seed: int):
+    """The live circle figure: a new example at temperature T and seed."""
+    return draw_circle(*circle_example(K, T, seed), N)
+
+
+def fig3_summary(res3, model_name: str):
+    """HTML table: the median over heads of N_s/N at the N the paper describes, against the paper's words."""
+    ns3 = sorted(res3.unique("N"))
+    med = {n: float(np.nanmedian(res3.column("ns_frac", N=n))) for n in ns3}
+    q25, q75 = (float(np.nanpercentile(res3.column("ns_frac", N=ns3[-1]), q)) for q in (25, 75))
+    late = [med[n] for n in ns3 if n >= 16]
+    return book.table(["quantity", "paper (GPT-2 124M, L = 1024)",
+                       f"this book ({model_name}, L = {res3.rows[0]['L']})"],
+                      [["N_s/N at N = 1", "1 (by definition)", f"{med[1]:.3f}"],
+                       ["decline from N = 1 to N = 16", "declines up to N ≈ 16", f"{med[1]:.3f} → {med[16]:.3f}"],
+                       ["change from N = 16 to N = 32", "then saturates", f"{med[16]:.3f} → {med[ns3[-1]]:.3f}"],
+                       ["N_s/N for N ≥ 16", "between 0.70 and 0.85 (≈ 80%)", f"{min(late):.3f} – {max(late):.3f}"],
+                       [f"N_s/N at N = {ns3[-1]}: IQR over heads", "—", f"{q25:.3f} – {q75:.3f}"]])
+
+
+def head_grid(res3, N: int) -> np.ndarray:
+    """[layer, head] N_s/N (token mean) at N from the fig3 Result (NaN where a head has no row)."""
+    layers, heads = sorted(res3.unique("layer")), sorted(res3.unique("head"))
+    g = np.full((len(layers), len(heads)), np.nan)
+    for r in res3.select(N=N):
+        g[layers.index(r["layer"]), heads.index(r["head"])] = r["ns_frac"]
+    return g
+
+
+def heads_frame(res3, N: int, model_name: str, figsize=(6.4, 2.6)):
+    """Figure: N_s/N of every head at N as a layer x head grid, and its histogram against the paper's band."""
+    layers, heads = sorted(res3.unique("layer")), sorted(res3.unique("head"))
+    g = head_grid(res3, N)
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=figsize, layout="constrained",
+                                   gridspec_kw={"width_ratios": [1.15, 1]})
+    im = ax0.imshow(g, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    ax0.set(xlabel="head", ylabel="layer", xticks=range(0, len(heads), 2), yticks=range(len(layers)))
+    ax0.set_yticklabels(layers)
+    ax0.set_xticklabels(heads[::2])
+    fig.colorbar(im, ax=ax0, shrink=0.9, label="$N_s/N$")
+    ax1.axvspan(0.70, 0.85, color="tab:green", alpha=0.15, label="paper 0.70–0.85")
+    ax1.hist(g.ravel(), bins=np.linspace(0, 1, 21), color="tab:green", alpha=0.8)
+    ax1.axvline(np.nanmedian(g), color="k", lw=1, label=f"median {np.nanmedian(g):.2f}")
+    ax1.set(xlim=(0, 1), xlabel="$N_s/N$ (token mean)", ylabel="heads")
+    ax1.legend(loc="upper left")
+    fig.suptitle(f"{model_name}, L = {res3.rows[0]['L']}, N = {N}", fontsize=9)
+    return fig
+
+
+def live_head_histogram(trace):
+    """The live one-head figure for Trace `trace`: returns draw(layer, head, N) -> Figure, the histogram of N_s/N
+    over the query rows with its mean and the mean of both bounds."""
+    vis = trace.visible()
+
+    def draw(layer, head, N):
+        li, hi = trace.layers.index(layer), trace.heads.index(head)
+        st = separability.separability_stats(trace.probs[li, hi].cpu(), trace.v[li, hi].cpu(), [N], vis,
+                                             stats=("ns_frac", "lower_row", "upper_B_row"))
+        f = st["ns_frac"][:, 0].numpy()
+        fig, ax = plt.subplots(figsize=(5.0, 2.6))
+        fig.subplots_adjust(left=0.11, right=0.97, bottom=0.18, top=0.89)          # fixed layout: fast redraws
+        ax.hist(f[np.isfinite(f)], bins=np.linspace(0, 1, 21), color="tab:green", alpha=0.8)
+        ax.axvline(np.nanmean(f), color="k", lw=1.2, label=f"mean {np.nanmean(f):.2f}")
+        ax.axvline(float(st["lower_row"].nanmean()), color="tab:blue", ls="--", lw=1, label="lower bound (mean)")
+        ax.axvline(float(st["upper_B_row"].nanmean()), color="tab:red", ls="--", lw=1,
+                   label="upper bound [B] (mean)")
+        ax.set(xlim=(-0.02, 1.02), xlabel="$N_s/N$ of each query row", ylabel="rows",
+               title=f"layer {layer}, head {head}, N = {N}, L = {trace.n_tokens}")
+        ax.legend(loc="upper left")
+        return fig
+
+    return draw
+
+
+def readings_table():
+    """HTML table of every reading of separability: vectors, radius, rows, summary over heads, xi, constant."""
+    return book.table(["choice", "reading", "label", "source", "formula"],
+                      [[what if i == 0 else "", f"<code>{name}</code>", r.label, r.source, r.formula]
+                       for what, reg in (("vectors x_i", readings.VECTORS), ("radius", readings.RADII),
+                                         ("rows", readings.ROW_SETS), ("summary over heads", readings.SEP_AGGREGATES),
+                                         ("spread xi_i (bounds)", readings.XI_READINGS),
+                                         ("upper bound's constant", readings.UPPER_FORMS))
+                       for i, (name, r) in enumerate(reg.items())])
+
+
+def saturation(sep_tab: dict, rows_sep: Sequence[dict], agg: str, name: str, radius: str = "nearest",
+               rows: str = "positive_r") -> tuple[float, float, str]:
+    """(min, max) over N >= 16 of the summary `agg` over heads under one reading, and the claim checker's verdict."""
+    verdicts = {r["reading"]: r["verdict"] for r in rows_sep if r["id"] == "p1-fig3-saturation"}
+    ns, v = theorem2.sep_curve(sep_tab, name, radius, rows, agg)
+    late = v[ns >= SATURATION_N]
+    return float(late.min()), float(late.max()), verdicts[f"{agg} / {name} / {radius} / {rows}"]
+
+
+def saturation_table(sep_tab: dict, rows_sep: Sequence[dict], L: int, model_name: str):
+    """HTML table: N_s/N for N = 16..32 and its verdict per vectors reading (rows) and summary over heads."""
+    def cell(agg, name):
+        lo, hi, verdict = saturation(sep_tab, rows_sep, agg, name)
+        return f"{lo:.3f}–{hi:.3f}<br><b>{verdict}</b>"
+
+    return book.table(["vectors x_i"] + [r.label for r in readings.SEP_AGGREGATES.values()],
+                      [[f"<code>{n}</code>" + (" (default)" if n == "v_unit" else "")]
+                       + [cell(a, n) for a in readings.SEP_AGGREGATES] for n in readings.VECTORS],
+                      caption=f"N_s/N for N = 16..32, L = {L}, {model_name}; paper: "
+                              f"{SEPARABILITY_BAND[0]}–{SEPARABILITY_BAND[1]}")
+
+
+def bound_table(rows_sep: Sequence[dict], units: Sequence[str]):
+    """HTML table: Theorem 2's bounds per reading of xi (rows) and unit vectors (columns): measured and verdict."""
+    bound_rows = {(r["id"], r["reading"]): r for r in rows_sep if r["id"].startswith("p1-thm2")}
+    what = {"p1-thm2-lower": "lower", "p1-thm2-upper-B": "upper [B]", "p1-thm2-upper-R": "upper [R]"}
+
+    def cell(cid, xi, n):
+        r = bound_rows[(cid, f"xi={xi} / {n} / nearest / positive_r")]
+        return f"{r['measured'].split(';')[0]}<br><b>{r['verdict']}</b>"
+
+    return book.table(["bound", "xi"] + [f"<code>{n}</code>" for n in units],
+                      [[what[cid] if j == 0 else "", readings.XI_READINGS[xi].label] + [cell(cid, xi, n) for n in units]
+                       for cid in what for j, xi in enumerate(readings.XI_READINGS)])

@@ -1,0 +1,135 @@
+"""The claim-kind table (one copy, read by chapter 6) and the views chapter 6 draws from claim rows."""
+import math
+from pathlib import Path
+
+import matplotlib
+import matplotlib.pyplot
+import pytest
+
+matplotlib.use("Agg")
+
+from attnlab import book, widgets  # noqa: E402
+from attnlab.core.result import Result  # noqa: E402
+from attnlab.normalization import claim_kinds  # noqa: E402
+from attnlab.normalization.claim_kinds import EMPIRICAL, PRINTED, THEOREM, by_kind, claim_kind, is_theorem, why  # noqa: E402
+from attnlab.views import claims as claim_views  # noqa: E402
+
+
+def test_every_claim_in_the_table_is_one_the_checker_makes():
+    source = (Path(claim_kinds.__file__).parent / "claims.py").read_text()
+    for cid in claim_kinds.CLAIM_KINDS:
+        assert f'"{cid}"' in source, cid
+
+
+def test_theorems_are_the_ones_the_chapter_map_calls_theorems():
+    """book.CHAPTER_CLAIMS labels the same five claims 'theorem': the two views cannot disagree."""
+    labelled = {cid for *_, labels in book.CHAPTER_CLAIMS for cid, label in labels.items() if "theorem)" in label}
+    assert labelled == {cid for cid in claim_kinds.CLAIM_KINDS if is_theorem(cid)}
+
+
+def test_kinds_group_rows_in_order_and_unknown_ids_are_empirical():
+    rows = [{"id": "p1-fig3-saturation"}, {"id": "p1-cor1"}, {"id": "p1-new"}, {"id": "p1-thm1-B"}]
+    groups = by_kind(rows)
+    assert list(groups) == [THEOREM, PRINTED, EMPIRICAL]
+    assert [r["id"] for r in groups[EMPIRICAL]] == ["p1-fig3-saturation", "p1-new"]
+    assert [r["id"] for r in groups[THEOREM]] == ["p1-cor1"] and claim_kind("p1-thm1-B") == PRINTED
+    assert by_kind([]) == {THEOREM: [], PRINTED: [], EMPIRICAL: []}
+
+
+def _fig1_fig4(T_bad):
+    fig1 = Result("fig1", [{"L": L, "max_weight": w} for L, w in ((64, 0.5), (128, 0.2), (128, 0.4))])
+    fig4 = Result("fig4", [{"T": T, "holds_paper": 0.5 if T in T_bad else 1.0} for T in (0.01, 0.1, 1.0)])
+    return {"fig1": fig1, "fig4": fig4}
+
+
+def test_explanations_quote_the_measured_numbers():
+    facts = claim_kinds.failure_facts(_fig1_fig4({0.01, 0.1}))
+    assert facts["L_top"] == 128 and math.isclose(facts["max_weight"], 0.3)
+    assert "mean largest weight 0.30 at L = 128" in why("p1-fig3-saturation", facts)
+    assert why("p1-cor3-paper", facts).endswith("holds. Here every failing row is at T ≤ 0.1, where the curve is √2.")
+    late = claim_kinds.failure_facts(_fig1_fig4({1.0}))            # a failure above T = 0.17: no such sentence
+    assert why("p1-cor3-paper", late).endswith("holds. ")
+    assert "1{X < r} ≥ 1 − X/r" in why("p1-thm2-lower", facts)      # literal braces survive the formatting
+    assert why("p1-unknown", facts) == claim_kinds.NO_EXPLANATION
+
+
+def test_failures_say_why_or_that_every_claim_holds():
+    results = _fig1_fig4(set())
+    ok = claim_views.failures([{"id": "p1-cor1", "verdict": "holds"}], results)
+    assert [h.data for h in ok] == ["<p>Every claim holds on this model.</p>"]
+    (bad,) = claim_views.failures([{"id": "p1-thm1-a", "claim": "c", "measured": "m", "verdict": "does not hold"},
+                                   {"id": "p1-cor1", "verdict": "holds"}], results)
+    assert "<code>p1-thm1-a</code>" in bad.data and "<b>Why:</b> A failure would be a bug." in bad.data
+
+
+def test_claim_tables_colour_the_verdicts_and_count_each_kind():
+    rows = [{"id": "p1-cor1", "claim": "c", "paper": "p", "measured": "m", "verdict": "holds"},
+            {"id": "p1-fig2b-plateau", "claim": "c", "paper": "p", "measured": "m", "verdict": "does not hold"}]
+    assert '<b style="color:#cf222e">does not hold</b>' in claim_views.claim_table(rows).data
+    summary = claim_views.kind_summary(rows).data
+    cells = [c.rsplit(">", 1)[1] for c in summary.split("</td>")[:-1]]
+    assert cells == [THEOREM, "1", "1", "0", "0", PRINTED, "0", "0", "0", "0", EMPIRICAL, "1", "0", "1", "0"]
+
+
+def _reading_rows():
+    rows = []
+    for e in ("E1", "E4"):
+        for x, v in (("v", "holds"), ("hidden", "does not hold")):
+            rows.append({"id": "p1-cor2-bounded", "reading": f"{e} / {'b' if e == 'E4' else '-'} / {x}", "verdict": v})
+    return rows
+
+
+def test_verdict_matrix_and_counts_read_the_reading_rows(monkeypatch):
+    monkeypatch.setattr(claim_views.readings, "E_READINGS", {"E1": None, "E4": None})
+    monkeypatch.setattr(claim_views.readings, "D_READINGS", {"a": None, "b": None})
+    monkeypatch.setattr(claim_views.readings, "VECTORS", {"v": None, "hidden": None})
+    m = claim_views.verdict_matrix(_reading_rows(), "p1-cor2-bounded")
+    # rows E1/a, E1/b (both read E1's '-' row), E4/a (no row), E4/b
+    assert m.tolist()[:2] == [[1.0, 0.0], [1.0, 0.0]] and all(math.isnan(x) for x in m[2]) and m[3].tolist() == [1, 0]
+    assert claim_views.holding_count(_reading_rows(), "p1-cor2-bounded", "E1 / ") == "1 of 2"
+    assert claim_views.holding_count(_reading_rows(), "p1-cor2-bounded", "E9 / ") == "–"
+
+
+def test_live_head_draws_one_head_against_the_mean():
+    rows = [{"layer": 0, "head": h, "L": L, "N": N, "max_weight": 1 / L, "dtilde_b": 0.1 * h, "ns_frac": 0.5}
+            for h in (0, 1) for L in (64, 128, 256) for N in (1, 16)]
+    res = Result("x", rows)
+    curves = claim_views.head_curves({"fig1": res, "fig2a": res, "fig3": res})
+    xs, mean, per, by, _ = curves[1]
+    assert xs == [64, 128, 256] and by == "L" and mean == pytest.approx([0.05] * 3) and per[(0, 1)] == [0.1] * 3
+    fig = claim_views.live_head(curves, 0, 1)
+    assert len(fig.axes) == 3 and fig.axes[2].get_ylim() == (0, 1.02)
+
+
+def test_first_flips_restore_the_threshold(monkeypatch):
+    from attnlab.normalization import claims
+
+    def checker(results):
+        return [{"id": "p1-x", "verdict": "holds" if claims.PLATEAU_REL < 1 else "does not hold"}]
+
+    monkeypatch.setattr(claims, "paper1_claims", checker)
+    before = claims.PLATEAU_REL
+    (line,) = claim_views.first_flips({}, {"PLATEAU_REL": [0.5, 2.0, 5.0]})
+    assert line == f"PLATEAU_REL = {before}: at 2.0 -> p1-x flips" and claims.PLATEAU_REL == before
+    (line,) = claim_views.first_flips({}, {"PLATEAU_REL": [0.5]})
+    assert line.endswith("no verdict flips over [0.5]")
+
+
+def test_time_updates_draws_n_times_and_reports_the_median(capsys):
+    from matplotlib.figure import Figure
+
+    calls = []
+
+    def draw(a, b):
+        calls.append((a, b))
+        return Figure(figsize=(1, 1))
+
+    ms = widgets.time_updates(draw, 1, 2, n=3, what="compute + draw")
+    assert calls == [(1, 2)] * 3 and ms >= 0
+    assert "one update of the live slider (compute + draw): median" in capsys.readouterr().err
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    matplotlib.pyplot.close("all")

@@ -1,0 +1,78 @@
+"""Chapter 3's views: the critical N read from stored KS scans, its tables and frames, on synthetic Results."""
+import math
+
+import matplotlib
+import matplotlib.pyplot
+import pytest
+
+matplotlib.use("Agg")
+
+from attnlab.core.result import Result  # noqa: E402
+from attnlab.views import six_percent as views  # noqa: E402
+
+
+def _fig2c():
+    """Two lengths; p-values rise with N. L = 64: first p > 0.01 at N = 8; L = 128: never above 0.01."""
+    rows = []
+    for L, ps in ((64, (1e-30, 1e-8, 0.5)), (128, (1e-40, 1e-20, 1e-3))):
+        crit = next((n for n, p in zip((2, 4, 8), ps) if p > 0.01), -1)
+        rows += [{"L": L, "N": n, "pvalue": p, "p_upper": p, "critical_n": crit, "n_heads": 4, "d_mean": 10 / n,
+                  "e_mean": 1.0} for n, p in zip((8, 2, 4), (ps[2], ps[0], ps[1]))]       # stored out of order
+    return Result("fig2c", rows)
+
+
+def test_scans_sort_by_N_and_critical_reads_the_level():
+    scan = views.scans(_fig2c())
+    assert list(scan) == [64, 128] and [r["N"] for r in scan[64]] == [2, 4, 8]
+    assert views.critical(scan[64], 0.01) == 8 and views.critical(scan[64], 1e-10) == 4
+    assert views.critical(scan[128], 0.01) == -1 and views.critical(scan[128], 1e-30) == 4
+    assert views.p_floor(4) == 2 / math.comb(8, 4)
+
+
+def test_critical_table_says_none_found_and_within_six_percent():
+    html = views.critical_table(views.scans(_fig2c())).data
+    assert "8 (12.5% of L)" in html and "none found" in html
+    assert "≤ 3.8" in html and "≤ 7.7" in html and ">yes<" not in html
+
+
+def test_frames_title_the_critical_n():
+    scan = views.scans(_fig2c())
+    fig = views.alpha_frame(scan, 1e-10)
+    assert fig.axes[1].get_title() == "α = 1e-10: N*/L from 0.06 to 0.06"   # L = 64: 4 / 64; L = 128: none
+    assert views.alpha_frame(scan, 1e-50).axes[1].get_title() == "α = 1e-50: N*/L from 0.02 to 0.03"
+    fig = views.level_figure(scan, 64, -2.0)
+    assert fig.axes[0].get_title() == "L = 64, α = 0.01"
+    assert any("N* = 8 (12.5% of L)" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+    assert len(views.ratio_figure(scan).axes[0].get_lines()) == 2 + 2        # two lengths, two reference lines
+
+
+def test_ecdf_frame_runs_the_ks_test():
+    rows = [{"L": 256, "N": n, "layer": 0, "head": h, "dtilde_b": 1.0 + h + (100 if n == 1 else 0), "E": 1.0 + h}
+            for n in (1, 5) for h in range(20)]
+    rb = Result("fig2b", rows)
+    assert views.ecdf_frame(rb, 5).axes[0].get_title().endswith("not rejected at α = 0.01")
+    assert views.ecdf_frame(rb, 1).axes[0].get_title().endswith(": rejected at α = 0.01")
+
+
+def _thm1():
+    rows = [{"kind": "critical", "e": e, "d": d, "vectors": v, "L": L, "critical_n": n, "critical_frac": n / L}
+            for e in ("E1", "E4") for d in ("a", "b") for v in ("v", "k") for L, n in ((64, 2), (128, -1))]
+    return Result("thm1_readings", rows, {"vectors": ["v", "k"]})
+
+
+def test_readings_table_and_holding_pairs():
+    rclaims = [{"id": "p1-fig2c-critical", "reading": "E1 / b / v", "verdict": "holds"},
+               {"id": "p1-fig2c-critical", "reading": "E1 / a / v", "verdict": "holds"},     # a cross pair
+               {"id": "p1-fig2c-critical", "reading": "E4 / a / k", "verdict": "does not hold"}]
+    assert views.paper_pairs_holding(rclaims) == ["E1 / b / v"]
+    assert views.reading_fracs(_thm1(), "E1", "b", "v")[0] == 2 / 64
+    assert math.isnan(views.reading_fracs(_thm1(), "E1", "b", "v")[1])
+    html = views.readings_table(_thm1(), rclaims, "m").data
+    assert "critical N / L at L = 64, 128, m" in html and html.count("#d7f5dd") == 2
+    assert "0.03<br>–" in html
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    matplotlib.pyplot.close("all")
