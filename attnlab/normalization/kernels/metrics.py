@@ -19,8 +19,8 @@ cancellation happens), roots in float32 (~1e-7 relative), sums in float64, as in
 (insertion into a sorted list of k), ties to the lower index by construction.
 
 `d1_small` (`distance._d1`, small N): the largest selected-to-non-selected distance from each selected
-key's farthest visible key (one lookup), scanning the key's distances only where that key is selected;
-`far_rows`: those farthest keys' distances for causal rows (a running maximum, in place of torch.cummax).
+key's farthest visible key (one lookup), scanning the key's distances only where that key is selected
+(`far_rows`: those farthest distances for causal rows, a running maximum without torch.cummax's indices).
 
 The incremental critical-N scan (`critical_n.RunningTopN`): `sorted_keys` (each row's visible keys by
 weight, once per scan; float32 weights and key indices packed in one integer), `row_sums` (o = sum_i y_i,
@@ -234,22 +234,18 @@ def d1_small(H: torch.Tensor, xn2: torch.Tensor, far2: torch.Tensor, col: torch.
 
 @numba.njit(parallel=True, cache=True)
 def _far_rows(H, xn2, out):
-    """out[u, j, c] = max(H[u, j, :c + 1]) + xn2[u, j]: torch.cummax(H, -1).values + xn2 (ties to the later
-    key, as torch), without its int64 index tensor."""
-    u, K = H.shape[0], H.shape[1]
-    for r in numba.prange(u * K):
+    """out[u, j, c] = max(H[u, j, :c + 1]) + xn2[u, j]: torch.cummax(H, -1).values + xn2, ties as torch's."""
+    K = H.shape[1]
+    for r in numba.prange(H.shape[0] * K):
         m, j = r // K, r % K
         best = H[m, j, 0]
         for i in range(K):
-            v = H[m, j, i]
-            if v >= best:
-                best = v
+            best = H[m, j, i] if H[m, j, i] >= best else best
             out[m, j, i] = best + xn2[m, j]
 
 
 def far_rows(H: torch.Tensor, xn2: torch.Tensor) -> torch.Tensor:
-    """float64 [u, K, K]: row j's running maximum of H [u, K, K] (float64) over the keys, plus xn2 [u, K]:
-    `distance._far_tables`' far2 for causal rows."""
+    """`distance._far_tables`' far2 [u, K, K]: each row's running maximum of H [u, K, K] (float64) + xn2 [u, K]."""
     use_threads()
     out = torch.empty(H.shape, dtype=H.dtype)
     _far_rows(H.contiguous().numpy(), xn2.contiguous().numpy(), out.numpy())
