@@ -3,16 +3,16 @@ static figures. Views only: no science here.
 
 How to write a chapter
 ======================
-A chapter is ``book/NN_name.ipynb``; it runs from ``book/`` (as jupyter-book and nbval run it). It
-imports the package, computes through it, and shows results with the helpers below::
+A chapter is ``book/NN_name.ipynb``; it runs from ``book/`` (as jupyter-book and nbval run it). Its first
+cell is the setup cell (``scripts/setup_cells.py`` writes and checks it); then it takes its model and
+Results through `attnlab.book` and shows them with the helpers below; what would take more than a few
+lines (a table builder, a frame renderer, prose from measured numbers) lives in ``attnlab/views/`` with
+a test, so the visible cells show the calculation::
 
-    import matplotlib.pyplot as plt
-    from attnlab import load_model
-    from attnlab.core.models import default_device, default_model_name   # ATTNLAB_MODEL / ATTNLAB_DEVICE
-    from attnlab.widgets import (frame_slider, frame_slider_2d, frames_from, live_slider,
-                                 model_note, static_figure)
-    model = load_model(default_model_name(), default_device())
-    model_note(model)            # "Computed with model ... on ..."; `make book` reports it
+    from attnlab import book
+    from attnlab.widgets import frame_slider, frames_from, static_figure
+    inp = book.inputs()                     # ATTNLAB_MODEL / ATTNLAB_DEVICE (defaults auto, cpu)
+    res = book.figure_results(["fig1"], inp)
 
 Kernel-free slider: works on the static site, offline, no kernel. **Every chapter needs at least
 one**; the browser test checks that moving each one changes the figure. Draw one Figure per value
@@ -29,32 +29,26 @@ Two sliders (e.g. L and N): ``frames[i][j]`` is the frame for ``values1[i]``, ``
 
     frame_slider_2d([[draw(L, N) for N in Ns] for L in Ls], Ls, Ns, "L", "N")
 
-Keep pages light: frames are embedded in the page and in the notebook. At the default 72 dpi a
-5 x 3 inch frame is 20-40 KB, so a 6 x 6 grid is about 1 MB: use fewer values, a smaller figsize or
-``dpi=``; a warning says when a slider passes ``FRAME_BUDGET``. Math in a slider description needs
-``\(..\)``, not ``$..$``.
+Keep pages light: frames are embedded in the page and in the notebook. At ``FRAME_DPI`` (100) a
+5 x 3 inch frame is 15-60 KB: use few values, a small figsize or ``dpi=``; a warning says when a slider
+passes ``FRAME_BUDGET``. Math in a slider description needs ``\(..\)``, not ``$..$``.
 
 Live slider: for readers running the notebook (Jupyter, Colab); on the static site it does not move,
 and says so. ``update_fn`` returns a Figure and must be cheap (recompute from a cached Trace, never a
-forward pass). Specs are ipywidgets ``interact`` abbreviations: ``(min, max, step)``, a list, a widget::
+forward pass); ``time_updates`` measures it. Specs are ipywidgets ``interact`` abbreviations::
 
     live_slider(lambda L, T: draw_from_trace(trace, L, T), L=(64, 1024, 64), T=(0.1, 4.0, 0.1))
 
 Static figure (print/PDF, readers without JavaScript): ``static_figure(fig)`` as the last line of a
-cell or in ``display(...)``. Figures left open after ``plt.subplots`` are shown by the inline backend
-as usual.
+cell or in ``display(...)``.
 
 Checked numbers: tag a cell ``nbval-check-output`` (cell metadata; nbval's own tag) when its output is
-small and deterministic (``print(f"{x:.3f}")``, a verdict, a short table). ``make test`` compares those cells
-with the outputs of its book build (scripts/check_outputs.py); ``make nbval`` re-runs the chapters.
-They are compared on the CPU CI (ATTNLAB_MODEL=minilm) *and* on the GPU job (GPT-2), so check what
-holds on both models (bounds, synthetic checks, verdicts, coarse roundings); print model-specific
-numbers in unchecked cells.
+small and deterministic (a verdict, a bound, a coarse rounding). ``make test`` compares those cells with
+the outputs of its book build (scripts/check_outputs.py). Print model-specific numbers in unchecked cells.
 
-Committing: notebooks are committed WITH outputs (nbval compares against them) and must stay small
-(< 1 MB each; the repository's hook rejects files > 3 MB). Refresh them with ``make notebooks
-MODEL=minilm`` (scripts/execute_notebooks.sh: executes in place from ``book/``, storing outputs);
-one chapter: ``scripts/execute_notebooks.sh book/NN_name.ipynb``. Then list the
+Committing: notebooks are committed WITH outputs (the checks compare against them) and must stay small
+(< 1 MB each). Refresh them with ``make notebooks`` (scripts/execute_notebooks.py, in place from
+``book/``); one chapter: ``python scripts/execute_notebooks.py book/NN_name.ipynb``. Then list the
 chapter in ``_toc.yml`` (``- file: book/NN_name``) or it is not built (the browser test fails).
 """
 from __future__ import annotations

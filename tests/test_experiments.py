@@ -68,7 +68,7 @@ def figures(request):
 
 def test_run_figures_results_and_provenance(figures):
     model, _, res = figures
-    assert set(res) == set(ex.FIGURES)
+    assert set(res) == set(ex.PAPER_FIGURES)
     # causal: one pass serves every L; bidirectional: one pass per L (32, 64)
     assert model.passes == (1 if model.causal else 2)
     for name, r in res.items():

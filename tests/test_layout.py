@@ -97,6 +97,34 @@ def test_no_import_cycle():
         visit(module, [], done)
 
 
+# normalization/ in rooms (issue #26): the modules of each folder, and what each room may import
+ROOMS = {
+    "normalization": {"paper", "bounds", "oracle", "experiments", "streaming", "plots", "claims", "claim_kinds"},
+    "normalization/metrics": {"engine", "rows", "distance", "separability", "gradients", "critical_n"},
+    "normalization/kernels": {"metrics", "gradients", "readings"},
+    "normalization/readings": {"runs", "theorem1", "six_percent", "theorem2", "lemma2"},
+}
+ROOM_IMPORTS = {      # a room's modules import only these (data flows metrics -> readings, kernels serve both)
+    "normalization/metrics": ("attnlab.core", "attnlab.normalization.metrics", "attnlab.normalization.kernels",
+                              "attnlab.normalization.bounds", "attnlab.normalization.paper"),
+    "normalization/kernels": ("attnlab.core", "attnlab.normalization.kernels"),
+}
+
+
+def test_normalization_is_in_rooms_and_every_package_says_what_is_inside():
+    for room, modules in ROOMS.items():
+        found = {p.stem for p in (PKG / room).glob("*.py") if p.stem != "__init__"}
+        assert found == modules, f"{room}: {sorted(found ^ modules)} (move it to its room, or list it here)"
+    for folder in [p.parent for p in PKG.rglob("*.py") if "__pycache__" not in p.parts]:
+        init = folder / "__init__.py"
+        assert init.is_file() and ast.get_docstring(ast.parse(init.read_text())), f"{folder}: no __init__ docstring"
+    for room, allowed in ROOM_IMPORTS.items():
+        for path in (PKG / room).glob("*.py"):
+            for target, names in _imports(path):
+                ok = target.startswith(allowed) or (names and all(f"{target}.{n}".startswith(allowed) for n in names))
+                assert not target.startswith("attnlab") or ok, f"{room}/{path.name} imports {target} {names}"
+
+
 def test_functions_stay_short():
     seen = {}
     for path, module in _modules():

@@ -41,7 +41,7 @@ from attnlab.normalization.metrics import critical_n, distance, gradients, rows,
 from attnlab.normalization.metrics.engine import DEFAULT_CHUNK, row_mean, visible_scores
 from attnlab.normalization.paper import EPSILONS, FIG2A_N, FIG2B_NS, FIG3_NMAX, KS_ALPHA
 
-FIGURES = ("fig1", "fig2a", "fig2b", "fig2c", "fig3", "fig4")
+PAPER_FIGURES = ("fig1", "fig2a", "fig2b", "fig2c", "fig3", "fig4")   # the paper's six (registry: `attnlab.figures`)
 # the engine's functions under one name; `attnlab.normalization.oracle` has the same names (impl=oracle)
 VECTORISED = SimpleNamespace(NAME="vectorised", row_summary=rows.row_summary,
                              distance_stats=distance.distance_stats, critical_n=critical_n.critical_n,
@@ -544,10 +544,10 @@ def run_figures(model, ids, ids_list=None, *, quick: bool = False, progress: boo
     computed and its tensors freed before the next; the layers below a block are not computed again
     (`AttnModel.layer_outputs`). Same rows as one pass.
     """
-    names = list(figures or FIGURES)
-    bad = set(names) - set(FIGURES)
+    names = list(figures or PAPER_FIGURES)
+    bad = set(names) - set(PAPER_FIGURES)
     if bad:
-        raise ValueError(f"unknown figures {sorted(bad)}; known: {FIGURES}")
+        raise ValueError(f"unknown figures {sorted(bad)}; known: {PAPER_FIGURES}")
     p = resolve_protocol(quick, protocol)
     keep = set().union(*(trace_needs(n, p) for n in names))
     windows = _all_windows(ids, ids_list)
