@@ -12,8 +12,8 @@ import os
 
 from attnlab._version import __version__  # noqa: F401 (re-exported)
 
-# numba caches compiled kernels in attnlab's cache (normalization/kernels/metrics.py), also when `core.util` is the first
-# to import numba (it starts numba's thread pool early: `util.start_numba_pool`). OpenMP's wait policy is left to
+# numba caches compiled kernels in attnlab's cache (normalization/kernels/metrics.py), also when `core.util` is the
+# first to import numba (it starts numba's thread pool early: `util.start_numba_pool`). OpenMP's wait policy is left to
 # the user: on a busy machine `core.util.auto_threads` runs one thread, where the policy does not matter, and on a
 # quiet one spinning waits are faster (measured: README, "Threads on a busy machine").
 # importing attnlab is light (no torch, numpy or numba until used): `attnlab ...` handles a Ctrl-C from its
