@@ -99,12 +99,18 @@ def rendered(text) -> str:
 
 def table(header: Sequence[str], rows: Sequence[Sequence], caption: str = ""):
     """A small HTML table (a view: the numbers come from Results and attnlab functions); plain notation
-    in the cells is rendered as math (`rendered`; MathJax typesets the `mathjax_process` box)."""
+    in the cells is rendered as math (`rendered`; MathJax typesets the `mathjax_process` box). Each cell
+    carries its column's name (`data-label`): on a phone the site's stylesheet shows each row as a card."""
+    import re
+    from html import escape
+
     from IPython.display import HTML
 
     cell = 'style="padding:3px 10px; vertical-align:top; text-align:left; border-bottom:1px solid #ddd"'
     head = "".join(f"<th {cell}>{rendered(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td {cell}>{rendered(c)}</td>" for c in r) + "</tr>" for r in rows)
+    labels = [escape(re.sub(r"<[^>]+>", "", str(h)), quote=True) for h in header]   # a phone shows rows as cards
+    body = "".join("<tr>" + "".join(f'<td data-label="{lab}" {cell}>{rendered(c)}</td>' for lab, c in zip(labels, r))
+                   + "</tr>" for r in rows)
     cap = f"<caption>{rendered(caption)}</caption>" if caption else ""
     return HTML(f'<div class="mathjax_process attnlab-table"><table style="border-collapse:collapse">{cap}'
                 f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")

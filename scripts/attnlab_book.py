@@ -7,6 +7,8 @@
 - The footer says which model setting built the site.
 - MPLBACKEND=Agg (exported by the Makefile for the CLI) is dropped, so notebook kernels keep the
   inline backend and show their figures.
+- Launch buttons (Colab, Binder) only on pages that are notebooks (.ipynb): Colab cannot open the MyST
+  markdown pages (the landing page, the closing chapter), which keep their download button.
 - After the build, ``_static/attnlab-build.json`` records the setting and the models the chapters
   reported (``attnlab.widgets.model_note`` tags pages with ``data-attnlab-model``);
   ``python scripts/book_info.py`` prints it.
@@ -118,4 +120,11 @@ def setup(app):
     app.connect("config-inited", _config_inited)
     app.connect("build-finished", _build_finished)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
+    app.connect("html-page-context", _launch_only_notebooks, priority=502)     # after the theme's (501)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
+
+
+def _launch_only_notebooks(app, pagename, templatename, context, doctree) -> None:
+    """Remove the theme's launch buttons from pages whose source is not an .ipynb (Colab opens notebooks only)."""
+    if ".ipynb" not in (context.get("sourcename") or "") and context.get("header_buttons"):
+        context["header_buttons"] = [b for b in context["header_buttons"] if b.get("label") != "launch-buttons"]

@@ -65,7 +65,9 @@ def test_failures_say_why_or_that_every_claim_holds():
 def test_claim_tables_colour_the_verdicts_and_count_each_kind():
     rows = [{"id": "p1-cor1", "claim": "c", "paper": "p", "measured": "m", "verdict": "holds"},
             {"id": "p1-fig2b-plateau", "claim": "c", "paper": "p", "measured": "m", "verdict": "does not hold"}]
-    assert '<b style="color:#cf222e">does not hold</b>' in claim_views.claim_table(rows).data
+    html = claim_views.claim_table(rows).data
+    assert '<b class="attnlab-verdict" data-verdict="does not hold" style="color:#cf222e">does not hold</b>' in html
+    assert '<td data-label="verdict" ' in html and '<td data-label="id" ' in html      # the phone's card labels
     summary = claim_views.kind_summary(rows).data
     cells = [c.rsplit(">", 1)[1] for c in summary.split("</td>")[:-1]]
     assert cells == [THEOREM, "1", "1", "0", "0", PRINTED, "0", "0", "0", "0", EMPIRICAL, "1", "0", "1", "0"]

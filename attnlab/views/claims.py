@@ -26,7 +26,8 @@ OF_FIGURE = {"fig1": ("p1-cor1",), "fig2a": ("p1-thm1", "p1-fig2a"), "fig2b": ("
 
 
 def verdict_html(v: str) -> str:
-    return f'<b style="color:{VERDICT_COLORS[v]}">{v}</b>'
+    """The verdict in its colour (the site's stylesheet gives dark mode its own, `attnlab-verdict`)."""
+    return f'<b class="attnlab-verdict" data-verdict="{v}" style="color:{VERDICT_COLORS[v]}">{v}</b>'
 
 
 def claim_table(rows: Sequence[dict]):

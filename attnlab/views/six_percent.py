@@ -168,7 +168,7 @@ def readings_table(rr, rclaims: Sequence[dict], model_name: str):
     def cell(e, d, vec):
         text = "<br>".join("–" if np.isnan(f) else f"{f:.2f}" if f >= 0.01 else f"{f:.3f}"
                            for f in reading_fracs(rr, e, d, vec))
-        green = "background:#d7f5dd;" if six.get(f"{e} / {d} / {vec}") else ""
+        green = "background:#d7f5dd;color:#1f2328;" if six.get(f"{e} / {d} / {vec}") else ""
         return f'<span style="display:block;{green}padding:0 2px;white-space:nowrap">{text}</span>'
 
     def pair_label(e, d):

@@ -52,6 +52,17 @@ def _allowed(kind: str, text: str, url: str) -> bool:
     return any(k == kind and re.search(t, text) and re.search(u, url or "") for k, t, u in ALLOWED)
 
 
+def test_the_sidebar_numbers_the_chapters_across_the_parts(site):
+    """Chapters 1-11 numbered in the sidebar, in four parts (Paper 1, Tools, Paper 2, Summary) and the appendix,
+    so that "chapter 9" in the text is the sidebar's 9."""
+    nav = (site / "book/intro.html").read_text(encoding="utf-8")
+    numbered = list(dict.fromkeys(re.findall(r'href="([0-9][0-9]_[a-z_]+)\.html">(\d+)\. ', nav)))
+    assert [(int(n), p[:2]) for p, n in numbered] == [(i, f"{i:02d}") for i in range(1, 12)], numbered
+    caption = r'<p [^>]*class="caption"[^>]*>\s*<span class="caption-text">([^<]+)'
+    captions = list(dict.fromkeys(re.findall(caption, nav)))
+    assert [c.split(":")[0] for c in captions] == ["Paper 1", "Tools", "Paper 2", "Summary", "Appendix"], captions
+
+
 def test_every_chapter_is_in_the_toc():
     chapters = sorted(p.relative_to(ROOT).with_suffix("").as_posix()
                       for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
@@ -67,6 +78,8 @@ def test_page(doc, site, server, browser, screenshots):
     has_math = bool(re.search(r'class="[^"]*\bmath\b', source))
     is_chapter = (ROOT / f"{doc}.ipynb").is_file()      # a chapter notebook (not the md pages)
     name = doc.replace("/", "__")
+    launches = "colab.research.google.com" in source   # Colab opens notebooks only, not the MyST .md pages
+    assert launches == is_chapter, f"{doc}: launch buttons {'on a page Colab cannot open' if launches else 'missing'}"
 
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     foreign, problems = [], []
@@ -262,3 +275,35 @@ def test_page_is_light_and_its_first_figure_is_quick(doc, site, gzip_server, bro
     if has_figure:
         assert first is not None, f"{doc}: its first figure never appeared"
         assert first / 1e3 <= FIRST_FIGURE_S, f"{doc}: first figure after {first / 1e3:.1f} s at 10 Mbit/s"
+
+
+# the contrast ratio (WCAG 2) of each element's text against the first opaque background behind it
+_CONTRAST = """(sel) => {
+  const lum = (c) => { const v = c.match(/[\\d.]+/g).slice(0, 3).map(Number).map(x => x / 255)
+      .map(x => x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4);
+    return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]; };
+  const opaque = (c) => { const a = c.match(/[\\d.]+/g); return a && (a.length < 4 || Number(a[3]) > 0.5); };
+  return Array.from(document.querySelectorAll(sel)).filter(e => e.offsetParent !== null).map(e => {
+    let b = e, bg = null;
+    while (b && !bg) { const c = getComputedStyle(b).backgroundColor; if (opaque(c)) bg = c; b = b.parentElement; }
+    const [l1, l2] = [lum(getComputedStyle(e).color), lum(bg || 'rgb(255, 255, 255)')];
+    return {text: e.innerText.slice(0, 30), ratio: (Math.max(l1, l2) + 0.05) / (Math.min(l1, l2) + 0.05)};
+  }); }"""
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_verdicts_and_claim_ids_are_readable_in_light_and_dark_mode(mode, site, server, browser):
+    """Chapter 6's verdicts and the claim ids in its tables keep a contrast of at least 4.5:1 in both modes
+    (in dark mode the ids once vanished, 1.0:1, and the verdict colours fell to about 3.5:1)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
+    page = context.new_page()
+    try:
+        page.goto(f"{server}/book/06_what_holds.html", wait_until="load")
+        assert page.evaluate("() => document.documentElement.dataset.theme") == mode
+        found = page.evaluate(_CONTRAST, ".attnlab-verdict, .attnlab-table td code")
+        assert len(found) >= 10, found
+        low = [f for f in found if f["ratio"] < 4.5]
+        assert not low, f"{mode} mode: {len(low)} of {len(found)} below 4.5:1, e.g. {low[:5]}"
+    finally:
+        context.close()

@@ -1,0 +1,29 @@
+"""Views for chapter 7 (Beyond softmax): the table of every normalizer at the longest L from a
+`tools.compare.compare_normalizers` Result. Views only."""
+from __future__ import annotations
+
+from attnlab import book
+from attnlab.tools import report
+
+KEYS = ("max_weight", "entropy_norm", "weight_sum", "ns_frac", "critical_n_frac", "jac_norm_mean")
+
+
+def cell(r: dict, key: str, cost: str) -> str:
+    """One value: '> 0.95' for a censored critical N, '0 (the model itself)' for softmax's own cost, else 3 digits."""
+    if key == "critical_n_frac" and r["critical_n_censored"]:
+        return f"> {r['critical_n_max'] / r['L']:.2f}"
+    v = r.get(key)
+    if v is None:
+        return ""
+    if key == cost and abs(v) < 1e-6:
+        return "0 (the model itself)" if r["normalizer"] == "softmax(T=1.0)" else "< 1e-6"
+    return f"{v:.3g}"
+
+
+def comparison_table(res):
+    """HTML table: each normalizer at the longest L, its weights' statistics, Jacobian norm and cost."""
+    cost = report.cost_key(res)
+    keys = [*KEYS, cost]
+    longest = res.select(L=max(res.unique("L")))
+    return book.table(["normalizer"] + [report.LABELS[k] for k in keys],
+                      [[r["normalizer"]] + [cell(r, k, cost) for k in keys] for r in longest])
