@@ -34,7 +34,7 @@ def fig1_table(r1, model_name: str):
           f"{mw0:.3f} → {mw1:.3f} (uniform: {1 / L0:.3f} → {1 / L1:.4f})"],
          ["log-log slope of the mean largest weight against L", "−1 once L is large (fixed C₁, C₂)",
           f"{slope:.2f}".replace("-", "−")],
-         [f"mean normalised entropy H / log L at L = {L1}", "→ 1 when weights vanish to 1/L",
+         [f"mean normalized entropy H / log L at L = {L1}", "→ 1 when weights vanish to 1/L",
           f"{head_mean('entropy_norm', L1):.2f}"],
          [f"half-width of the Corollary 1 band at L = {L1} (median, decades)", "—",
           f"{band:.1f}: weights may lie a factor 10<sup>{band:.0f}</sup> from 1/L"]])
@@ -42,12 +42,12 @@ def fig1_table(r1, model_name: str):
 
 def row_stats(tr, tau: float):
     """Per (layer, head, row) of Trace `tr` (scores, q, k kept) at temperature tau x the model's: largest
-    weight, normalised entropy, inside the Corollary 1 band."""
+    weight, normalized entropy, inside the Corollary 1 band."""
     return rows.temperature_row_stats(tr.scores, tr.q, tr.k, tr.scaling, tau, tr.visible())
 
 
 def length_frame(tr, tau: float, L_max: int, figsize=(6.2, 2.4)):
-    """Figure: histograms of every row's largest weight (against 1/L) and normalised entropy, for Trace `tr` at
+    """Figure: histograms of every row's largest weight (against 1/L) and normalized entropy, for Trace `tr` at
     temperature tau; `L_max` fixes the weight axis across frames."""
     L = tr.n_tokens
     mw, hn, inside = row_stats(tr, tau)
@@ -60,7 +60,7 @@ def length_frame(tr, tau: float, L_max: int, figsize=(6.2, 2.4)):
     book.plain_log(a1)
     a1.set_title(f"median {mw.median():.3f}; rows in Cor. 1 band: {inside.double().mean():.0%}")
     a2.hist(hn.flatten().numpy(), bins=np.linspace(0, 1, 41), color="tab:orange", alpha=0.8)
-    a2.set(xlabel="normalised entropy H / log L", yticks=[], xlim=(0, 1))
+    a2.set(xlabel="normalized entropy H / log L", yticks=[], xlim=(0, 1))
     a2.set_title(f"L = {L}, temperature {tau:g} x model's")
     return fig
 
