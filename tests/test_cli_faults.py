@@ -194,6 +194,18 @@ def test_too_many_threads_is_one_line(capsys):
     assert err.count("\n") == 1 and f"from 1 to {util.allowed_cpus()}" in err, err
 
 
+def test_bench_device_is_one_line(capsys):
+    from attnlab.cli import main
+
+    assert main(["bench", "capture", "--device", "cuda"]) == 2               # capture times the CPU only
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--device: for `attnlab bench figures`" in err, err
+    if not torch.cuda.is_available():
+        assert main(["bench", "montecarlo", "--device", "cuda", "--quick"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "CUDA is not available" in err, err
+
+
 def test_a_dollar_in_a_model_path_draws_its_title(tmp_path, tiny):
     folder = tmp_path / "m$x^^2$"                       # not valid mathtext
     tiny.hf.save_pretrained(folder, safe_serialization=True)

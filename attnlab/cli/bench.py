@@ -29,7 +29,7 @@ def bench_figures(args) -> list[dict]:
     max_length = getattr(args, "max_length", None)
     names = benchmarks.check_bench_figures(getattr(args, "figures", None), max_length)   # before loading a model
     no_oracle = bool(getattr(args, "no_oracle", False))
-    inputs = Inputs(args.model or "minilm", "cpu")
+    inputs = Inputs(args.model or "minilm", getattr(args, "device", "cpu"))
     rows = benchmarks.bench_figures(inputs.model, inputs.ids(), quick=args.quick, progress=False, figures=names,
                                     max_length=max_length, with_oracle=not no_oracle)
     for r in rows:
@@ -46,7 +46,7 @@ def bench_figures(args) -> list[dict]:
 
 
 def bench_montecarlo(args) -> list[dict]:
-    result = benchmarks.bench_monte_carlo(repeats=2 if args.quick else 3)
+    result = benchmarks.bench_monte_carlo(repeats=2 if args.quick else 3, device=getattr(args, "device", "cpu"))
     for r in result.rows:
         print(_row_line(r))
     print(peak_memory_line())
@@ -97,6 +97,7 @@ def add_cli(sub) -> None:
     b.add_argument("--model", default=None, help="the model (default: minilm, and tiny-gpt2 for capture); "
                    "gpt2-random: GPT-2 124M's shape with random weights, offline")
     b.add_argument("--quick", action="store_true", help="small grids (smoke test)")
+    b.add_argument("--device", default="cpu", help="cpu or cuda (bench figures and montecarlo)")
     b.add_argument("--threads", default=None, metavar="N",
                    help="torch threads (default: the CPUs free now, at most torch's count; or set OMP_NUM_THREADS)")
     f = b.add_argument_group("bench figures")
@@ -113,6 +114,8 @@ def run_bench(args) -> int:
     only_figures = [o for o, v in (("--figures", getattr(args, "figures", None)),
                                    ("--max-length", getattr(args, "max_length", None)),
                                    ("--no-oracle", getattr(args, "no_oracle", False))) if v]
+    if getattr(args, "device", "cpu") != "cpu" and args.what not in ("figures", "montecarlo"):
+        raise ValueError("--device: for `attnlab bench figures` and `attnlab bench montecarlo` only")
     if only_figures and args.what != "figures":
         raise ValueError(f"{', '.join(only_figures)}: for `attnlab bench figures` only")
     if getattr(args, "max_length", None) is not None:
