@@ -125,18 +125,12 @@ def prose(html: str):
 
 
 def png(fig, dpi: int = 100, colors: int = 64) -> bytes:
-    """The figure as a light PNG (a `colors`-colour palette): frames are embedded in the page and the
-    notebook, and this makes them about four times lighter with no visible change."""
-    import io
+    """The figure as a light PNG (a `colors`-colour palette; with its phone version, `widgets.render`):
+    frames are embedded in the page and the notebook, and this makes them about four times lighter with
+    no visible change."""
+    from attnlab.widgets import render
 
-    from PIL import Image
-
-    from attnlab.widgets import fig_to_png
-
-    out = io.BytesIO()
-    Image.open(io.BytesIO(fig_to_png(fig, dpi))).convert("RGB").quantize(
-        colors=colors, method=Image.Quantize.MEDIANCUT).save(out, "PNG", optimize=True)
-    return out.getvalue()
+    return render(fig, dpi, colors=colors)
 
 
 def plain_log(*axes, nice: bool | str = False) -> None:
@@ -177,24 +171,27 @@ def model_admonition(model, result: Optional[Result] = None):
     arch = (f"{'causal' if model.causal else 'bidirectional'}, {model.n_layers} layers × {model.n_heads} heads "
             f"= {model.n_layers * model.n_heads} heads, head dimension {model.d_head}, "
             f"{model.max_positions} positions")
+    from attnlab.core.names import display_name
+
+    name = display_name(model.name)
     if is_paper_model(model):
-        title, kind = f"Computed with {model.name}: the paper's model", "note"
+        title, kind = f"Computed with {name}: the paper's model", "note"
         body = (f"<p>The results come from <code>{model.name}</code> ({arch}){text}. This is the "
                 "architecture the paper used (GPT-2 124M), so its empirical statements can be compared directly; "
                 "what still differs is listed in the section <em>What differs</em>.</p>")
     elif getattr(model, "random_weights", False):
-        title, kind = f"Computed with {model.name}: random weights, not a trained model", "warning"
+        title, kind = f"Computed with {name}: random weights, not a trained model", "warning"
         body = (f"<p>The results come from <code>{model.name}</code> ({arch}){text}, a model with "
                 "<strong>seeded random weights</strong>, built to run this book at the paper's scale and cost "
                 "(benchmarks and scale tests only). Its attention is not GPT-2's, nor any trained model's: the "
                 "theorems must still hold, but its numbers say nothing about the paper's empirical statements."
                 "</p>")
     else:
-        title, kind = f"Computed with {model.name}, not with GPT-2", "warning"
+        title, kind = f"Computed with {name}, not with GPT-2", "warning"
         shorter = (f"the longest window is {model.max_positions} tokens instead of 1024; "
                    if model.max_positions < 1024 else "")
         body = (f"<p>GPT-2 was not available when this page was built, so the results come from "
-                f"<code>{model.name}</code> ({arch}){text}. The paper used GPT-2 124M (causal, 12 × 12 = 144 "
+                f"{name} (<code>{model.name}</code>: {arch}){text}. The paper used GPT-2 124M (causal, 12 × 12 = 144 "
                 "heads, head dimension 64, 1024 positions).</p><p>What this changes: " + shorter
                 + ("every query row sees all the keys (no causal mask), so there are no short rows at the start "
                    "of the window; " if not model.causal else "")

@@ -96,8 +96,151 @@ def fig_to_png(fig: Any, dpi: int = FRAME_DPI, *, close: bool = True) -> bytes:
 
 
 def frames_from(draw: Callable[..., Any], values: Sequence[Any], dpi: int = FRAME_DPI) -> list[bytes]:
-    """``[fig_to_png(draw(v)) for v in values]``: one PNG frame per value, figures closed."""
-    return [fig_to_png(draw(v), dpi) for v in values]
+    """``[render(draw(v)) for v in values]``: one PNG frame per value (with its phone version), figures
+    closed."""
+    return [render(draw(v), dpi) for v in values]
+
+
+# ------------------------------------------------------------------------------------ phone versions
+
+#: The phone version of a figure is drawn for a 390 px screen's text column (about 336-358 CSS px):
+#: PHONE_WIDTH_IN inches at PHONE_DPI, shown at PHONE_WIDTH_IN * FRAME_DPI CSS px (1.5 device pixels per
+#: CSS px: sharp on phones, light on the page), its panels stacked, no text under PHONE_MIN_PT points,
+#: which is PHONE_MIN_PT * FRAME_DPI / 72 = 11.1 CSS px there.
+PHONE_WIDTH_IN = 3.3
+PHONE_DPI = 150
+PHONE_MIN_PT = 8.0
+#: the screens that get the phone version (the theme's own narrow breakpoint is 576 px)
+PHONE_MEDIA = "(max-width: 600px)"
+
+
+class Rendered(bytes):
+    """PNG bytes of a figure at FRAME_DPI (what Jupyter, GitHub and print show), carrying the phone
+    version (``phone``: PNG bytes or None, drawn at PHONE_DPI) and the smallest text of each version in
+    points (``text_pt``, ``phone_text_pt``; None when unknown), which the browser test turns into CSS px."""
+
+    phone: bytes | None = None
+    text_pt: float | None = None
+    phone_text_pt: float | None = None
+
+
+def _texts(fig: Any) -> list:
+    from matplotlib.text import Text
+
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+
+
+def smallest_text_pt(fig: Any) -> float | None:
+    """The smallest font size (points) of the figure's visible, non-empty texts (ticks, labels, legend)."""
+    sizes = [float(t.get_fontsize()) for t in _texts(fig)]
+    return min(sizes) if sizes else None
+
+
+def _grid_cells(fig: Any):
+    """([(axes, row, col)], grid) when every axes of `fig` is one cell of one top-level grid; None for
+    anything else (spanning axes, nested grids, colorbars, insets): those figures get no phone version."""
+    cells, grid = [], None
+    for ax in fig.axes:
+        ss = ax.get_subplotspec()
+        if ss is None or ss.num1 != ss.num2 or (grid is not None and ss.get_gridspec() is not grid):
+            return None
+        grid = ss.get_gridspec()
+        if ax.get_visible():
+            cells.append((ax, ss.rowspan.start, ss.colspan.start))
+    return (cells, grid) if cells else None
+
+
+def phone_layout(fig: Any) -> bool:
+    """Re-lay `fig` out for a phone's text column, in place: one panel per row (reading order), each
+    PHONE_WIDTH_IN wide and about as tall as its aspect asks (1.9 to 2.8 in), its legend below it, no text
+    under PHONE_MIN_PT. False (figure untouched) for layouts it cannot stack (see `_grid_cells`)."""
+    found = _grid_cells(fig)
+    if found is None:
+        return False
+    cells, grid = found
+    nrows, ncols = grid.get_geometry()
+    w, h = fig.get_size_inches()
+    panel_h = min(2.8, max(1.9, PHONE_WIDTH_IN * (h / nrows) / (w / ncols) * 1.1))
+    axes = [ax for ax, _, _ in sorted(cells, key=lambda c: (c[1], c[2]))]
+    title = 0.45 if getattr(fig, "_suptitle", None) is not None else 0.0
+    heights = [panel_h] * len(axes)
+    _stack(fig, axes, heights, title)
+    for t in _texts(fig):
+        if t.get_fontsize() < PHONE_MIN_PT:
+            t.set_fontsize(PHONE_MIN_PT)
+    try:
+        fig.set_layout_engine("constrained")
+    except RuntimeError:                       # a colorbar made under another engine: keep it
+        fig.tight_layout()
+    extra = _legends_below(fig, axes)
+    if any(extra):
+        _stack(fig, axes, [hh + e for hh, e in zip(heights, extra)], title)
+    return True
+
+
+def _stack(fig: Any, axes: list, heights: list[float], title: float) -> None:
+    """`axes` one per row of a new grid, rows `heights` inches tall, the figure PHONE_WIDTH_IN wide."""
+    grid = fig.add_gridspec(len(axes), 1, height_ratios=heights)
+    fig.set_size_inches(PHONE_WIDTH_IN, sum(heights) + title)
+    for i, ax in enumerate(axes):
+        ax.set_subplotspec(grid[i, 0])
+
+
+def _legends_below(fig: Any, axes: list) -> list[float]:
+    """Each panel's legend moved below its x label (a phone-wide panel has no room to share with one);
+    the inches each panel needs for it."""
+    from matplotlib.transforms import ScaledTranslation
+
+    if not any(ax.get_legend() for ax in axes):
+        return [0.0] * len(axes)
+    fig.draw_without_rendering()
+    extra = []
+    for ax in axes:
+        leg = ax.get_legend()
+        if leg is None or not leg.get_visible():
+            extra.append(0.0)
+            continue
+        below = ax.get_tightbbox(bbox_extra_artists=[]).y0         # the lowest tick label or x label, px
+        drop = (ax.bbox.y0 - below) / fig.dpi + 0.05                # inches
+        leg.set_loc("upper center")
+        leg.set_bbox_to_anchor((0.5, 0.0), transform=ax.transAxes + ScaledTranslation(0, -drop, fig.dpi_scale_trans))
+        extra.append(leg.get_window_extent().height / fig.dpi + 0.05)
+    return extra
+
+
+def render(fig: Any, dpi: int = FRAME_DPI, colors: int | None = None) -> Rendered:
+    """The figure as `Rendered` PNG bytes with its phone version (see `phone_layout`), figure closed.
+    `colors`: a palette of that many colours (pages about four times lighter). Bytes pass through (a
+    `Rendered` unchanged, plain bytes with no phone version)."""
+    if isinstance(fig, Rendered):
+        return fig
+    if isinstance(fig, (bytes, bytearray)):
+        return Rendered(bytes(fig))
+    import matplotlib.pyplot as plt
+
+    for t in [getattr(fig, "_suptitle", None)] + [ax.title for ax in fig.axes]:
+        if t is not None:
+            t.set_wrap(True)                   # a long title wraps instead of running off the figure
+    try:
+        out = Rendered(_light(fig_to_png(fig, dpi, close=False), colors))
+        out.text_pt = smallest_text_pt(fig)
+        if phone_layout(fig):
+            out.phone = _light(fig_to_png(fig, PHONE_DPI, close=False), colors)
+            out.phone_text_pt = smallest_text_pt(fig)
+    finally:
+        plt.close(fig)
+    return out
+
+
+def _light(png: bytes, colors: int | None) -> bytes:
+    if not colors:
+        return png
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.open(io.BytesIO(png)).convert("RGB").quantize(colors=colors, method=Image.Quantize.MEDIANCUT).save(
+        out, "PNG", optimize=True)
+    return out.getvalue()
 
 
 def _labels(values: Sequence[Any], fmt: str | None, what: str) -> list[str]:
@@ -125,7 +268,7 @@ def _image(png: bytes) -> widgets.Image:
 
 
 def _check_budget(pngs: Sequence[bytes], description: str) -> None:
-    total = sum(len(p) for p in pngs)
+    total = sum(len(p) + len(getattr(p, "phone", None) or b"") for p in pngs)
     if total > FRAME_BUDGET:
         warnings.warn(
             f"slider {description!r}: {len(pngs)} frames weigh {total / 1e3:.0f} KB "
@@ -138,14 +281,36 @@ def _data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def _img_tag(png: bytes, alt: str, cls: str = "attnlab-figure") -> str:
-    """<img> at the PNG's own pixel size (width/height attributes: no layout shift, no upscaling)."""
+def _png_size(png: bytes) -> tuple[int, int]:
     import struct
+
+    return struct.unpack(">II", png[16:24]) if png[:8] == b"\x89PNG\r\n\x1a\n" else (0, 0)
+
+
+def _phone_srcset(png: bytes | None) -> str | None:
+    return None if not png else f"{_data_uri(png)} {PHONE_DPI / FRAME_DPI:g}x"
+
+
+def _img_tag(png: bytes, alt: str, cls: str = "attnlab-figure") -> str:
+    """<img> at the PNG's own pixel size (width/height attributes: no layout shift, no upscaling); for a
+    `Rendered` PNG with a phone version, a <picture> whose <source> phones take (drawn for their
+    column: stacked panels, text at least 11 CSS px). ``data-text-pt`` / ``data-phone-text-pt``: each
+    version's smallest text in points, which the browser test turns into rendered CSS px."""
     from html import escape
 
-    w, h = struct.unpack(">II", png[16:24]) if png[:8] == b"\x89PNG\r\n\x1a\n" else (0, 0)
+    w, h = _png_size(png)
     size = f' width="{w}" height="{h}"' if w else ""
-    return f'<img class="{cls}" src="{_data_uri(png)}" alt="{escape(alt, quote=True)}"{size}>'
+    pt = getattr(png, "text_pt", None)
+    data = f' data-text-pt="{pt:g}"' if pt else ""
+    img = f'<img class="{cls}" src="{_data_uri(png)}" alt="{escape(alt, quote=True)}"{size}{data}'
+    phone = getattr(png, "phone", None)
+    if not phone:
+        return img + ">"
+    pw, ph = (round(v * FRAME_DPI / PHONE_DPI) for v in _png_size(phone))
+    ppt = getattr(png, "phone_text_pt", None)
+    img += f' data-phone-text-pt="{ppt:g}">' if ppt else ">"
+    return (f'<picture><source media="{PHONE_MEDIA}" srcset="{_phone_srcset(phone)}" width="{pw}" '
+            f'height="{ph}">{img}</picture>')
 
 
 # The kernel-free slider of the static site: plain HTML range inputs and a few lines of JavaScript,
@@ -153,15 +318,20 @@ def _img_tag(png: bytes, alt: str, cls: str = "attnlab-figure") -> str:
 _SLIDER_JS = """<script>(function () {
   var box = document.currentScript.parentElement;
   var data = JSON.parse(box.querySelector('script[type="application/json"]').textContent);
-  var img = box.querySelector("img"), inputs = box.querySelectorAll("input"), outs = box.querySelectorAll("output");
+  var img = box.querySelector("img"), source = box.querySelector("source");
+  var inputs = box.querySelectorAll("input"), outs = box.querySelectorAll("output");
   data.frames[0] = img.src;
+  if (source) data.phone[0] = source.srcset;
   function show() {
     var at = 0;
     inputs.forEach(function (input, k) {
-      var v = +input.value; outs[k].textContent = data.labels[k][v];
+      var v = +input.value, label = data.labels[k][v];
+      outs[k].textContent = label;
+      input.setAttribute("aria-valuetext", data.names[k] + " = " + label);
       at = at * data.labels[k].length + v;
     });
     img.src = data.frames[at]; img.alt = data.alts[at];
+    if (source) source.srcset = data.phone[at] || data.frames[at];
   }
   inputs.forEach(function (input) { input.addEventListener("input", show); });
 })();</script>"""
@@ -180,11 +350,13 @@ def slider_html(pngs: Sequence[bytes], labels: Sequence[Sequence[str]], descript
     rows = "".join(
         f'<label class="attnlab-control" style="display:flex;align-items:center;gap:0.6em;margin:0.2em 0">'
         f'<span style="min-width:4em">{escape(d)}</span><input type="range" min="0" max="{len(ls) - 1}" step="1" '
-        f'value="0" aria-label="{escape(d, quote=True)}" style="flex:0 1 18em;min-width:6em">'
-        f'<output style="min-width:3em">{escape(ls[0])}</output></label>'
+        f'value="0" aria-label="{escape(d, quote=True)}" aria-valuetext="{escape(f"{d} = {ls[0]}", quote=True)}" '
+        f'style="flex:0 1 18em;min-width:6em"><output style="min-width:3em">{escape(ls[0])}</output></label>'
         for d, ls in zip(descriptions, labels))
-    payload = json.dumps({"labels": [list(ls) for ls in labels], "alts": alts,
-                          "frames": [None] + [_data_uri(p) for p in pngs[1:]]}).replace("</", "<\\/")
+    payload = json.dumps({"labels": [list(ls) for ls in labels], "names": list(descriptions), "alts": alts,
+                          "frames": [None] + [_data_uri(p) for p in pngs[1:]],
+                          "phone": [None] + [_phone_srcset(getattr(p, "phone", None)) for p in pngs[1:]]}
+                         ).replace("</", "<\\/")
     return (f'<div class="{KERNEL_FREE_CLASS}">{rows}<div>{_img_tag(pngs[0], alts[0])}</div>'
             f'<script type="application/json">{payload}</script>{_SLIDER_JS}</div>')
 
@@ -218,7 +390,7 @@ def frame_slider(frames: Sequence[Frame], values: Sequence[Any], description: st
     readout (``".2f"``, ``"d"``, ...); ``alt`` describes the figure (the value is appended)."""
     if len(frames) != len(values):
         raise ValueError(f"{description}: {len(frames)} frames for {len(values)} values")
-    pngs = [fig_to_png(f, dpi) for f in frames]
+    pngs = [render(f, dpi) for f in frames]
     _check_budget(pngs, description)
     slider = _slider(values, description, readout_format)
     stack = widgets.Stack([_image(p) for p in pngs], selected_index=0)
@@ -237,7 +409,7 @@ def frame_slider_2d(frames: Sequence[Sequence[Frame]], values1: Sequence[Any], v
     if len(frames) != len(values1) or any(len(row) != len(values2) for row in frames):
         raise ValueError(
             f"{description1}/{description2}: frames must be a {len(values1)} x {len(values2)} grid")
-    pngs = [[fig_to_png(f, dpi) for f in row] for row in frames]
+    pngs = [[render(f, dpi) for f in row] for row in frames]
     _check_budget([p for row in pngs for p in row], f"{description1}/{description2}")
     slider1 = _slider(values1, description1, readout_format1)
     slider2 = _slider(values2, description2, readout_format2)
@@ -313,12 +485,13 @@ class StaticFigure:
 
 
 def static_figure(fig: Any, dpi: int = FRAME_DPI, alt: str = "") -> StaticFigure:
-    """A PNG of ``fig`` (closed) with alt text (default: the figure's titles), for the site, print and
-    readers without JavaScript. Use it as the last line of a cell or inside ``display(...)``."""
+    """A PNG of ``fig`` (closed; with its phone version, see `render`) with alt text (default: the
+    figure's titles), for the site, print and readers without JavaScript. Use it as the last line of a
+    cell or inside ``display(...)``."""
     if not alt and not isinstance(fig, (bytes, bytearray)):
         title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else ""
         alt = title or "; ".join(a.get_title() for a in fig.axes if a.get_title())
-    return StaticFigure(fig_to_png(fig, dpi), " ".join((alt or "Figure").split()))
+    return StaticFigure(render(fig, dpi), " ".join((alt or "Figure").split()))
 
 
 def _plain(description: str) -> str:

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 _TAG = re.compile(r'data-attnlab-model="([^"]*)"')
@@ -50,12 +51,41 @@ def _config_inited(app, config) -> None:
                 shutil.rmtree(old, ignore_errors=True)
         config.nb_execution_cache_path = str(current)
     options = dict(config.html_theme_options or {})
-    note = f"Figures computed with ATTNLAB_MODEL=<code>{model}</code> on <code>{device}</code>."
+    # the models' full names replace the setting once the pages are built (`_name_models`)
+    note = (f'Figures computed with <span class="attnlab-footer-models">ATTNLAB_MODEL=<code>{model}</code></span> '
+            f"on <code>{device}</code>.")
     options["extra_footer"] = (options.get("extra_footer") or "") + f"<p>{note}</p>"
     config.html_theme_options = options
-    # {{ repository }} in the pages: the repository set once in _config.yml
-    repo = options.get("repository_url") or ""
-    config.myst_substitutions = {**(config.myst_substitutions or {}), "repository": repo}
+    # The repository, set once: _config.yml, or ATTNLAB_REPOSITORY_URL where the site is published (the
+    # pages workflow sets it to the repository it runs in). {{ repository }} in the pages names it, and
+    # says how to run the book without it when this build could not reach it.
+    repo = os.environ.get("ATTNLAB_REPOSITORY_URL") or options.get("repository_url") or ""
+    options["repository_url"] = repo
+    config.html_theme_options = options
+    reached = _reachable(repo)
+    if not reached:
+        print(f"attnlab: warning: the repository {repo or '(none set)'} could not be reached from this build "
+              "(no network, or not a public repository): the launch buttons and the chapters' setup cells "
+              "point at it. Set ATTNLAB_REPOSITORY_URL, or repository.url in _config.yml, to the public "
+              "repository the site is published from.", file=sys.stderr)
+    shown = f"[{repo}]({repo})" if reached else (
+        f"`{repo}`, which this build could not reach: if it does not answer, download each chapter with its "
+        "download button, or ask whoever gave you this site for a copy")
+    config.myst_substitutions = {**(config.myst_substitutions or {}), "repository": shown}
+
+
+def _reachable(url: str, timeout: float = 4.0) -> bool:
+    """True when `url` answers an HTTP HEAD request with a status below 400 within `timeout` seconds."""
+    import urllib.error
+    import urllib.request
+
+    if not url.startswith("https://"):
+        return False
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout) as r:
+            return r.status < 400
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
 
 
 # The theme's template loads Font Awesome twice, as CSS + web fonts (what draws the icons) and as a
@@ -85,6 +115,7 @@ def _build_finished(app, exception) -> None:
         if found:
             pages[page.relative_to(outdir).as_posix()] = found
     model, device = _setting()
+    _name_models(outdir, sorted({m for found in pages.values() for m in found}), model)
     info = {
         "model_setting": model,
         "device": device,
@@ -94,6 +125,27 @@ def _build_finished(app, exception) -> None:
     static = outdir / "_static"
     static.mkdir(exist_ok=True)
     (static / "attnlab-build.json").write_text(json.dumps(info, indent=1) + "\n")
+
+
+_FOOTER_MODELS = re.compile(r'<span class="attnlab-footer-models">.*?</span>', re.S)
+
+
+def _name_models(outdir: Path, models: list[str], setting: str) -> None:
+    """The footer of every page names the models the pages were computed with, by their full names
+    (the setting, e.g. auto, in brackets)."""
+    from html import escape
+
+    from attnlab.core.names import display_name
+
+    if not models:
+        return
+    names = " and ".join(escape(display_name(m)) for m in models)
+    span = f'<span class="attnlab-footer-models">{names} (model setting <code>{escape(setting)}</code>)</span>'
+    for page in outdir.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        named = _FOOTER_MODELS.sub(span, text)
+        if named != text:
+            page.write_text(named, encoding="utf-8")
 
 
 def _dedupe_scripts(app, pagename, templatename, context, doctree) -> None:

@@ -159,3 +159,51 @@ def test_static_site_html_of_sliders_and_figures():
     fig.suptitle("a title")
     page = aw.static_figure(fig)._repr_mimebundle_()
     assert 'alt="a title"' in page["text/html"] and page["image/png"]
+
+
+# ------------------------------------------------------------------------------------ phone versions
+
+def _panels(n, legend=True, colorbar=False):
+    fig, axes = plt.subplots(1, n, figsize=(9, 2.6), layout="constrained")
+    for i, ax in enumerate(axes):
+        ax.plot([0, 1], [0, i], label=f"a rather long legend entry {i}")
+        ax.set_title(f"panel {i}")
+        ax.tick_params(labelsize=6)                       # too small for a phone
+        if legend:
+            ax.legend()
+    if colorbar:
+        fig.colorbar(axes[0].imshow([[0, 1], [1, 0]]), ax=axes[0])
+    fig.suptitle("a suptitle long enough to run off a phone-wide figure unless it wraps onto a second line")
+    return fig
+
+
+def test_render_stacks_the_panels_for_a_phone_with_legible_text():
+    out = aw.render(_panels(3))
+    w, h = aw._png_size(out)
+    pw, ph = aw._png_size(out.phone)
+    assert (w, h) == (900, 260)                                     # the desktop figure as drawn
+    assert pw == round(aw.PHONE_WIDTH_IN * aw.PHONE_DPI)            # the phone column, at 1.5 px per CSS px
+    assert ph > 3 * 1.9 * aw.PHONE_DPI                              # three panels stacked, each at least 1.9 in
+    assert out.text_pt == 6 and out.phone_text_pt >= aw.PHONE_MIN_PT
+    assert aw.PHONE_MIN_PT * aw.FRAME_DPI / 72 >= 11                # points to CSS px on the phone
+    assert not plt.get_fignums()                                    # closed
+
+
+def test_render_leaves_layouts_it_cannot_stack_alone():
+    assert aw.render(_panels(2, colorbar=True)).phone is None      # a colorbar: no phone version
+    assert aw.render(b"\x89PNG plain bytes").phone is None
+
+
+def test_a_rendered_figure_is_a_picture_phones_take_their_version_of():
+    html = aw.static_figure(_panels(2), alt="two panels")._repr_mimebundle_()["text/html"]
+    assert html.startswith("<picture><source media=\"(max-width: 600px)\"")
+    assert 'srcset="data:image/png;base64,' in html and ' 1.5x"' in html
+    assert f'width="{round(aw.PHONE_WIDTH_IN * aw.FRAME_DPI)}"' in html   # shown at the column's width in CSS px
+    assert 'data-text-pt="6"' in html and 'data-phone-text-pt="8"' in html
+
+
+def test_slider_frames_carry_their_phone_versions_and_announce_their_value():
+    box = aw.frame_slider([_panels(2), _panels(2)], [256, 512], "L", readout_format="d")
+    html = box._repr_mimebundle_()["text/html"]
+    assert html.count("<source") == 1 and '"phone": [null, "data:image/png;base64,' in html
+    assert 'aria-valuetext="L = 256"' in html and 'setAttribute("aria-valuetext"' in html

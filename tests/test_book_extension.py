@@ -1,0 +1,53 @@
+"""scripts/attnlab_book.py, the site's Sphinx extension: the repository set once and checked, the footer's
+model names."""
+import importlib.util
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("attnlab_book", ROOT / "scripts" / "attnlab_book.py")
+ext = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ext)
+
+
+def _config(url):
+    return SimpleNamespace(nb_execution_cache_path="/tmp/unused", myst_substitutions={},
+                           html_theme_options={"repository_url": url})
+
+
+def test_an_unreachable_repository_is_said_once_on_stderr_and_on_the_page(monkeypatch, capsys):
+    monkeypatch.setattr(ext, "_reachable", lambda url, timeout=4.0: False)
+    monkeypatch.delenv("ATTNLAB_REPOSITORY_URL", raising=False)
+    config = _config("https://github.com/someone/attnlab")
+    ext._config_inited(None, config)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "attnlab: warning: the repository https://github.com/someone/attnlab" in err
+    assert "could not reach" in config.myst_substitutions["repository"]
+
+
+def test_the_publish_step_sets_the_repository(monkeypatch, capsys):
+    monkeypatch.setattr(ext, "_reachable", lambda url, timeout=4.0: url == "https://github.com/me/fork")
+    monkeypatch.setenv("ATTNLAB_REPOSITORY_URL", "https://github.com/me/fork")
+    config = _config("https://github.com/someone/attnlab")
+    ext._config_inited(None, config)
+    assert config.html_theme_options["repository_url"] == "https://github.com/me/fork"   # the launch buttons
+    assert config.myst_substitutions["repository"] == "[https://github.com/me/fork](https://github.com/me/fork)"
+    assert capsys.readouterr().err == ""
+
+
+def test_reachable_refuses_what_is_not_an_https_url_and_gives_up_quickly():
+    assert not ext._reachable("") and not ext._reachable("http://example.com")
+    t0 = time.perf_counter()
+    assert not ext._reachable("https://nothing-here.invalid", timeout=2.0)     # .invalid never resolves
+    assert time.perf_counter() - t0 < 30
+
+
+def test_the_footer_names_the_models_the_pages_were_computed_with(tmp_path):
+    page = tmp_path / "a.html"
+    page.write_text('<p>Figures computed with <span class="attnlab-footer-models">ATTNLAB_MODEL=<code>auto</code>'
+                    "</span> on <code>cpu</code>.</p>")
+    ext._name_models(tmp_path, ["minilm", "smollm2"], "auto")
+    text = page.read_text()
+    assert ("all-MiniLM-L6-v2 (sentence encoder) and SmolLM2-135M-Instruct (causal decoder, 4-bit weights) "
+            "(model setting <code>auto</code>)") in text and "ATTNLAB_MODEL=" not in text
