@@ -1,4 +1,5 @@
 # attnlab: `make book` (main job) and `make test` (all checks). Both set themselves up from nothing.
+# `make book SOLUTIONS=0`: the site without the exercises' solutions (see book-html below).
 SHELL := /bin/bash
 VENV  ?= .venv
 PY    := $(VENV)/bin/python
@@ -75,8 +76,19 @@ book: install vendor
 	$(MAKE) --no-print-directory book-html
 	@$(PY) scripts/book_info.py _build/html
 
+# SOLUTIONS=0 (`make book SOLUTIONS=0`): a site without the exercises' solutions, for an instructor who hands it
+# out. scripts/strip_solutions.py copies the book's sources to _build/no_solutions, each cell tagged `solution`
+# replaced by a note ("Solution held back by the instructor."), and the site is built from that copy into the
+# same _build/html: neither the pages nor the notebooks their download button serves hold a solution.
+SOLUTIONS ?= 1
+
 book-html: install
+ifeq ($(SOLUTIONS),0)
+	$(PY) scripts/strip_solutions.py _build/no_solutions
+	$(NB_ENV) $(VENV)/bin/jupyter-book build _build/no_solutions --path-output . -W -n --keep-going
+else
 	$(NB_ENV) $(VENV)/bin/jupyter-book build . -W -n --keep-going
+endif
 
 # Re-run every chapter and compare the cells marked `# NBVAL_CHECK_OUTPUT` (or tagged nbval-check-output)
 # with their stored outputs; notebooks run from book/. `make test` does not run it: it compares the same

@@ -11,10 +11,12 @@ model + weights checksum, text checksum, grids and protocol).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from functools import lru_cache
 from typing import Optional, Sequence
 
+from attnlab.core import util
 from attnlab.core.cache import cached, model_key
 from attnlab.core.result import Result
 from attnlab.core.style import use_figure_style
@@ -23,11 +25,48 @@ from attnlab.figures import Inputs, cached_figures
 use_figure_style()          # every chapter's figures: text >= 9 pt at the size the page shows them
 
 
+#: set once `inputs()` chose one torch thread for the chapters (and the user had chosen no count)
+_ONE_THREAD = {"set": False}
+
+
+def _one_thread_for_views() -> None:
+    """torch on one thread for the chapters' own code: their views, sliders and solutions are small tensor
+    operations, and on a CPU shared with other jobs two OpenMP threads competing for the same cores run them
+    several times slower than one. Left alone when the user chose a count (OMP_NUM_THREADS, or
+    torch.set_num_threads before: `util.threads_chosen`). The heavy computations (`figure_results`,
+    `cached_result`, `trace`) get torch's default count back, lowered to the free CPUs (`_heavy`)."""
+    import torch
+
+    if not _ONE_THREAD["set"] and not util.threads_chosen():
+        torch.set_num_threads(1)
+        _ONE_THREAD["set"] = True
+
+
+@contextlib.contextmanager
+def _heavy():
+    """Inside: torch's thread count from before `inputs()` chose one thread (so `util.auto_threads`, which
+    the experiments run under, picks min(default, free CPUs) as everywhere else); one thread again after.
+    A no-op when the user chose a count or `inputs()` did not set one."""
+    import torch
+
+    if not _ONE_THREAD["set"] or torch.get_num_threads() != 1 or util._STATE["depth"] > 0:
+        yield
+        return
+    torch.set_num_threads(util._DEFAULT_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(1)
+
+
 @lru_cache(maxsize=4)
 def inputs(model: Optional[str] = None, device: Optional[str] = None) -> Inputs:
     """The chapters' inputs: model and device from ATTNLAB_MODEL / ATTNLAB_DEVICE (defaults auto, cpu), the
-    model loaded now (the fallback warning of "auto" goes to the chapter's admonition, not to the page)."""
+    model loaded now (the fallback warning of "auto" goes to the chapter's admonition, not to the page).
+    Also sets torch to one thread for the chapters' small tensor views (`_one_thread_for_views`)."""
     import warnings
+
+    _one_thread_for_views()
 
     inp = Inputs(model or os.environ.get("ATTNLAB_MODEL", "auto"), device or os.environ.get("ATTNLAB_DEVICE", "cpu"))
     with warnings.catch_warnings():      # the chapter's admonition says which model ran, and why
@@ -40,7 +79,9 @@ def figure_results(fig_ids: Sequence[str], inp: Optional[Inputs] = None, *, quic
                    refresh: bool = False) -> dict[str, Result]:
     """{id: Result} for `fig_ids`, from the on-disk cache when present; missing ones are computed together
     (sharing forward passes) and cached (`attnlab.figures.cached_figures`, which `attnlab check` reads too)."""
-    return cached_figures(fig_ids, inp or inputs(), quick=quick, refresh=refresh)
+    inp = inp or inputs()
+    with _heavy():
+        return cached_figures(fig_ids, inp, quick=quick, refresh=refresh)
 
 
 @lru_cache(maxsize=8)
@@ -49,7 +90,8 @@ def trace(length: int, model: Optional[str] = None, device: Optional[str] = None
     """A Trace of the first `length` tokens of War and Peace (kept in memory for live sliders)."""
     inp = inputs(model, device)
     ids = inp.model.window(inp.corpus.text, length)
-    return inp.model.capture(ids, keep=keep, text_sha256=inp.corpus.sha256)
+    with _heavy():
+        return inp.model.capture(ids, keep=keep, text_sha256=inp.corpus.sha256)
 
 
 def cached_result(name: str, key: dict, compute, *, model=None, text_sha256: Optional[str] = None,
@@ -64,7 +106,8 @@ def cached_result(name: str, key: dict, compute, *, model=None, text_sha256: Opt
         full.update(model_key(model))
     if text_sha256 is not None:
         full["text"] = text_sha256
-    return cached(name, full, compute, refresh=refresh)
+    with _heavy():
+        return cached(name, full, compute, refresh=refresh)
 
 
 # ------------------------------------------------------------------------- helpers every chapter uses
@@ -226,6 +269,7 @@ def model_facts(model) -> str:
 OFFLINE_MODELS = ("minilm", "smollm2")
 
 
+@_heavy()         # computes Results when the cache lacks them: torch's default thread count
 def claims_per_model(inp: Optional[Inputs] = None) -> dict[str, list[dict]]:
     """{model name: paper-1 claim rows at the book's default readings}: the build's model first, then each of
     OFFLINE_MODELS (from the results cache the chapters fill; computed once per build otherwise). Every row
@@ -270,6 +314,7 @@ def model_changes(per_model: dict[str, list[dict]]) -> dict[str, list[dict]]:
     return {"same": [r for r in rows if r["same"]], "differs": [r for r in rows if not r["same"]]}
 
 
+@_heavy()         # computes Results when the cache lacks them: torch's default thread count
 def long_context(model: str = "smollm2", length: int = 4096, fig_ids: Sequence[str] = ("fig1",)) -> dict[str, Result]:
     """{id: Result} of paper-1 figures on `model` with windows up to `length` tokens, past the paper's 1024 (the
     layers stream in blocks: `normalization.experiments.run_figures`); from the results cache when there."""
@@ -351,6 +396,7 @@ def model_changes_summary(per_model: dict[str, list[dict]]):
 
 # ------------------------------------------------------------------------ text windows (`attnlab.windows`)
 
+@_heavy()         # computes Results when the cache lacks them: torch's default thread count
 def window_summaries() -> dict[str, list[dict]]:
     """{offline model: `windows.window_summary` rows} on the book's text windows (cached, shared by chapters)."""
     from attnlab import windows
@@ -390,6 +436,7 @@ def window_spread(claim_id: str):
                  f"turns on:</p><ul>{''.join(items)}</ul>")
 
 
+@_heavy()         # computes Results when the cache lacks them: torch's default thread count
 def pooled_critical():
     """HTML table: Fig. 2c's critical N / L per text window (median and range) beside the critical N of one KS test
     on the heads of every window pooled, per offline model and L."""
@@ -414,6 +461,7 @@ def pooled_critical():
                  caption=f"Fig. 2c's critical N, window by window and pooled: {said or 'no pooled value found'}")
 
 
+@_heavy()         # computes Results when the cache lacks them: torch's default thread count
 def reading_over_windows(reading: str):
     """HTML table: the critical N / L of one reading "E / d / vectors" in each text window and at each L (bold: the
     6% rule met), on the build's model."""
@@ -574,6 +622,7 @@ def verdict_summary(rows: Sequence[dict]):
     return HTML("".join(parts))
 
 
+@_heavy()         # computes Results when the cache lacks them: torch's default thread count
 def claims(inp: Optional[Inputs] = None) -> list[dict]:
     """Every claim row of both papers on this build's model (the table `attnlab check` prints), from
     the cached figure Results (computed once for every chapter)."""

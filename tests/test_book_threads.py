@@ -1,0 +1,39 @@
+"""attnlab.book owns the chapters' thread count: one torch thread for their small views, torch's default
+count back inside the heavy computations (figure Results, traces, cached experiments)."""
+import torch
+
+from attnlab import book
+from attnlab.core import util
+
+
+def _reset(monkeypatch):
+    monkeypatch.setitem(book._ONE_THREAD, "set", False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    old = torch.get_num_threads()
+    torch.set_num_threads(util._DEFAULT_THREADS)
+    return old
+
+
+def test_views_one_thread_heavy_default(monkeypatch):
+    old = _reset(monkeypatch)
+    try:
+        book._one_thread_for_views()
+        assert torch.get_num_threads() == 1
+        with book._heavy():
+            assert torch.get_num_threads() == util._DEFAULT_THREADS
+            assert not util.threads_chosen()          # so auto_threads may still lower it to the free CPUs
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_user_choice_kept(monkeypatch):
+    old = _reset(monkeypatch)
+    try:
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        book._one_thread_for_views()
+        assert torch.get_num_threads() == util._DEFAULT_THREADS and not book._ONE_THREAD["set"]
+        with book._heavy():
+            assert torch.get_num_threads() == util._DEFAULT_THREADS
+    finally:
+        torch.set_num_threads(old)
