@@ -313,6 +313,20 @@ def _img_tag(png: bytes, alt: str, cls: str = "attnlab-figure") -> str:
             f'height="{ph}">{img}</picture>')
 
 
+#: class of a numbered figure on the site: the build numbers its caption per chapter ("Figure 4.2.",
+#: scripts/attnlab_book.py)
+FIGURE_CLASS = "attnlab-fig"
+
+
+def _figure_html(inner: str, caption: str) -> str:
+    """`inner` (an image or a slider) as a numbered figure with its caption (the build adds the number)."""
+    from html import escape
+
+    cap = " ".join(caption.split())
+    return (f'<figure class="{FIGURE_CLASS}" style="margin:0">{inner}'
+            f'<figcaption class="attnlab-caption">{escape(cap)}</figcaption></figure>')
+
+
 # The kernel-free slider of the static site: plain HTML range inputs and a few lines of JavaScript,
 # no widget library (the page loads no ipywidgets bundle). Frames are data URIs in a JSON block.
 _SLIDER_JS = """<script>(function () {
@@ -357,7 +371,7 @@ def slider_html(pngs: Sequence[bytes], labels: Sequence[Sequence[str]], descript
                           "frames": [None] + [_data_uri(p) for p in pngs[1:]],
                           "phone": [None] + [_phone_srcset(getattr(p, "phone", None)) for p in pngs[1:]]}
                          ).replace("</", "<\\/")
-    return (f'<div class="{KERNEL_FREE_CLASS}">{rows}<div>{_img_tag(pngs[0], alts[0])}</div>'
+    return (f'<div class="{KERNEL_FREE_CLASS}">{rows}{_figure_html(_img_tag(pngs[0], alts[0]), alt)}'
             f'<script type="application/json">{payload}</script>{_SLIDER_JS}</div>')
 
 
@@ -474,24 +488,25 @@ def time_updates(update_fn: Callable[..., Any], *args: Any, n: int = 5, what: st
 
 
 class StaticFigure:
-    """A PNG with alt text: ``image/png`` for Jupyter, print and GitHub; ``text/html`` (an <img> at its
-    own size, with the alt text) for the site."""
+    """A PNG with alt text and a caption: ``image/png`` for Jupyter, print and GitHub; ``text/html`` (a
+    numbered figure: the <img> at its own size, or its phone version, and the caption) for the site."""
 
-    def __init__(self, png: bytes, alt: str):
-        self.data, self.alt = png, alt
+    def __init__(self, png: bytes, alt: str, caption: str = ""):
+        self.data, self.alt, self.caption = png, alt, caption or alt
 
     def _repr_mimebundle_(self, **kwargs):
-        return {"image/png": base64.b64encode(self.data).decode("ascii"), "text/html": _img_tag(self.data, self.alt)}
+        return {"image/png": base64.b64encode(self.data).decode("ascii"),
+                "text/html": _figure_html(_img_tag(self.data, self.alt), self.caption)}
 
 
-def static_figure(fig: Any, dpi: int = FRAME_DPI, alt: str = "") -> StaticFigure:
+def static_figure(fig: Any, dpi: int = FRAME_DPI, alt: str = "", caption: str = "") -> StaticFigure:
     """A PNG of ``fig`` (closed; with its phone version, see `render`) with alt text (default: the
-    figure's titles), for the site, print and readers without JavaScript. Use it as the last line of a
-    cell or inside ``display(...)``."""
+    figure's titles) and a caption (default: the alt text), for the site, print and readers without
+    JavaScript. Use it as the last line of a cell or inside ``display(...)``."""
     if not alt and not isinstance(fig, (bytes, bytearray)):
         title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else ""
         alt = title or "; ".join(a.get_title() for a in fig.axes if a.get_title())
-    return StaticFigure(render(fig, dpi), " ".join((alt or "Figure").split()))
+    return StaticFigure(render(fig, dpi), " ".join((alt or "Figure").split()), caption)
 
 
 def _plain(description: str) -> str:

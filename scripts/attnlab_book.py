@@ -114,6 +114,8 @@ def _build_finished(app, exception) -> None:
         found = sorted(set(_TAG.findall(page.read_text(encoding="utf-8", errors="replace"))))
         if found:
             pages[page.relative_to(outdir).as_posix()] = found
+    for page in outdir.rglob("*.html"):
+        _number_figures(page, outdir)
     model, device = _setting()
     _name_models(outdir, sorted({m for found in pages.values() for m in found}), model)
     info = {
@@ -125,6 +127,24 @@ def _build_finished(app, exception) -> None:
     static = outdir / "_static"
     static.mkdir(exist_ok=True)
     (static / "attnlab-build.json").write_text(json.dumps(info, indent=1) + "\n")
+
+
+_CAPTION = '<figcaption class="attnlab-caption">'
+
+
+def _number_figures(page: Path, outdir: Path) -> None:
+    """Number the captions of attnlab's figures in page order: "Figure 4.2." in chapter 4 (book/04_*.html),
+    "Figure 2." on pages outside the chapters."""
+    text = page.read_text(encoding="utf-8")
+    if _CAPTION not in text:
+        return
+    chapter = re.match(r"book/(\d+)_", page.relative_to(outdir).as_posix())
+    prefix = f"{int(chapter.group(1))}." if chapter else ""
+    parts = text.split(_CAPTION)
+    numbered = parts[0] + "".join(
+        f'{_CAPTION}<span class="attnlab-fig-number">Figure {prefix}{k}.</span> {rest}'
+        for k, rest in enumerate(parts[1:], start=1))
+    page.write_text(numbered, encoding="utf-8")
 
 
 _FOOTER_MODELS = re.compile(r'<span class="attnlab-footer-models">.*?</span>', re.S)

@@ -51,3 +51,17 @@ def test_the_footer_names_the_models_the_pages_were_computed_with(tmp_path):
     text = page.read_text()
     assert ("all-MiniLM-L6-v2 (sentence encoder) and SmolLM2-135M-Instruct (causal decoder, 4-bit weights) "
             "(model setting <code>auto</code>)") in text and "ATTNLAB_MODEL=" not in text
+
+
+def test_figures_are_numbered_per_chapter(tmp_path):
+    (tmp_path / "book").mkdir()
+    cap = '<figure class="attnlab-fig"><img><figcaption class="attnlab-caption">{}</figcaption></figure>'
+    page = tmp_path / "book" / "04_separability.html"
+    page.write_text(cap.format("first") + "<p>text</p>" + cap.format("second"))
+    ext._number_figures(page, tmp_path)
+    text = page.read_text()
+    assert "Figure 4.1.</span> first" in text and "Figure 4.2.</span> second" in text
+    intro = tmp_path / "intro.html"
+    intro.write_text(cap.format("only"))
+    ext._number_figures(intro, tmp_path)
+    assert "Figure 1.</span> only" in intro.read_text()

@@ -196,7 +196,8 @@ def test_render_leaves_layouts_it_cannot_stack_alone():
 
 def test_a_rendered_figure_is_a_picture_phones_take_their_version_of():
     html = aw.static_figure(_panels(2), alt="two panels")._repr_mimebundle_()["text/html"]
-    assert html.startswith("<picture><source media=\"(max-width: 600px)\"")
+    assert html.startswith('<figure class="attnlab-fig"') and "<figcaption" in html and "two panels" in html
+    assert '<picture><source media="(max-width: 600px)"' in html
     assert 'srcset="data:image/png;base64,' in html and ' 1.5x"' in html
     assert f'width="{round(aw.PHONE_WIDTH_IN * aw.FRAME_DPI)}"' in html   # shown at the column's width in CSS px
     assert 'data-text-pt="6"' in html and 'data-phone-text-pt="8"' in html

@@ -307,3 +307,69 @@ def test_verdicts_and_claim_ids_are_readable_in_light_and_dark_mode(mode, site, 
         assert not low, f"{mode} mode: {len(low)} of {len(found)} below 4.5:1, e.g. {low[:5]}"
     finally:
         context.close()
+
+
+# Every figure of the page as a phone shows it: which version the browser took (the phone version of a
+# <picture>, or the desktop PNG) and its smallest text in CSS px (the points that version was drawn with,
+# 100/72 px per point at the figures' 100 dpi, times the width shown over the image's natural width).
+_FIGURE_TEXT = """() => Array.from(document.querySelectorAll('article .cell_output img')).map(i => {
+  const phone = !!i.currentSrc && i.currentSrc !== i.src;
+  const pt = Number(phone ? i.dataset.phoneTextPt : i.dataset.textPt) || null;
+  return {phone, versions: !!i.dataset.phoneTextPt, pt, shown: i.clientWidth, natural: i.naturalWidth,
+          px: pt && i.naturalWidth ? pt * 100 / 72 * i.clientWidth / i.naturalWidth : null,
+          alt: (i.alt || '').slice(0, 50)};
+}).filter(f => f.shown > 0)"""
+PHONE_TEXT_PX = 11       # the issue's floor for figure text on a 390 px phone
+
+
+@pytest.mark.parametrize("doc", PAGES)
+def test_figures_are_legible_on_a_phone(doc, site, server, browser):
+    """On a 390 px phone every figure drawn with a phone version shows that version, its smallest text at
+    least PHONE_TEXT_PX CSS px tall. Figures without one (layouts `widgets.phone_layout` cannot stack:
+    colorbars, live sliders' redraws) are listed with their text size as measured."""
+    context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True, device_scale_factor=3)
+    page = context.new_page()
+    try:
+        page.goto(f"{server}/{doc}.html", wait_until="load")
+        page.wait_for_timeout(300)
+        figures = page.evaluate(_FIGURE_TEXT)
+    finally:
+        context.close()
+    with_phone = [f for f in figures if f["versions"]]
+    others = [f for f in figures if not f["versions"]]
+    sizes = sorted(round(f["px"], 1) for f in with_phone)
+    print(f"{doc}: {len(with_phone)} of {len(figures)} figures have a phone version (smallest text {sizes[:3]} px); "
+          f"without: {[(f['alt'], f['px'] and round(f['px'], 1)) for f in others]}")
+    assert all(f["phone"] for f in with_phone), f"{doc}: a figure's phone version was not taken: {with_phone}"
+    small = [f for f in with_phone if f["px"] < PHONE_TEXT_PX]
+    assert not small, f"{doc}: figure text under {PHONE_TEXT_PX} px on a phone: {small}"
+
+
+def test_searching_6_percent_finds_the_6_percent_rule(site, server, browser):
+    """Sphinx's search drops digit-only terms ("6%" found nothing): book/_assets/site/attnlab-search.js."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(f"{server}/search.html?q=6%25", wait_until="load")
+        page.wait_for_selector('#search-results a[href*="03_six_percent"]', timeout=20_000)
+    finally:
+        context.close()
+
+
+def test_each_solution_folds_under_its_exercise_with_the_answer_first(site, server, browser):
+    """Chapter 4: one fold per exercise labelled "Solution 4.k"; opened, the answer shows above its code."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(f"{server}/book/04_separability.html", wait_until="load")
+        folds = page.locator(".cell.tag_solution details")
+        labels = [folds.nth(k).locator("summary").inner_text().strip() for k in range(folds.count())]
+        assert labels and all(t.startswith(f"Solution 4.{k + 1}") for k, t in enumerate(labels)), labels
+        folds.first.locator("summary").click()
+        page.wait_for_timeout(300)
+        cell = page.locator(".cell.tag_solution").first
+        answer = cell.locator(".cell_output").bounding_box()
+        code = cell.locator(".cell_input").bounding_box()
+        assert answer and code and answer["y"] < code["y"], (answer, code)
+    finally:
+        context.close()
