@@ -159,6 +159,14 @@ def table(header: Sequence[str], rows: Sequence[Sequence], caption: str = ""):
                 f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
 
 
+def registry_table(groups: Sequence[tuple[str, dict]], first: str = "choice"):
+    """HTML table of reading registries: for each (what, {name: Reading}) group, one row per reading (name,
+    label, source, formula), `what` on the group's first row, under the column `first`."""
+    return table([first, "reading", "label", "source", "formula"],
+                 [[what if i == 0 else "", f"<code>{name}</code>", r.label, r.source, r.formula]
+                  for what, reg in groups for i, (name, r) in enumerate(reg.items())])
+
+
 def prose(html: str):
     """A paragraph (or list) of HTML computed on the page, with the checker's plain notation typeset
     (`rendered`): what chapters display after their tables."""

@@ -96,3 +96,11 @@ def test_vectors_frame_is_a_png():
 def _close_figures():
     yield
     matplotlib.pyplot.close("all")
+
+
+def test_the_readings_table_lists_every_registered_reading_under_its_group():
+    from attnlab.normalization import readings
+
+    html = views.readings_table().data
+    assert html.count("<tr>") == 1 + len(readings.E_READINGS) + len(readings.D_READINGS) + len(readings.VECTORS)
+    assert html.count("expectation E") == 1 and "<code>E1</code>" in html and 'data-label="what"' in html

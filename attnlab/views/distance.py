@@ -132,11 +132,8 @@ def head_distance_figure(tr, keys: Sequence[str] = ("dmax_R", "dmax_B", "E", "dt
 
 def readings_table():
     """HTML table of every reading of E, d~ and the vectors x_i: name, label, source, formula."""
-    return book.table(["what", "reading", "label", "source", "formula"],
-                      [[what if i == 0 else "", f"<code>{name}</code>", r.label, r.source, r.formula]
-                       for what, reg in (("expectation E", readings.E_READINGS), ("distance d~", readings.D_READINGS),
-                                         ("vectors x_i", readings.VECTORS))
-                       for i, (name, r) in enumerate(reg.items())])
+    return book.registry_table((("expectation E", readings.E_READINGS), ("distance d~", readings.D_READINGS),
+                                ("vectors x_i", readings.VECTORS)), first="what")
 
 
 def head_curve(rr, vec: str, key: str) -> tuple[np.ndarray, np.ndarray]:

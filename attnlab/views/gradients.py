@@ -81,10 +81,7 @@ def live_g_histogram(trace):
 
 def readings_table():
     """HTML table of every reading of g: the summary over rows and heads, and the direction v."""
-    return book.table(["choice", "reading", "label", "source", "formula"],
-                      [[what if i == 0 else "", f"<code>{name}</code>", r.label, r.source, r.formula]
-                       for what, reg in (("summary", readings.G_AGGREGATES), ("direction v", readings.DIRECTIONS))
-                       for i, (name, r) in enumerate(reg.items())])
+    return book.registry_table((("summary", readings.G_AGGREGATES), ("direction v", readings.DIRECTIONS)))
 
 
 def slope_table(slopes: dict, eps_g: Sequence[float], L: int, model_name: str):

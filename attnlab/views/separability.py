@@ -149,13 +149,10 @@ def live_head_histogram(trace):
 
 def readings_table():
     """HTML table of every reading of separability: vectors, radius, rows, summary over heads, xi, constant."""
-    return book.table(["choice", "reading", "label", "source", "formula"],
-                      [[what if i == 0 else "", f"<code>{name}</code>", r.label, r.source, r.formula]
-                       for what, reg in (("vectors x_i", readings.VECTORS), ("radius", readings.RADII),
-                                         ("rows", readings.ROW_SETS), ("summary over heads", readings.SEP_AGGREGATES),
-                                         ("spread xi_i (bounds)", readings.XI_READINGS),
-                                         ("upper bound's constant", readings.UPPER_FORMS))
-                       for i, (name, r) in enumerate(reg.items())])
+    return book.registry_table((("vectors x_i", readings.VECTORS), ("radius", readings.RADII),
+                                ("rows", readings.ROW_SETS), ("summary over heads", readings.SEP_AGGREGATES),
+                                ("spread xi_i (bounds)", readings.XI_READINGS),
+                                ("upper bound's constant", readings.UPPER_FORMS)))
 
 
 def saturation(sep_tab: dict, rows_sep: Sequence[dict], agg: str, name: str, radius: str = "nearest",
