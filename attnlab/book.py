@@ -570,7 +570,8 @@ CHAPTER_CLAIMS = (
         "tsc-uniform-constant": "C(R) grows with R",
         "tsc-moments-beta": "moment errors decay at n^-β, β(H) < 1/2",
         "tsc-hardmax": "near the hardmax: slower than any power law"}),
-    ("10", "Real tokens", "10_real_tokens", {"tsc-real-beta": "per-layer β on a real encoder"}),
+    ("10", "Real tokens", "10_real_tokens", {"tsc-real-beta": "per-layer β on a real encoder",
+                                              "tsc-real-beta-heads": "per-head β, each head at its own β(H_j)"}),
 )
 CHAPTER_NOTES = {"6": "every claim above in one table, with the caveats", "7": "other normalizers swapped into the "
                  "model (no claim of the papers)", "8": "the same measurements on any model"}
@@ -578,8 +579,13 @@ CHAPTER_NOTES = {"6": "every claim above in one table, with the caveats", "7": "
 
 def default_verdicts(rows: Sequence[dict]) -> dict[str, str]:
     """claim id -> verdict at the book's default readings (rows with no `reading`; the other readings' rows share
-    their ids)."""
-    return {r["id"]: r["verdict"] for r in rows if not r.get("reading")}
+    their ids), and of a claim measured under one reading only (chapter 10's per-head claim) its one row."""
+    out = {r["id"]: r["verdict"] for r in rows if not r.get("reading")}
+    only = {}
+    for r in rows:
+        if r["id"] not in out:
+            only.setdefault(r["id"], []).append(r["verdict"])
+    return {**out, **{cid: v[0] for cid, v in only.items() if len(v) == 1}}
 
 
 def chapter_map(rows: Sequence[dict], per_model: Optional[dict[str, list[dict]]] = None,

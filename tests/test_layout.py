@@ -297,8 +297,11 @@ def test_per_model_views_read_every_models_rows():
     per_model = {"minilm": rows("bidirectional encoder", **{"p1-cor1": "holds", "p1-fig2c-critical": "does not hold"}),
                  "smollm2": rows("causal decoder, 4-bit weights", **{"p1-cor1": "holds",
                                                                       "p1-fig2c-critical": "holds"})}
-    build = per_model["minilm"] + [{"id": "tsc-hardmax", "verdict": "holds"}]
+    build = per_model["minilm"] + [{"id": "tsc-hardmax", "verdict": "holds"},
+                                   {"id": "tsc-real-beta-heads", "verdict": "does not hold", "reading": "per head"}]
     html = book.chapter_map(build, per_model).data
+    heads = html[html.index("per-head β"):]                         # a claim measured under one reading only
+    assert heads.index("does not hold") < heads.index("</tr>")
     assert "smollm2<br><small>causal decoder, 4-bit weights</small>" in html
     assert "minilm<br><small>bidirectional encoder</small>" in html
     assert html.count("<th ") == 3                                    # claim + one verdict column per model
