@@ -122,6 +122,14 @@ class Rendered(bytes):
     phone: bytes | None = None
     text_pt: float | None = None
     phone_text_pt: float | None = None
+    fig_title: str | None = None          # (not `title`: bytes has a method of that name)
+
+
+def figure_title(fig: Any) -> str:
+    """The figure's suptitle, else its panels' titles joined by '; ' (one line; '' when it has none)."""
+    title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else ""
+    title = title or "; ".join(a.get_title() for a in fig.axes if a.get_title())
+    return " ".join(title.split())
 
 
 def _texts(fig: Any) -> list:
@@ -223,7 +231,7 @@ def render(fig: Any, dpi: int = FRAME_DPI, colors: int | None = None) -> Rendere
             t.set_wrap(True)                   # a long title wraps instead of running off the figure
     try:
         out = Rendered(_light(fig_to_png(fig, dpi, close=False), colors))
-        out.text_pt = smallest_text_pt(fig)
+        out.text_pt, out.fig_title = smallest_text_pt(fig), figure_title(fig)
         if phone_layout(fig):
             out.phone = _light(fig_to_png(fig, PHONE_DPI, close=False), colors)
             out.phone_text_pt = smallest_text_pt(fig)
@@ -359,8 +367,10 @@ def slider_html(pngs: Sequence[bytes], labels: Sequence[Sequence[str]], descript
     import json
     from html import escape
 
+    # each frame's alt: the slider's description and the values, then what the frame's own titles say
     alts = [alt + " (" + ", ".join(f"{d} = {v}" for d, v in zip(descriptions, combo)) + ")"
-            for combo in itertools.product(*labels)]
+            + (f": {p.fig_title}" if getattr(p, "fig_title", None) else "")
+            for combo, p in zip(itertools.product(*labels), pngs)]
     rows = "".join(
         f'<label class="attnlab-control" style="display:flex;align-items:center;gap:0.6em;margin:0.2em 0">'
         f'<span style="min-width:4em">{escape(d)}</span><input type="range" min="0" max="{len(ls) - 1}" step="1" '
@@ -410,7 +420,8 @@ def frame_slider(frames: Sequence[Frame], values: Sequence[Any], description: st
     stack = widgets.Stack([_image(p) for p in pngs], selected_index=0)
     widgets.jslink((slider, "index"), (stack, "selected_index"))
     labels = [_labels(values, readout_format, description)]
-    html = slider_html(pngs, labels, [_plain(description)], alt or f"Figure for each {_plain(description)}")
+    html = slider_html(pngs, labels, [_plain(description)],
+                       alt or f"One precomputed figure per value of {_plain(description)}: move the slider")
     return SliderBox([slider, stack], fallback_png=pngs[0], html=html).add_class(KERNEL_FREE_CLASS)
 
 
@@ -435,7 +446,7 @@ def frame_slider_2d(frames: Sequence[Sequence[Frame]], values1: Sequence[Any], v
     labels = [_labels(values1, readout_format1, description1), _labels(values2, readout_format2, description2)]
     names = [_plain(description1), _plain(description2)]
     html = slider_html([p for row in pngs for p in row], labels, names,
-                       alt or f"Figure for each {names[0]} and {names[1]}")
+                       alt or f"One precomputed figure per value of {names[0]} and {names[1]}: move the sliders")
     return SliderBox([slider1, slider2, outer], fallback_png=pngs[0][0], html=html).add_class(KERNEL_FREE_CLASS)
 
 
@@ -503,10 +514,8 @@ def static_figure(fig: Any, dpi: int = FRAME_DPI, alt: str = "", caption: str = 
     """A PNG of ``fig`` (closed; with its phone version, see `render`) with alt text (default: the
     figure's titles) and a caption (default: the alt text), for the site, print and readers without
     JavaScript. Use it as the last line of a cell or inside ``display(...)``."""
-    if not alt and not isinstance(fig, (bytes, bytearray)):
-        title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else ""
-        alt = title or "; ".join(a.get_title() for a in fig.axes if a.get_title())
-    return StaticFigure(render(fig, dpi), " ".join((alt or "Figure").split()), caption)
+    png = render(fig, dpi)
+    return StaticFigure(png, " ".join((alt or png.fig_title or "Figure").split()), caption)
 
 
 def _plain(description: str) -> str:

@@ -208,3 +208,21 @@ def test_slider_frames_carry_their_phone_versions_and_announce_their_value():
     html = box._repr_mimebundle_()["text/html"]
     assert html.count("<source") == 1 and '"phone": [null, "data:image/png;base64,' in html
     assert 'aria-valuetext="L = 256"' in html and 'setAttribute("aria-valuetext"' in html
+
+
+def test_frames_drawn_as_figures_say_what_each_shows():
+    frames = []
+    for T in (1, 2):
+        fig = _fig(T)
+        fig.axes[0].set_title(f"slope {T}")
+        frames.append(fig)
+    html = aw.frame_slider(frames, [1, 2], "T")._repr_mimebundle_()["text/html"]
+    assert 'alt="One precomputed figure per value of T: move the slider (T = 1): slope 1"' in html
+    assert '(T = 2): slope 2"' in html                                # the second frame's alt, in the payload
+    assert aw.static_figure(aw.render(_titled())).alt == "a book.png title"      # bytes that remember the title
+
+
+def _titled():
+    fig = _fig(1.0)
+    fig.suptitle("a book.png title")
+    return fig
