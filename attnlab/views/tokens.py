@@ -21,10 +21,10 @@ QUERIES = torch.linspace(-4, 4, 161, dtype=torch.float64)[:, None]       # queri
 
 def run(experiment: str, device: str, **params):
     """An experiment's Result, cached on disk (book.cached_result: keyed by every parameter, the device and the
-    package's sources), so a rebuild reuses it."""
+    sources of the experiment's module and its imports), so a rebuild reuses it."""
     fn = EXPERIMENTS[experiment]
     key = {"experiment": experiment, "params": params, "device": device}
-    return book.cached_result(f"tsc_{experiment}", key, lambda: fn(device=device, **params))
+    return book.cached_result(f"tsc_{experiment}", key, lambda: fn(device=device, **params), code=[fn.__module__])
 
 
 def map_frame(H: float, n: int, R: float = 4.0, draws: int = 3, figsize=(4.6, 2.7)):
