@@ -21,6 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TAG = "solution"
 NOTE = "Solution held back by the instructor."
+TRY_THIS = "## Try this"
+HELD = "The solutions are held back in this copy of the book."
 # Not part of the book's sources: never copied.
 SKIP = (".git", ".venv", "venv", "node_modules", "_build", "tests", ".pytest_cache", ".ruff_cache",
         "__pycache__", ".ipynb_checkpoints", "figures")
@@ -35,6 +37,8 @@ def strip_notebook(nb: dict) -> tuple[dict, int]:
     note keeps the cell's id (ids stay unique); every other cell is kept as it is."""
     cells, n = [], 0
     for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "markdown" and "".join(cell.get("source", [])).startswith(TRY_THIS):
+            cell = {**cell, "source": [TRY_THIS + "\n\n" + HELD]}      # it said where the solutions are folded
         if is_solution(cell):
             n += 1
             note = {"cell_type": "markdown", "metadata": {}, "source": [NOTE]}

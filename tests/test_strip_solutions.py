@@ -105,3 +105,11 @@ def test_chapter_solutions_tagged_and_placed(path):
     assert not any(_source(c).startswith("# Solutions") for c in cells if c["cell_type"] == "code")
     ids = [c.get("id") for c in cells]
     assert len(ids) == len(set(ids))
+
+
+def test_the_try_this_line_says_the_solutions_are_held_back():
+    nb = _small_notebook()
+    nb["cells"].insert(2, _cell("markdown", "## Try this\n\nEach exercise's solution is folded right below it.", "try"))
+    stripped, _ = strip_solutions.strip_notebook(nb)
+    text = "".join(next(c for c in stripped["cells"] if c["id"] == "try")["source"])
+    assert text == "## Try this\n\nThe solutions are held back in this copy of the book."
