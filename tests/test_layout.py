@@ -25,8 +25,7 @@ LONG_FUNCTIONS = {
     "normalization.metrics.separability.separability_stats": 114, "benchmarks.bench_normalizers": 114,
     "normalization.metrics.critical_n.critical_n": 109,
     "normalization.kernels.metrics._top_exact": 102, "tools.diagnose.diagnose": 98,
-    "sample_complexity.experiments.sample_reference_effect": 95,
-    "sample_complexity.experiments.moment_convergence": 89, "benchmarks.bench_monte_carlo": 86,
+    "benchmarks.bench_monte_carlo": 86,
 }
 
 
