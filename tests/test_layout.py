@@ -24,7 +24,7 @@ LONG_FUNCTIONS = {
     "normalization.metrics.distance.distance_stats": 125, "normalization.claims._claims_fig4": 123,
     "normalization.metrics.separability.separability_stats": 114, "benchmarks.bench_normalizers": 114,
     "normalization.metrics.critical_n.critical_n": 109,
-    "normalization.kernels.metrics._top_exact": 102, "tools.diagnose.diagnose": 98,
+    "normalization.kernels.metrics._top_exact": 102,
     "benchmarks.bench_monte_carlo": 86,
 }
 
