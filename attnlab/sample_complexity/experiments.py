@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
@@ -175,6 +176,114 @@ MOMENT_PRESETS = {
 }
 
 
+GAUSSIAN_TOKENS_NOTE = "N(0, rho I_d), d={d}, rho={rho}"
+GAUSSIAN_WEIGHTS_NOTE = "W_q, W_k, W_v i.i.d. N(0, 1/d) from seed {seed}; W_q, W_k <- sqrt(scale) W"
+GAUSSIAN_A_NOTE = "scale * W_k^T W_q / sqrt(d)"
+
+
+@dataclass(frozen=True)
+class _GaussianRun:
+    """The checked settings of :func:`moment_convergence` and :func:`sample_reference_effect`: tokens
+    N(0, rho I_d), W_q, W_k, W_v i.i.d. N(0, 1/d) from seed, ``A = s W_k^T W_q / sqrt(d)`` at each scale s."""
+
+    d: int
+    rho: float
+    scales: list
+    n_values: list
+    k: int
+    seed: int
+    n_ref: int
+    device: str
+    dtype: torch.dtype
+    max_scores: int
+
+    @property
+    def sigma(self) -> torch.Tensor:
+        """The token covariance rho I_d ``[d, d]`` (float64)."""
+        return self.rho * torch.eye(self.d, dtype=torch.float64)
+
+    def weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``W_k^T W_q`` and W_v, ``[d, d]`` each."""
+        Wq, Wk, Wv = random_weights(self.d, self.seed, 1.0 / math.sqrt(self.d))
+        return Wk.T @ Wq, Wv
+
+    def draw(self, n: int, b: int, gen) -> torch.Tensor:
+        """b sets of n tokens ``[b, n, d]``."""
+        return math.sqrt(self.rho) * torch.randn(b, n, self.d, generator=gen, dtype=self.dtype, device=self.device)
+
+    def exact_reference(self, A: torch.Tensor, Wv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The closed-form output moments (mean ``[d]``, covariance ``[d, d]``)."""
+        return theory.gaussian_output_moments(torch.zeros(self.d, dtype=torch.float64), self.sigma, A, Wv)
+
+    def sample_reference(self, A: torch.Tensor, Wv: torch.Tensor, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The authors' reference at scale i: the output moments of one draw of n_ref tokens."""
+        sd = math.sqrt(self.rho)
+        return mc.empirical_reference(
+            lambda n, gen: sd * torch.randn(n, self.d, generator=gen, dtype=torch.float64, device=self.device),
+            A, Wv, n_ref=self.n_ref, seed=mc.derive_seed(self.seed, 7, i), device=self.device,
+            max_scores=self.max_scores)
+
+
+def _gaussian_grid(cfg: dict) -> tuple[int, float, list, list, int]:
+    """d, rho, scales, n_values, k of a Gaussian preset config, checked."""
+    return (theory.check_positive_int(cfg["d"], "d"), theory.check_scale(cfg["rho"], "rho"),
+            grid_values(cfg["scales"], "scale"), grid_values(cfg["n_values"], "n", integer=True),
+            theory.check_positive_int(cfg["k"], "k"))
+
+
+MOMENT_EXACT_REFERENCE_NOTE = "m = V(m + Sigma A m) = 0, C = V Sigma A Sigma A^T Sigma V^T [DERIVED closed form]"
+MOMENT_SAMPLE_REFERENCE_NOTE = (
+    "authors' protocol: one fresh draw of n_ref tokens per scale, self-attention moments; "
+    "it floors the mean error (independent fluctuation) but shares the covariance estimator's finite-n bias, "
+    "so it does not floor the covariance error and steepens its slope at large H")
+BETA_REFERENCE_NOTE = "1/(2(1+H^2)), the authors' reference curve as encoded in their plotting code"
+HORIZON_NOTE = "horizon = ours (A with temperature); horizon_authors = ||Sigma^1/2 (s W_k^T W_q) Sigma^1/2||_2"
+
+
+def _moment_scale_rows(run: _GaussianRun, ref_kind: str, cov_norm: str, fit: str, base: torch.Tensor,
+                       Wv: torch.Tensor, Sigma: torch.Tensor, i: int, s: float) -> list[dict]:
+    """Point and fit rows of :func:`moment_convergence` at scale i (= s)."""
+    A = s * base / math.sqrt(run.d)
+    H = theory.horizon(A, Sigma)
+    H_auth = theory.horizon(s * base, Sigma)
+    refs = {}
+    if ref_kind in ("exact", "both"):
+        refs["exact"] = run.exact_reference(A, Wv)
+    if ref_kind in ("sample", "both"):
+        refs["sample"] = run.sample_reference(A, Wv, i)
+    pts = mc.mc_moment_errors(run.draw, A, Wv, run.n_values, run.k, refs, cov_norm=cov_norm,
+                              seed=mc.derive_seed(run.seed, i), device=run.device, dtype=run.dtype,
+                              max_scores=run.max_scores)
+    common = {"scale": s, "horizon": H, "horizon_authors": H_auth}
+    rows = [{"kind": "point", **common, **p} for p in pts]
+    for r in refs:
+        for mom in ("mean", "cov"):
+            fr = fit_row([p for p in pts if p["reference"] == r and p["moment"] == mom], fit)
+            rows.append({"kind": "fit", **common, "reference": r, "moment": mom, **fr,
+                         "ref_norm": ref_norm(refs[r], mom, cov_norm),
+                         "beta_ref": theory.beta_reference(H), "beta_ref_authors": theory.beta_reference(H_auth),
+                         "k": run.k})
+    return rows
+
+
+def _moment_provenance(run: _GaussianRun, ref_kind: str, cov_norm: str, fit: str, *, quick: bool, preset: str,
+                       t0: float) -> dict:
+    """The provenance of :func:`moment_convergence`'s Result (t0: its start, for the runtime)."""
+    return provenance(
+        experiment="moment_convergence", paper=PAPER, result="2 (moments of the output distribution)",
+        preset="quick" if quick else preset, tokens=GAUSSIAN_TOKENS_NOTE.format(d=run.d, rho=run.rho),
+        weights=GAUSSIAN_WEIGHTS_NOTE.format(seed=run.seed),
+        A=GAUSSIAN_A_NOTE, scales=run.scales, n_values=run.n_values, k=run.k, seed=run.seed,
+        seeds=f"scale i, size n: tokens from derive_seed(derive_seed({run.seed}, i), n); sample reference "
+              f"from derive_seed({run.seed}, 7, i)",
+        reference=ref_kind, n_ref=run.n_ref if ref_kind != "exact" else None,
+        exact_reference=MOMENT_EXACT_REFERENCE_NOTE, sample_reference=MOMENT_SAMPLE_REFERENCE_NOTE,
+        cov_norm=cov_norm, error_bars=ERROR_BARS, fit=fit_label(fit, "moment_convergence"), fit_method=fit,
+        beta_reference=BETA_REFERENCE_NOTE, temperature_convention=theory.TEMPERATURE_CONVENTION,
+        horizon=HORIZON_NOTE, dtype=str(run.dtype), moments_dtype="float64", device=run.device,
+        max_scores=run.max_scores, torch_threads=torch.get_num_threads(), runtime_s=round(time.perf_counter() - t0, 3))
+
+
 def moment_convergence(*, quick: bool = False, preset: str = "default", d: Optional[int] = None,
                        rho: Optional[float] = None, scales: Optional[Sequence[float]] = None,
                        n_values: Optional[Sequence[int]] = None, k: Optional[int] = None,
@@ -201,68 +310,21 @@ def moment_convergence(*, quick: bool = False, preset: str = "default", d: Optio
     fit_label(fit, "moment_convergence")                  # validates fit
     cfg = preset_config(MOMENT_PRESETS, quick, preset, d=d, rho=rho, scales=scales, n_values=n_values, k=k,
                   reference=reference, n_ref=n_ref, seed=seed)
-    d = theory.check_positive_int(cfg["d"], "d")
-    rho = theory.check_scale(cfg["rho"], "rho")
-    scales = grid_values(cfg["scales"], "scale")
-    n_values = grid_values(cfg["n_values"], "n", integer=True)
-    k = theory.check_positive_int(cfg["k"], "k")
+    d, rho, scales, n_values, k = _gaussian_grid(cfg)
     seed = int(cfg["seed"])
     ref_kind = cfg["reference"]
     if ref_kind not in ("exact", "sample", "both"):
         raise ValueError(f"reference must be 'exact', 'sample' or 'both', got {ref_kind!r}")
     n_ref = theory.check_positive_int(cfg["n_ref"], "n_ref")
     device, dt = check_device(device), as_dtype(dtype)
+    run = _GaussianRun(d, rho, scales, n_values, k, seed, n_ref, device, dt, max_scores)
 
-    Sigma = rho * torch.eye(d, dtype=torch.float64)
-    m = torch.zeros(d, dtype=torch.float64)
-    Wq, Wk, Wv = random_weights(d, seed, 1.0 / math.sqrt(d))
-    base = Wk.T @ Wq
-    sd = math.sqrt(rho)
-
-    def draw(n, b, gen):
-        return sd * torch.randn(b, n, d, generator=gen, dtype=dt, device=device)
-
+    base, Wv = run.weights()
+    Sigma = run.sigma
     rows = []
     for i, s in enumerate(scales):
-        A = s * base / math.sqrt(d)
-        H = theory.horizon(A, Sigma)
-        H_auth = theory.horizon(s * base, Sigma)
-        refs = {}
-        if ref_kind in ("exact", "both"):
-            refs["exact"] = theory.gaussian_output_moments(m, Sigma, A, Wv)
-        if ref_kind in ("sample", "both"):
-            refs["sample"] = mc.empirical_reference(
-                lambda n, gen: sd * torch.randn(n, d, generator=gen, dtype=torch.float64, device=device),
-                A, Wv, n_ref=n_ref, seed=mc.derive_seed(seed, 7, i), device=device, max_scores=max_scores)
-        pts = mc.mc_moment_errors(draw, A, Wv, n_values, k, refs, cov_norm=cov_norm,
-                                  seed=mc.derive_seed(seed, i), device=device, dtype=dt, max_scores=max_scores)
-        common = {"scale": s, "horizon": H, "horizon_authors": H_auth}
-        rows += [{"kind": "point", **common, **p} for p in pts]
-        for r in refs:
-            for mom in ("mean", "cov"):
-                fr = fit_row([p for p in pts if p["reference"] == r and p["moment"] == mom], fit)
-                rows.append({"kind": "fit", **common, "reference": r, "moment": mom, **fr,
-                             "ref_norm": ref_norm(refs[r], mom, cov_norm),
-                             "beta_ref": theory.beta_reference(H), "beta_ref_authors": theory.beta_reference(H_auth),
-                             "k": k})
-    prov = provenance(
-        experiment="moment_convergence", paper=PAPER, result="2 (moments of the output distribution)",
-        preset="quick" if quick else preset, tokens=f"N(0, rho I_d), d={d}, rho={rho}",
-        weights=f"W_q, W_k, W_v i.i.d. N(0, 1/d) from seed {seed}; W_q, W_k <- sqrt(scale) W",
-        A="scale * W_k^T W_q / sqrt(d)", scales=scales, n_values=n_values, k=k, seed=seed,
-        seeds=f"scale i, size n: tokens from derive_seed(derive_seed({seed}, i), n); sample reference "
-              f"from derive_seed({seed}, 7, i)",
-        reference=ref_kind, n_ref=n_ref if ref_kind != "exact" else None,
-        exact_reference="m = V(m + Sigma A m) = 0, C = V Sigma A Sigma A^T Sigma V^T [DERIVED closed form]",
-        sample_reference="authors' protocol: one fresh draw of n_ref tokens per scale, self-attention moments; "
-        "it floors the mean error (independent fluctuation) but shares the covariance estimator's finite-n bias, "
-        "so it does not floor the covariance error and steepens its slope at large H",
-        cov_norm=cov_norm, error_bars=ERROR_BARS, fit=fit_label(fit, "moment_convergence"), fit_method=fit,
-        beta_reference="1/(2(1+H^2)), the authors' "
-        "reference curve as encoded in their plotting code", temperature_convention=theory.TEMPERATURE_CONVENTION,
-        horizon="horizon = ours (A with temperature); horizon_authors = ||Sigma^1/2 (s W_k^T W_q) Sigma^1/2||_2",
-        dtype=str(dt), moments_dtype="float64", device=device, max_scores=max_scores,
-        torch_threads=torch.get_num_threads(), runtime_s=round(time.perf_counter() - t0, 3))
+        rows += _moment_scale_rows(run, ref_kind, cov_norm, fit, base, Wv, Sigma, i, s)
+    prov = _moment_provenance(run, ref_kind, cov_norm, fit, quick=quick, preset=preset, t0=t0)
     return Result("tsc_moments", rows, prov)
 
 
@@ -279,6 +341,78 @@ SAMPLE_REFERENCE_PRESETS = {
     # ~3 s; the covariance slope was steeper against the sample in 10/10 seeds, the mean's shallower in 9/10
     "quick": dict(d=32, rho=0.1, scales=(50.0,), n_values=(64, 128, 256, 512), k=12, n_ref=4096, seed=0),
 }
+
+
+DECOMPOSITION_NOTE = ("mean_k ||X - X_ref||^2 = mean_k ||X - X*||^2 + ||X_ref - X*||^2 - 2 <Xbar - X*, X_ref - X*> "
+                      "(L2 / Frobenius)")
+SAMPLE_REFERENCE_FINDING = (
+    "the sample reference floors the mean error (E[m_n] = m: its own fluctuation adds) but shares the "
+    "covariance estimator's finite-n bias, which cancels: at large H it does not floor the covariance "
+    "error and steepens its fitted slope")
+
+
+def _reference_points(run: _GaussianRun, means: torch.Tensor, covs: torch.Tensor, refs: dict, common: dict,
+                      n: int) -> list[dict]:
+    """Point rows (mean, cov per reference) of the k replicate moments (means ``[k, d]``, covs ``[k, d, d]``)."""
+    pts = []
+    for r, (rm, rc) in refs.items():
+        em, ec = theory.moment_errors(means, covs, rm, rc, cov_norm="fro")
+        for mom, e in (("mean", em.numpy()), ("cov", ec.numpy())):
+            std = float(e.std(ddof=1))
+            pts.append({"kind": "point", **common, "n": n, "reference": r, "moment": mom,
+                        "err_mean": float(e.mean()), "err_std": std, "err_se": std / math.sqrt(run.k), "k": run.k})
+    return pts
+
+
+def _effect_rows(run: _GaussianRun, pts: list[dict], refs: dict, common: dict, H: float, fit: str) -> list[dict]:
+    """Per moment: a fit row per reference, then the ``kind="effect"`` row comparing their slopes."""
+    rows = []
+    for mom in ("mean", "cov"):
+        fits = {}
+        for r in refs:
+            fits[r] = fit_row([p for p in pts if p["reference"] == r and p["moment"] == mom], fit)
+            rows.append({"kind": "fit", **common, "reference": r, "moment": mom, **fits[r],
+                         "ref_norm": ref_norm(refs[r], mom, "fro"), "beta_ref": theory.beta_reference(H), "k": run.k})
+        rows.append({"kind": "effect", **common, "moment": mom, "slope_exact": fits["exact"]["slope"],
+                     "slope_exact_se": fits["exact"]["slope_se"], "slope_sample": fits["sample"]["slope"],
+                     "slope_sample_se": fits["sample"]["slope_se"],
+                     "delta_beta": fits["sample"]["beta"] - fits["exact"]["beta"], "n_ref": run.n_ref, "k": run.k})
+    return rows
+
+
+def _reference_scale_rows(run: _GaussianRun, fit: str, base: torch.Tensor, Wv: torch.Tensor, Sigma: torch.Tensor,
+                          i: int, s: float) -> list[dict]:
+    """Decomposition, point, fit and effect rows of :func:`sample_reference_effect` at scale i (= s)."""
+    A = s * base / math.sqrt(run.d)
+    H = theory.horizon(A, Sigma)
+    common = {"scale": s, "horizon": H, "horizon_authors": theory.horizon(s * base, Sigma)}
+    refs = {"exact": run.exact_reference(A, Wv), "sample": run.sample_reference(A, Wv, i)}
+    rows, pts = [], []
+    for n in run.n_values:
+        means, covs = mc.mc_moment_samples(run.draw, A, Wv, n, run.k, seed=mc.derive_seed(run.seed, i),
+                                           device=run.device, dtype=run.dtype, max_scores=run.max_scores)
+        pts += _reference_points(run, means, covs, refs, common, n)
+        dec = mc.reference_decomposition(means, covs, refs["exact"], refs["sample"])
+        rows += [{"kind": "decomposition", **common, "n": n, "moment": mom, **dec[mom]} for mom in ("mean", "cov")]
+    return rows + pts + _effect_rows(run, pts, refs, common, H, fit)
+
+
+def _reference_provenance(run: _GaussianRun, fit: str, *, quick: bool, preset: str, t0: float) -> dict:
+    """The provenance of :func:`sample_reference_effect`'s Result (t0: its start, for the runtime)."""
+    return provenance(
+        experiment="sample_reference_effect", paper=PAPER,
+        result="2: the authors' finite reference against the exact limit",
+        preset="quick" if quick else preset, tokens=GAUSSIAN_TOKENS_NOTE.format(d=run.d, rho=run.rho),
+        weights=GAUSSIAN_WEIGHTS_NOTE.format(seed=run.seed),
+        A=GAUSSIAN_A_NOTE, scales=run.scales, n_values=run.n_values, k=run.k, seed=run.seed, n_ref=run.n_ref,
+        seeds=f"as moment_convergence: scale i, size n: tokens from derive_seed(derive_seed({run.seed}, i), n); "
+              f"sample reference from derive_seed({run.seed}, 7, i)",
+        reference="both: exact closed form and one draw of n_ref tokens",
+        decomposition=DECOMPOSITION_NOTE, finding=SAMPLE_REFERENCE_FINDING,
+        cov_norm="fro", error_bars=ERROR_BARS, fit=fit_label(fit, "moment_convergence"), fit_method=fit,
+        temperature_convention=theory.TEMPERATURE_CONVENTION, dtype=str(run.dtype), moments_dtype="float64",
+        device=run.device, max_scores=run.max_scores, torch_threads=torch.get_num_threads(),
+        runtime_s=round(time.perf_counter() - t0, 3))
 
 
 def sample_reference_effect(*, quick: bool = False, preset: str = "default", d: Optional[int] = None,
@@ -305,74 +439,18 @@ def sample_reference_effect(*, quick: bool = False, preset: str = "default", d: 
     fit_label(fit, "moment_convergence")
     cfg = preset_config(SAMPLE_REFERENCE_PRESETS, quick, preset, d=d, rho=rho, scales=scales, n_values=n_values, k=k,
                   n_ref=n_ref, seed=seed)
-    d = theory.check_positive_int(cfg["d"], "d")
-    rho = theory.check_scale(cfg["rho"], "rho")
-    scales = grid_values(cfg["scales"], "scale")
-    n_values = grid_values(cfg["n_values"], "n", integer=True)
-    k = theory.check_positive_int(cfg["k"], "k")
+    d, rho, scales, n_values, k = _gaussian_grid(cfg)
     if k < 2:
         raise ValueError("sample_reference_effect needs k >= 2 replicates")
     n_ref = theory.check_positive_int(cfg["n_ref"], "n_ref")
     seed = int(cfg["seed"])
     device, dt = check_device(device), as_dtype(dtype)
+    run = _GaussianRun(d, rho, scales, n_values, k, seed, n_ref, device, dt, max_scores)
 
-    Sigma = rho * torch.eye(d, dtype=torch.float64)
-    m = torch.zeros(d, dtype=torch.float64)
-    Wq, Wk, Wv = random_weights(d, seed, 1.0 / math.sqrt(d))
-    base = Wk.T @ Wq
-    sd = math.sqrt(rho)
-
-    def draw(n, b, gen):
-        return sd * torch.randn(b, n, d, generator=gen, dtype=dt, device=device)
-
+    base, Wv = run.weights()
+    Sigma = run.sigma
     rows = []
     for i, s in enumerate(scales):
-        A = s * base / math.sqrt(d)
-        H = theory.horizon(A, Sigma)
-        common = {"scale": s, "horizon": H, "horizon_authors": theory.horizon(s * base, Sigma)}
-        refs = {"exact": theory.gaussian_output_moments(m, Sigma, A, Wv),
-                "sample": mc.empirical_reference(
-                    lambda n, gen: sd * torch.randn(n, d, generator=gen, dtype=torch.float64, device=device),
-                    A, Wv, n_ref=n_ref, seed=mc.derive_seed(seed, 7, i), device=device, max_scores=max_scores)}
-        pts = []
-        for n in n_values:
-            means, covs = mc.mc_moment_samples(draw, A, Wv, n, k, seed=mc.derive_seed(seed, i), device=device,
-                                               dtype=dt, max_scores=max_scores)
-            for r, (rm, rc) in refs.items():
-                em, ec = theory.moment_errors(means, covs, rm, rc, cov_norm="fro")
-                for mom, e in (("mean", em.numpy()), ("cov", ec.numpy())):
-                    std = float(e.std(ddof=1))
-                    pts.append({"kind": "point", **common, "n": n, "reference": r, "moment": mom,
-                                "err_mean": float(e.mean()), "err_std": std, "err_se": std / math.sqrt(k), "k": k})
-            dec = mc.reference_decomposition(means, covs, refs["exact"], refs["sample"])
-            rows += [{"kind": "decomposition", **common, "n": n, "moment": mom, **dec[mom]} for mom in ("mean", "cov")]
-        rows += pts
-        for mom in ("mean", "cov"):
-            fits = {}
-            for r in refs:
-                fits[r] = fit_row([p for p in pts if p["reference"] == r and p["moment"] == mom], fit)
-                rows.append({"kind": "fit", **common, "reference": r, "moment": mom, **fits[r],
-                             "ref_norm": ref_norm(refs[r], mom, "fro"), "beta_ref": theory.beta_reference(H), "k": k})
-            rows.append({"kind": "effect", **common, "moment": mom, "slope_exact": fits["exact"]["slope"],
-                         "slope_exact_se": fits["exact"]["slope_se"], "slope_sample": fits["sample"]["slope"],
-                         "slope_sample_se": fits["sample"]["slope_se"],
-                         "delta_beta": fits["sample"]["beta"] - fits["exact"]["beta"], "n_ref": n_ref, "k": k})
-    prov = provenance(
-        experiment="sample_reference_effect", paper=PAPER,
-        result="2: the authors' finite reference against the exact limit",
-        preset="quick" if quick else preset, tokens=f"N(0, rho I_d), d={d}, rho={rho}",
-        weights=f"W_q, W_k, W_v i.i.d. N(0, 1/d) from seed {seed}; W_q, W_k <- sqrt(scale) W",
-        A="scale * W_k^T W_q / sqrt(d)", scales=scales, n_values=n_values, k=k, seed=seed, n_ref=n_ref,
-        seeds=f"as moment_convergence: scale i, size n: tokens from derive_seed(derive_seed({seed}, i), n); "
-              f"sample reference from derive_seed({seed}, 7, i)",
-        reference="both: exact closed form and one draw of n_ref tokens",
-        decomposition="mean_k ||X - X_ref||^2 = mean_k ||X - X*||^2 + ||X_ref - X*||^2 - 2 <Xbar - X*, X_ref - X*> "
-                      "(L2 / Frobenius)",
-        finding=("the sample reference floors the mean error (E[m_n] = m: its own fluctuation adds) but shares the "
-                 "covariance estimator's finite-n bias, which cancels: at large H it does not floor the covariance "
-                 "error and steepens its fitted slope"),
-        cov_norm="fro", error_bars=ERROR_BARS, fit=fit_label(fit, "moment_convergence"), fit_method=fit,
-        temperature_convention=theory.TEMPERATURE_CONVENTION, dtype=str(dt), moments_dtype="float64",
-        device=device, max_scores=max_scores, torch_threads=torch.get_num_threads(),
-        runtime_s=round(time.perf_counter() - t0, 3))
-    return Result("tsc_sample_reference_effect", rows, prov)
+        rows += _reference_scale_rows(run, fit, base, Wv, Sigma, i, s)
+    return Result("tsc_sample_reference_effect", rows, _reference_provenance(run, fit, quick=quick, preset=preset,
+                                                                             t0=t0))

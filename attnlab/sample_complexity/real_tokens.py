@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
@@ -72,6 +73,159 @@ def error_stats(err: np.ndarray, k: int) -> dict:
     return {"err_mean": float(err.mean()), "err_std": std, "err_se": std / math.sqrt(k), "k": k}
 
 
+SUBSAMPLING_NOTE = "n positions i.i.d. uniform WITH replacement from the L window tokens (as the authors)"
+REFERENCE_NOTE = ("multi-head self-attention output of the full L-token window (mean, population covariance "
+                  "over its L output tokens), heads concatenated before the output projection")
+RECOMPUTE_NOTE = ("attention recomputed on the subsample from the captured q, k, v (biases included) "
+                  "with temperature trace.scaling")
+HORIZON_NOTE = ("H = ||Sigma^1/2 A Sigma^1/2||_2, Sigma = population covariance of the layer inputs "
+                "(+ eps I, eps={eps}), A = scaling * sum_h W_kh^T W_qh (biases ignored); "
+                "horizon_authors without scaling; kind='head' rows: the same with A_h = scaling * W_kh^T W_qh")
+PER_HEAD_NOTE = ("kind='head_point' rows: errors of head j's output block (mean: its e coordinates; covariance: "
+                 "its e x e diagonal block) against the same block of the L-token reference, same subsamples; "
+                 "kind='head' rows: their slope fits (beta_mean, beta_cov, *_se) with the layer's fit")
+MOMENTS = ("mean", "cov")
+
+
+@dataclass(frozen=True)
+class _Sampling:
+    """The subsampling settings shared by every layer of :func:`real_encoder`: n of the n_tokens window
+    positions, k times, for each n in n_values."""
+
+    n_tokens: int
+    n_values: list
+    k: int
+    seed: int
+    device: str
+    dtype: torch.dtype
+    cov_norm: str
+    max_scores: int
+
+
+@dataclass
+class _LayerErrors:
+    """One layer's horizons (layer, per head [h]) and its error rows: ``point`` and ``head_point``."""
+
+    layer: int
+    horizon: float
+    horizon_authors: float
+    head_horizons: torch.Tensor
+    n_heads: int
+    d_head: int
+    points: list
+    head_points: list
+
+
+def _encoder_window(model, ids, text: Optional[str], corpus: str, L: Optional[int], offset: int,
+                   quick: bool) -> tuple[torch.Tensor, dict]:
+    """Token ids ``[L]`` (``ids`` as given, else a window of ``text`` or of the corpus) and the text's provenance."""
+    text_prov: dict = {}
+    if ids is None:
+        if text is None:
+            from attnlab.core.text import load_corpus
+
+            c = load_corpus(corpus)
+            text, text_prov = c.text, c.provenance()
+        else:
+            text_prov = {"text": "user text", "text_sha256": hashlib.sha256(text.encode()).hexdigest()}
+        L = int(L or model.max_positions)
+        if quick:
+            L = min(L, 64)
+        ids = model.window(text, L, offset)
+    return torch.as_tensor(ids).long(), text_prov
+
+
+def _checked_layers(trace, layers: Optional[Sequence[int]]) -> list[int]:
+    """The requested layers (all of the trace's when None); ValueError for one the trace lacks."""
+    wanted = list(trace.layers) if layers is None else [int(l) for l in layers]
+    missing = [l for l in wanted if l not in trace.layers]
+    if missing:
+        raise ValueError(f"layers {missing} not in the trace (layers {trace.layers})")
+    return wanted
+
+
+def _layer_horizons(hf, hidden: torch.Tensor, layer: int, scaling: float, n_heads: int,
+                   eps: float) -> tuple[float, float, torch.Tensor]:
+    """H (with ``scaling``), H without it (the authors') and the per-head horizons ``[h]`` of one layer, with
+    Sigma = population covariance of its inputs hidden ``[L, d_model]``."""
+    hid = hidden.to(torch.float64)
+    cen = hid - hid.mean(0)
+    Sigma = cen.T @ cen / hid.shape[0]
+    attn = _self_attention_module(hf, layer)
+    Wq = attn.query.weight.detach().to("cpu", torch.float64)
+    Wk = attn.key.weight.detach().to("cpu", torch.float64)
+    A_raw = Wk.T @ Wq
+    return (theory.horizon(scaling * A_raw, Sigma, eps=eps), theory.horizon(A_raw, Sigma, eps=eps),
+            theory.head_horizons(Wq, Wk, Sigma, n_heads, scaling=scaling, eps=eps))
+
+
+def _subsample_errors(q: torch.Tensor, kk: torch.Tensor, v: torch.Tensor, ref: tuple, idx: torch.Tensor,
+                      scaling: float, sp: _Sampling) -> dict[str, np.ndarray]:
+    """Errors of the subsamples idx ``[k, n]`` of q, k, v ``[h, L, e]`` against ref, the full window's output
+    moments (``[h*e]``, ``[h*e, h*e]``): "mean", "cov" ``[k]`` (the layer) and "head_mean", "head_cov" ``[k, h]``
+    (each head's block)."""
+    nh, n = q.shape[0], idx.shape[1]
+    ref_h = head_blocks(*ref, nh)                                                          # [h, e], [h, e, e]
+    b = mc.replicate_batch(n, sp.k, sp.max_scores, sp.device, heads=nh)
+    errs = {key: [] for key in ("mean", "cov", "head_mean", "head_cov")}
+    for s in range(0, sp.k, b):
+        sub = idx[s:s + b]                                                                  # [b, n]
+        qs, ks, vs = (t[:, sub].transpose(0, 1) for t in (q, kk, v))                        # [b, h, n, e]
+        mean, cov = theory.output_moments(multihead_self_attention(qs, ks, vs, scaling, max_scores=sp.max_scores))
+        a, c = theory.moment_errors(mean, cov, *ref, cov_norm=sp.cov_norm)                  # [b]
+        ah, ch = theory.moment_errors(*head_blocks(mean, cov, nh), *ref_h, cov_norm=sp.cov_norm)   # [b, h]
+        for key, val in zip(errs, (a, c, ah, ch)):
+            errs[key].append(val.cpu())
+    return {key: torch.cat(val).numpy() for key, val in errs.items()}
+
+
+def _layer_errors(model, trace, layer: int, sp: _Sampling, eps: float) -> _LayerErrors:
+    """Horizons and error rows (``point``: the layer; ``head_point``: each head) of one captured layer."""
+    i = trace.layers.index(layer)
+    q, kk, v = (getattr(trace, nm)[i].to(device=sp.device, dtype=sp.dtype) for nm in ("q", "k", "v"))   # [h, L, e]
+    scaling, nh = float(trace.scaling), q.shape[0]
+    ref = theory.output_moments(multihead_self_attention(q, kk, v, scaling, max_scores=sp.max_scores))
+    H, H_auth, H_heads = _layer_horizons(model.hf, trace.hidden[i], layer, scaling, nh, eps)
+    points, head_points = [], []
+    for n in sp.n_values:
+        gen = mc.make_generator(mc.derive_seed(sp.seed, layer, n), sp.device)
+        idx = mc.subsample_iid(sp.n_tokens, n, sp.k, generator=gen, device=sp.device)                 # [k, n]
+        errs = _subsample_errors(q, kk, v, ref, idx, scaling, sp)
+        for mom in MOMENTS:
+            points.append({"kind": "point", "layer": layer, "horizon": H, "horizon_authors": H_auth, "n": n,
+                           "moment": mom, **error_stats(errs[mom], sp.k)})
+            head_points += [{"kind": "head_point", "layer": layer, "head": h, "n": n, "moment": mom,
+                             **error_stats(errs["head_" + mom][:, h], sp.k)} for h in range(nh)]
+    return _LayerErrors(layer, H, H_auth, H_heads, nh, q.shape[-1], points, head_points)
+
+
+def _head_fit_rows(le: _LayerErrors, fit: str, scaling: float, k: int) -> list[dict]:
+    """``kind="head"`` rows: each head's horizon and slope fits of its ``head_point`` rows."""
+    rows = []
+    for h in range(le.n_heads):
+        fm, fc = (fit_row([r for r in le.head_points if r["head"] == h and r["moment"] == mom], fit)
+                  for mom in MOMENTS)
+        Hh = float(le.head_horizons[h])
+        rows.append({"kind": "head", "layer": le.layer, "head": h, "horizon": Hh, "horizon_authors": Hh / scaling,
+                     "beta_ref": theory.beta_reference(Hh), "beta_ref_authors": theory.beta_reference(Hh / scaling),
+                     "d_head": le.d_head, "beta_mean": fm["beta"], "beta_mean_se": fm["slope_se"],
+                     "intercept_mean": fm["intercept"], "beta_cov": fc["beta"], "beta_cov_se": fc["slope_se"],
+                     "intercept_cov": fc["intercept"], "n_points": fm["n_points"], "k": k})
+    return rows
+
+
+def _layer_fit_rows(rows: list[dict], le: _LayerErrors, fit: str, k: int) -> list[dict]:
+    """``kind="fit"`` rows (mean, cov) of a layer: slope fits of its ``point`` rows among ``rows``."""
+    out = []
+    for mom in MOMENTS:
+        fr = fit_row([r for r in rows if r["kind"] == "point" and r["layer"] == le.layer and r["moment"] == mom], fit)
+        out.append({"kind": "fit", "layer": le.layer, "horizon": le.horizon, "horizon_authors": le.horizon_authors,
+                    "moment": mom, **fr, "beta_ref": theory.beta_reference(le.horizon),
+                    "beta_ref_authors": theory.beta_reference(le.horizon_authors), "k": k, "n_heads": le.n_heads,
+                    "d_head": le.d_head})
+    return out
+
+
 def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default",
                  ids: Optional[torch.Tensor] = None, text: Optional[str] = None, corpus: str = "wikitext2",
                  L: Optional[int] = None, offset: int = 0, layers: Optional[Sequence[int]] = None,
@@ -116,102 +270,34 @@ def real_encoder(model="minilm", *, quick: bool = False, preset: str = "default"
         from attnlab.core.models import load_model
 
         model = load_model(model, device=device)
-    text_prov: dict = {}
-    if ids is None:
-        if text is None:
-            from attnlab.core.text import load_corpus
-
-            c = load_corpus(corpus)
-            text, text_prov = c.text, c.provenance()
-        else:
-            text_prov = {"text": "user text", "text_sha256": hashlib.sha256(text.encode()).hexdigest()}
-        L = int(L or model.max_positions)
-        if quick:
-            L = min(L, 64)
-        ids = model.window(text, L, offset)
-    ids = torch.as_tensor(ids).long()
-    Lw = int(ids.numel())
+    ids, text_prov = _encoder_window(model, ids, text, corpus, L, offset, quick)
     trace = model.capture(ids, keep=("q", "k", "v", "hidden"))
-    scaling = float(trace.scaling)
-    wanted = list(trace.layers) if layers is None else [int(l) for l in layers]
-    missing = [l for l in wanted if l not in trace.layers]
-    if missing:
-        raise ValueError(f"layers {missing} not in the trace (layers {trace.layers})")
-
+    wanted = _checked_layers(trace, layers)
+    sp = _Sampling(int(ids.numel()), n_values, k, seed, device, dt, cov_norm, max_scores)
     rows = []
     for l in wanted:
-        i = trace.layers.index(l)
-        q, kk, v = (getattr(trace, nm)[i].to(device=device, dtype=dt) for nm in ("q", "k", "v"))   # [h, L, e]
-        full = multihead_self_attention(q, kk, v, scaling, max_scores=max_scores)        # [L, h*e]
-        ref = theory.output_moments(full)
-        hid = trace.hidden[i].to(torch.float64)                                           # [L, d_model]
-        cen = hid - hid.mean(0)
-        Sigma = cen.T @ cen / hid.shape[0]
-        attn = _self_attention_module(model.hf, l)
-        Wq = attn.query.weight.detach().to("cpu", torch.float64)
-        Wk = attn.key.weight.detach().to("cpu", torch.float64)
-        A_raw = Wk.T @ Wq
-        H = theory.horizon(scaling * A_raw, Sigma, eps=eps)
-        H_auth = theory.horizon(A_raw, Sigma, eps=eps)
-        nh, e = q.shape[0], q.shape[-1]
-        H_heads = theory.head_horizons(Wq, Wk, Sigma, nh, scaling=scaling, eps=eps)
-        ref_h = head_blocks(*ref, nh)                                                      # [h, e], [h, e, e]
-        head_pts = []
-        for n in n_values:
-            gen = mc.make_generator(mc.derive_seed(seed, l, n), device)
-            idx = mc.subsample_iid(Lw, n, k, generator=gen, device=device)                 # [k, n]
-            b = mc.replicate_batch(n, k, max_scores, device, heads=nh)
-            errs = {key: [] for key in ("mean", "cov", "head_mean", "head_cov")}
-            for s in range(0, k, b):
-                sub = idx[s:s + b]                                                          # [b, n]
-                qs, ks, vs = (t[:, sub].transpose(0, 1) for t in (q, kk, v))                # [b, h, n, e]
-                mean, cov = theory.output_moments(multihead_self_attention(qs, ks, vs, scaling, max_scores=max_scores))
-                a, c = theory.moment_errors(mean, cov, *ref, cov_norm=cov_norm)             # [b]
-                ah, ch = theory.moment_errors(*head_blocks(mean, cov, nh), *ref_h, cov_norm=cov_norm)   # [b, h]
-                for key, val in zip(errs, (a, c, ah, ch)):
-                    errs[key].append(val.cpu())
-            for mom in ("mean", "cov"):
-                rows.append({"kind": "point", "layer": l, "horizon": H, "horizon_authors": H_auth, "n": n,
-                             "moment": mom, **error_stats(torch.cat(errs[mom]).numpy(), k)})
-                per_head = torch.cat(errs["head_" + mom]).numpy()                            # [k, h]
-                head_pts += [{"kind": "head_point", "layer": l, "head": h, "n": n, "moment": mom,
-                              **error_stats(per_head[:, h], k)} for h in range(nh)]
-        rows += head_pts
-        for h in range(nh):
-            fm, fc = (fit_row([r for r in head_pts if r["head"] == h and r["moment"] == mom], fit)
-                      for mom in ("mean", "cov"))
-            Hh = float(H_heads[h])
-            rows.append({"kind": "head", "layer": l, "head": h, "horizon": Hh, "horizon_authors": Hh / scaling,
-                         "beta_ref": theory.beta_reference(Hh), "beta_ref_authors": theory.beta_reference(Hh / scaling),
-                         "d_head": e, "beta_mean": fm["beta"], "beta_mean_se": fm["slope_se"],
-                         "intercept_mean": fm["intercept"], "beta_cov": fc["beta"], "beta_cov_se": fc["slope_se"],
-                         "intercept_cov": fc["intercept"], "n_points": fm["n_points"], "k": k})
-        for mom in ("mean", "cov"):
-            fr = fit_row([r for r in rows if r["kind"] == "point" and r["layer"] == l and r["moment"] == mom], fit)
-            rows.append({"kind": "fit", "layer": l, "horizon": H, "horizon_authors": H_auth, "moment": mom,
-                         **fr, "beta_ref": theory.beta_reference(H), "beta_ref_authors": theory.beta_reference(H_auth),
-                         "k": k, "n_heads": nh, "d_head": e})
-    prov = provenance(
+        le = _layer_errors(model, trace, l, sp, eps)
+        rows += le.points + le.head_points + _head_fit_rows(le, fit, float(trace.scaling), k)
+        rows += _layer_fit_rows(rows, le, fit, k)
+    prov = _real_provenance(model, trace, ids, text_prov, wanted, sp, quick=quick, preset=preset, offset=offset,
+                            eps=eps, fit=fit, t0=t0)
+    return Result("tsc_real", rows, prov)
+
+
+def _real_provenance(model, trace, ids: torch.Tensor, text_prov: dict, wanted: list[int], sp: _Sampling, *,
+                     quick: bool, preset: str, offset: int, eps: float, fit: str, t0: float) -> dict:
+    """The provenance of :func:`real_encoder`'s Result (t0: its start, for the runtime)."""
+    return provenance(
         experiment="real_encoder", paper=PAPER, result="2 on a real encoder (the authors' BERT protocol)",
         preset="quick" if quick else preset, model=getattr(model, "name", type(model).__name__),
         **({"model_info": model.provenance()} if hasattr(model, "provenance") else {}),
-        **text_prov, trace_text_sha256=trace.text_sha256, window_tokens=Lw, offset=offset,
+        **text_prov, trace_text_sha256=trace.text_sha256, window_tokens=sp.n_tokens, offset=offset,
         token_ids_sha256=hashlib.sha256(ids.numpy().astype(np.int64).tobytes()).hexdigest(),
-        layers=wanted, n_values=n_values, k=k, seed=seed,
-        seeds=f"layer l, size n: subsample indices from derive_seed({seed}, l, n)",
-        subsampling="n positions i.i.d. uniform WITH replacement from the L window tokens (as the authors)",
-        reference="multi-head self-attention output of the full L-token window (mean, population covariance "
-                  "over its L output tokens), heads concatenated before the output projection",
-        recompute="attention recomputed on the subsample from the captured q, k, v (biases included) "
-                  "with temperature trace.scaling",
-        horizon_def="H = ||Sigma^1/2 A Sigma^1/2||_2, Sigma = population covariance of the layer inputs "
-                    f"(+ eps I, eps={eps}), A = scaling * sum_h W_kh^T W_qh (biases ignored); "
-                    "horizon_authors without scaling; kind='head' rows: the same with A_h = scaling * W_kh^T W_qh",
-        per_head="kind='head_point' rows: errors of head j's output block (mean: its e coordinates; covariance: "
-                 "its e x e diagonal block) against the same block of the L-token reference, same subsamples; "
-                 "kind='head' rows: their slope fits (beta_mean, beta_cov, *_se) with the layer's fit",
-        scaling=scaling, cov_norm=cov_norm, error_bars=ERROR_BARS, fit=fit_label(fit, "real_encoder"), fit_method=fit,
-        temperature_convention=theory.TEMPERATURE_CONVENTION, dtype=str(dt), moments_dtype="float64",
-        device=device, max_scores=max_scores, torch_threads=torch.get_num_threads(),
+        layers=wanted, n_values=sp.n_values, k=sp.k, seed=sp.seed,
+        seeds=f"layer l, size n: subsample indices from derive_seed({sp.seed}, l, n)",
+        subsampling=SUBSAMPLING_NOTE, reference=REFERENCE_NOTE, recompute=RECOMPUTE_NOTE,
+        horizon_def=HORIZON_NOTE.format(eps=eps), per_head=PER_HEAD_NOTE,
+        scaling=float(trace.scaling), cov_norm=sp.cov_norm, error_bars=ERROR_BARS, fit=fit_label(fit, "real_encoder"),
+        fit_method=fit, temperature_convention=theory.TEMPERATURE_CONVENTION, dtype=str(sp.dtype),
+        moments_dtype="float64", device=sp.device, max_scores=sp.max_scores, torch_threads=torch.get_num_threads(),
         runtime_s=round(time.perf_counter() - t0, 3))
-    return Result("tsc_real", rows, prov)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
@@ -68,6 +69,116 @@ HARDMAX_PRESETS = {
 }
 
 
+EXACT_SPHERE_REFERENCE_NOTE = ("mean 0; covariance W_v U diag(lambda) U^T W_v^T with the Bessel-ratio/Dirichlet "
+                               "formula [CODE]")
+CURVATURE_NOTE = "; curvature: quadratic fit in centred log n with the same weights"
+
+
+@dataclass(frozen=True)
+class _SphereRun:
+    """The checked settings of one :func:`hardmax` run."""
+
+    d: int
+    radius: float
+    scales: list
+    n_values: list
+    k: int
+    seed: int
+    n_dirichlet: int
+    reference: str
+    n_ref: int
+    authors_reference: bool
+    cov_norm: str
+    device: str
+    dtype: torch.dtype
+    max_scores: int
+    fit: str
+    weights: str
+
+
+def _scale_references(run: _SphereRun, A: torch.Tensor, Gv: torch.Tensor, i: int, s: float):
+    """The references ({name: (mean [d], cov [d, d])}) of scale i (= s), with the numerics of the exact one
+    and of the authors' one (dicts, None when not computed)."""
+    refs, exact_info, authors_info = {}, None, None
+    if run.reference in ("exact", "both"):
+        mean, cov, info = theory.sphere_output_moments(A, Gv, radius=run.radius, n_mc=run.n_dirichlet,
+                                                       seed=mc.derive_seed(run.seed, 11, i), return_info=True)
+        refs["exact"] = (mean, cov)
+        exact_info = {"scale": s, **{kk: v for kk, v in info.items() if kk != "lambda_se"},
+                      "max_lambda_se": max(info.get("lambda_se", [0.0]))}
+    if run.reference in ("sample", "both"):
+        refs["sample"] = mc.empirical_reference(
+            lambda n, gen: mc.sample_sphere(n, run.d, radius=run.radius, generator=gen, device=run.device),
+            A, Gv, n_ref=run.n_ref, seed=mc.derive_seed(run.seed, 7, i), device=run.device, max_scores=run.max_scores)
+    if run.authors_reference:
+        mean_a, cov_a, info_a = theory.sphere_covariance_authors_guard(
+            A, Gv, radius=run.radius, n_mc=run.n_dirichlet, seed=0, return_info=True)
+        refs["authors_code"] = (mean_a, cov_a)
+        authors_info = {"scale": s, "frac_beyond_ive": info_a["frac_beyond_ive"],
+                        "cov_norm_authors": ref_norm((mean_a, cov_a), "cov", run.cov_norm)}
+    return refs, exact_info, authors_info
+
+
+def _curved_fit(pts: list[dict], reference: str, moment: str, fit: str, k: int) -> dict:
+    """`fit_row` of one (reference, moment)'s point rows, plus the quadratic-in-log-n curvature (>= 4 points,
+    errors > 0) and the first and last local slopes (>= 2 points)."""
+    sel = sorted([p for p in pts if p["reference"] == reference and p["moment"] == moment], key=lambda p: p["n"])
+    fr = fit_row(sel, fit)
+    extra = {}
+    ns, es = [p["n"] for p in sel], [p["err_mean"] for p in sel]
+    if len(sel) >= 4 and min(es) > 0:
+        cf = mc.fit_loglog_curvature(ns, es, [p["err_std"] for p in sel], k, method=fit)
+        extra = {"curvature": cf["curvature"], "curvature_se": cf["curvature_se"]}
+    if len(sel) >= 2:
+        ls = mc.local_slopes(ns, es)
+        extra.update(local_slope_first=float(ls[0]), local_slope_last=float(ls[-1]))
+    return {**fr, **extra}
+
+
+def _scale_rows(run: _SphereRun, base: torch.Tensor, Gv: torch.Tensor, Sigma: torch.Tensor, i: int, s: float):
+    """Point and fit rows of scale i (= s), with its references' numerics (`_scale_references`)."""
+    A = s ** 2 * base / math.sqrt(run.d)
+    H = theory.horizon(A, Sigma)
+    H_auth = theory.horizon(s ** 2 * base, Sigma)
+    refs, exact_info, authors_info = _scale_references(run, A, Gv, i, s)
+
+    def draw(n, b, gen):
+        return mc.sample_sphere(n, run.d, radius=run.radius, batch=(b,), generator=gen, dtype=run.dtype,
+                                device=run.device)
+
+    pts = mc.mc_moment_errors(draw, A, Gv, run.n_values, run.k, refs, cov_norm=run.cov_norm,
+                              seed=mc.derive_seed(run.seed, i), device=run.device, dtype=run.dtype,
+                              max_scores=run.max_scores)
+    common = {"scale": s, "horizon": H, "horizon_authors": H_auth}
+    rows = [{"kind": "point", **common, **p} for p in pts]
+    rows += [{"kind": "fit", **common, "reference": r, "moment": mom, **_curved_fit(pts, r, mom, run.fit, run.k),
+              "ref_norm": ref_norm(refs[r], mom, run.cov_norm), "beta_ref": theory.beta_reference(H), "k": run.k}
+             for r in refs for mom in ("mean", "cov")]
+    return rows, exact_info, authors_info
+
+
+def _hardmax_provenance(run: _SphereRun, ref_info: list, authors_info: list, *, quick: bool, preset: str,
+                        t0: float) -> dict:
+    """The provenance of :func:`hardmax`'s Result (t0: its start, for the runtime)."""
+    seed = run.seed
+    return provenance(
+        experiment="hardmax", paper=PAPER, result="3 (hardmax regime, logarithmic rate)",
+        preset="quick" if quick else preset, tokens=f"uniform on the sphere of radius {run.radius} in d={run.d}",
+        weights=f"G_q, G_k, G_v i.i.d. N(0,1) from seed {seed} ({SPHERE_WEIGHTS[run.weights]}); "
+                "W_q, W_k <- scale * G, W_v = G_v",
+        A="scale^2 G_k^T G_q / sqrt(d)", scales=run.scales, n_values=run.n_values, k=run.k, seed=seed,
+        seeds=f"scale i, size n: tokens from derive_seed(derive_seed({seed}, i), n); Dirichlet Monte Carlo "
+              f"from derive_seed({seed}, 11, i)",
+        reference=run.reference, exact_reference=EXACT_SPHERE_REFERENCE_NOTE, exact_reference_numerics=ref_info,
+        n_dirichlet=run.n_dirichlet, n_ref=run.n_ref if run.reference != "exact" else None, cov_norm=run.cov_norm,
+        authors_reference=(AUTHORS_REFERENCE_LABEL if run.authors_reference else None), authors_reference_numerics=(
+            authors_info if run.authors_reference else None),
+        error_bars=ERROR_BARS, fit=fit_label(run.fit, "hardmax") + CURVATURE_NOTE, fit_method=run.fit,
+        temperature_convention=theory.TEMPERATURE_CONVENTION, dtype=str(run.dtype), moments_dtype="float64",
+        device=run.device, max_scores=run.max_scores, torch_threads=torch.get_num_threads(),
+        runtime_s=round(time.perf_counter() - t0, 3))
+
+
 def hardmax(*, quick: bool = False, preset: str = "default", d: Optional[int] = None,
             radius: Optional[float] = None, scales: Optional[Sequence[float]] = None,
             n_values: Optional[Sequence[int]] = None, k: Optional[int] = None,
@@ -107,74 +218,20 @@ def hardmax(*, quick: bool = False, preset: str = "default", d: Optional[int] = 
     if reference not in ("exact", "sample", "both"):
         raise ValueError(f"reference must be 'exact', 'sample' or 'both', got {reference!r}")
     device, dt = check_device(device), as_dtype(dtype)
+    run = _SphereRun(d, R, scales, n_values, k, seed, int(cfg["n_dirichlet"]), reference, n_ref, authors_reference,
+                     cov_norm, device, dt, max_scores, fit, weights)
 
     Gq, Gk, Gv = sphere_weights(d, seed, weights)
     base = Gk.T @ Gq
     Sigma = (R ** 2 / d) * torch.eye(d, dtype=torch.float64)
-
-    def draw(n, b, gen):
-        return mc.sample_sphere(n, d, radius=R, batch=(b,), generator=gen, dtype=dt, device=device)
-
     rows, ref_info, authors_info = [], [], []
     for i, s in enumerate(scales):
-        A = s ** 2 * base / math.sqrt(d)
-        H = theory.horizon(A, Sigma)
-        H_auth = theory.horizon(s ** 2 * base, Sigma)
-        refs = {}
-        if reference in ("exact", "both"):
-            mean, cov, info = theory.sphere_output_moments(A, Gv, radius=R, n_mc=int(cfg["n_dirichlet"]),
-                                                       seed=mc.derive_seed(seed, 11, i), return_info=True)
-            refs["exact"] = (mean, cov)
-            ref_info.append({"scale": s, **{kk: v for kk, v in info.items() if kk != "lambda_se"},
-                             "max_lambda_se": max(info.get("lambda_se", [0.0]))})
-        if reference in ("sample", "both"):
-            refs["sample"] = mc.empirical_reference(
-                lambda n, gen: mc.sample_sphere(n, d, radius=R, generator=gen, device=device),
-                A, Gv, n_ref=n_ref, seed=mc.derive_seed(seed, 7, i), device=device, max_scores=max_scores)
-        if authors_reference:
-            mean_a, cov_a, info_a = theory.sphere_covariance_authors_guard(
-                A, Gv, radius=R, n_mc=int(cfg["n_dirichlet"]), seed=0, return_info=True)
-            refs["authors_code"] = (mean_a, cov_a)
-            authors_info.append({"scale": s, "frac_beyond_ive": info_a["frac_beyond_ive"],
-                                 "cov_norm_authors": ref_norm((mean_a, cov_a), "cov", cov_norm)})
-        pts = mc.mc_moment_errors(draw, A, Gv, n_values, k, refs, cov_norm=cov_norm,
-                                  seed=mc.derive_seed(seed, i), device=device, dtype=dt, max_scores=max_scores)
-        common = {"scale": s, "horizon": H, "horizon_authors": H_auth}
-        rows += [{"kind": "point", **common, **p} for p in pts]
-        for r in refs:
-            for mom in ("mean", "cov"):
-                sel = sorted([p for p in pts if p["reference"] == r and p["moment"] == mom], key=lambda p: p["n"])
-                fr = fit_row(sel, fit)
-                extra = {}
-                ns, es = [p["n"] for p in sel], [p["err_mean"] for p in sel]
-                if len(sel) >= 4 and min(es) > 0:
-                    cf = mc.fit_loglog_curvature(ns, es, [p["err_std"] for p in sel], k, method=fit)
-                    extra = {"curvature": cf["curvature"], "curvature_se": cf["curvature_se"]}
-                if len(sel) >= 2:
-                    ls = mc.local_slopes(ns, es)
-                    extra.update(local_slope_first=float(ls[0]), local_slope_last=float(ls[-1]))
-                rows.append({"kind": "fit", **common, "reference": r, "moment": mom, **fr, **extra,
-                             "ref_norm": ref_norm(refs[r], mom, cov_norm),
-                             "beta_ref": theory.beta_reference(H), "k": k})
-    prov = provenance(
-        experiment="hardmax", paper=PAPER, result="3 (hardmax regime, logarithmic rate)",
-        preset="quick" if quick else preset, tokens=f"uniform on the sphere of radius {R} in d={d}",
-        weights=f"G_q, G_k, G_v i.i.d. N(0,1) from seed {seed} ({SPHERE_WEIGHTS[weights]}); "
-                "W_q, W_k <- scale * G, W_v = G_v",
-        A="scale^2 G_k^T G_q / sqrt(d)", scales=scales, n_values=n_values, k=k, seed=seed,
-        seeds=f"scale i, size n: tokens from derive_seed(derive_seed({seed}, i), n); Dirichlet Monte Carlo "
-              f"from derive_seed({seed}, 11, i)",
-        reference=reference, exact_reference="mean 0; covariance W_v U diag(lambda) U^T W_v^T with the "
-        "Bessel-ratio/Dirichlet formula [CODE]", exact_reference_numerics=ref_info,
-        n_dirichlet=int(cfg["n_dirichlet"]), n_ref=n_ref if reference != "exact" else None, cov_norm=cov_norm,
-        authors_reference=(AUTHORS_REFERENCE_LABEL if authors_reference else None), authors_reference_numerics=(
-            authors_info if authors_reference else None),
-        error_bars=ERROR_BARS, fit=fit_label(fit, "hardmax") + "; curvature: quadratic fit in centred log n with "
-        "the same weights", fit_method=fit,
-        temperature_convention=theory.TEMPERATURE_CONVENTION, dtype=str(dt), moments_dtype="float64",
-        device=device, max_scores=max_scores, torch_threads=torch.get_num_threads(),
-        runtime_s=round(time.perf_counter() - t0, 3))
-    return Result("tsc_hardmax", rows, prov)
+        scale_rows, exact_info, authors = _scale_rows(run, base, Gv, Sigma, i, s)
+        rows += scale_rows
+        ref_info += [exact_info] if exact_info is not None else []
+        authors_info += [authors] if authors is not None else []
+    return Result("tsc_hardmax", rows, _hardmax_provenance(run, ref_info, authors_info, quick=quick, preset=preset,
+                                                           t0=t0))
 
 
 AUTHORS_REFERENCE_PRESETS = {

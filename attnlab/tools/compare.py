@@ -224,6 +224,123 @@ def _nanmean(t) -> float:
     return float(torch.nanmean(t)) if t.numel() else float("nan")
 
 
+SWAP_MEANINGS = {"all": "every layer at once", "each": "one layer at a time; metrics of that layer"}
+SSMAX_NOTE = ("s = 1/log({ref_len}): equals the native softmax for rows of {ref_len} visible keys "
+              "(the shortest L of the grid); a row of n visible keys scales its scores by log(n)/log({ref_len})")
+SA_SOFTMAX_NOTE = "normalized variant; weights do not sum to 1 (weight_sum); entropy of the renormalized row"
+METRIC_WINDOW_NOTE = ("first L tokens of the text (encoders: [CLS] + L-2 + [SEP]); causal: one pass at the "
+                      "longest L, prefixes for the others")
+HELD_OUT_NOTE = "{n_windows} windows per L starting at line starts spread over {start:.0%}-95% of the text"
+COST_NOTES = {
+    True: ("next-token loss (mean over the window's positions) and drift of the final hidden states "
+           "(1 - cosine vs the native model, mean over tokens)"),
+    False: ("drift of the final hidden states (1 - cosine vs the native softmax model, mean over tokens); "
+            "no LM head, so no loss"),
+}
+JACOBIAN_NOTE = ("d weights / d scores (the model's scaled scores, native temperature) at the swapped scores; "
+                 "{jac_rows} seeded random rows of the whole model per (normalizer, L), the same rows for every "
+                 "normalizer; softmax(T): exact (diag(a) - a a^T)/T; others: autograd, spectral norm")
+CRITICAL_N_NOTE = ("KS (alpha={alpha}) of per-head token-mean d~ vs E pooling every swapped head; N grid: every N "
+                   "up to 8, then steps of {crit_step_frac:g} L up to {crit_max_frac:g} L; first non-rejected grid N "
+                   "(upper bound on the first N); censored = none up to the grid's end")
+
+
+@dataclass
+class _Windows:
+    """The token windows of a comparison, per pass length L (`lengths`): metric windows [L] and held-out
+    windows [n, L], the native layers recorded for swap="each" ({} otherwise), the native model's outputs."""
+
+    lengths: list
+    metric: dict
+    cost: dict
+    recorded: dict
+    native: dict
+
+
+def _windows(model, text: str, grid: list[int], n_windows: int, swap: str) -> _Windows:
+    """Every window first (a text too short fails before any forward pass), then the native passes."""
+    lengths = [grid[-1]] if model.causal else grid
+    metric = {L: text_window(model, text, L) for L in lengths}
+    cost = {L: held_out_windows(model, text, L, n_windows) for L in lengths}
+    # swap="each": the layers below the swapped one are the native model's, recorded once per window
+    recorded = ({L: (model.layer_outputs(metric[L]), model.layer_outputs(cost[L])) for L in lengths}
+                if swap == "each" and model.blocks is not None else {})
+    native = {L: forward_outputs(model, cost[L], reuse=(recorded[L][1], model.n_layers) if recorded else None)
+              for L in lengths}
+    return _Windows(lengths, metric, cost, recorded, native)
+
+
+def _swapped_pass(model, fn, target, Lpass: int, win: _Windows, text_sha256: Optional[str]):
+    """One pass with normalizer fn in layer `target` (or "all"): its trace of the metric window, the drift of
+    its final hidden states [n, Lpass] and its next-token loss [n, Lpass-1] (None without an LM head)."""
+    swap_layers = None if target == "all" else [target]
+    rec_metric, rec_cost = [(r, target) for r in win.recorded[Lpass]] if win.recorded else [None, None]
+    with model.normalizer(fn, layers=swap_layers):
+        full = model.capture(win.metric[Lpass], layers=swap_layers, keep=("probs", "scores", "v"),
+                             text_sha256=text_sha256, reuse=rec_metric)
+        hidden, loss = forward_outputs(model, win.cost[Lpass], reuse=rec_cost)
+    return full, hidden_drift(hidden, win.native[Lpass][0]), loss
+
+
+def _loss_fields(loss: Optional[torch.Tensor], native_loss: Optional[torch.Tensor], L: int) -> dict:
+    """loss, loss_native, loss_delta of the first L positions (None each without an LM head)."""
+    if loss is None:
+        return {"loss": None, "loss_native": None, "loss_delta": None}
+    out = {"loss": float(loss[:, :L - 1].mean()), "loss_native": float(native_loss[:, :L - 1].mean())}
+    return {**out, "loss_delta": out["loss"] - out["loss_native"]}
+
+
+def _pass_rows(model, sp: NormSpec, fn, target, Lpass: int, grid: list[int], win: _Windows, text_sha256,
+               metric_opts: dict, seed: int) -> list[dict]:
+    """The rows of one swapped pass at length Lpass: one per L of the grid (a causal model's prefixes) or Lpass."""
+    t0 = time.perf_counter()
+    full, drift_tok, loss = _swapped_pass(model, fn, target, Lpass, win, text_sha256)      # drift [n, Lpass]
+    weights = row_weights(full)                                  # [layer, head, Lpass] per row
+    pass_seconds = time.perf_counter() - t0
+    rows = []
+    for L in (grid if model.causal else [Lpass]):
+        t1 = time.perf_counter()
+        trace = full if L == full.n_tokens else full.prefix(L)
+        row = _metric_row(sp, trace, L, {k: w[..., :L] for k, w in weights.items()}, **metric_opts, seed=seed + L)
+        row["swap"] = target
+        row["drift"] = float(drift_tok[:, :L].mean())
+        row.update(_loss_fields(loss, win.native[Lpass][1], L))
+        share = pass_seconds / (len(grid) if model.causal else 1)
+        row["seconds"] = round(time.perf_counter() - t1 + share, 3)
+        rows.append(row)
+    return rows
+
+
+def _compare_provenance(model, tprov: dict, grid: list[int], specs: list[NormSpec], win: _Windows, *, swap: str,
+                        ref_len: int, n_windows: int, opts: dict, quick: bool, seed: int, t_start: float) -> dict:
+    """The provenance of :func:`compare_normalizers`' Result (opts: the metric options; t_start: its start)."""
+    return provenance(
+        experiment="compare_normalizers",
+        note=TOLERANCE_NOTE,
+        **model.provenance(),
+        **tprov,
+        lengths=grid,
+        swap=swap,
+        swap_meaning=SWAP_MEANINGS[swap],
+        normalizers=[{"label": s.label, "name": s.name, "params": s.kwargs} for s in specs],
+        ssmax=SSMAX_NOTE.format(ref_len=ref_len),
+        sa_softmax=SA_SOFTMAX_NOTE,
+        metric_window=METRIC_WINDOW_NOTE,
+        held_out=HELD_OUT_NOTE.format(n_windows=n_windows, start=HELD_OUT_START),
+        cost=COST_NOTES[bool(model.causal and win.native[grid[-1]][1] is not None)],
+        jacobian=JACOBIAN_NOTE.format(jac_rows=opts["jac_rows"]),
+        n_top=opts["n_top"],
+        n_sep=opts["n_sep"],
+        max_rows=opts["max_rows"],
+        alpha=opts["alpha"],
+        critical_n=CRITICAL_N_NOTE.format(**opts),
+        quick=quick,
+        seed=seed,
+        runtime_seconds=round(time.perf_counter() - t_start, 3),
+        torch_threads=torch.get_num_threads(),
+    )
+
+
 def compare_normalizers(model, text=None, *, lengths: Optional[Sequence[int]] = None,
                         specs: Optional[Sequence[NormSpec]] = None, swap: str = "all", n_windows: int = N_WINDOWS,
                         n_top: int = N_TOP, n_sep: int = N_SEP, max_rows: Optional[int] = MAX_ROWS_COMPARE,
@@ -251,102 +368,29 @@ def compare_normalizers(model, text=None, *, lengths: Optional[Sequence[int]] = 
     text, tprov = resolve_text(text)
     tprov = {**tprov, **(text_info or {})}
     grid = check_lengths(model, text, lengths, min_length=max(n_top, n_sep))
-    Lmax = grid[-1]
     ref_len = int(ssmax_ref_length or grid[0])
     specs = list(specs) if specs is not None else default_specs(ref_len)
-    # every window first: a text too short fails before any forward pass
-    lens_needed = [Lmax] if model.causal else grid
-    metric_ids = {L: text_window(model, text, L) for L in lens_needed}
-    cost_ids = {L: held_out_windows(model, text, L, n_windows) for L in lens_needed}
-    # swap="each": the layers below the swapped one are the native model's, recorded once per window
-    recorded = ({L: (model.layer_outputs(metric_ids[L]), model.layer_outputs(cost_ids[L])) for L in lens_needed}
-                if swap == "each" and model.blocks is not None else {})
-    native = {L: forward_outputs(model, cost_ids[L], reuse=(recorded[L][1], model.n_layers) if recorded else None)
-              for L in lens_needed}
+    win = _windows(model, text, grid, n_windows, swap)
+    opts = dict(n_top=n_top, n_sep=n_sep, max_rows=max_rows, jac_rows=jac_rows, alpha=alpha,
+                crit_max_frac=crit_max_frac, crit_step_frac=crit_step_frac)
     targets = ["all"] if swap == "all" else list(range(model.n_layers))
     rows = []
-    total = len(targets) * len(specs) * len(lens_needed)
+    total = len(targets) * len(specs) * len(win.lengths)
     bar = progress_bar(range(total), progress, f"compare {model.name}", total=total)
     it = iter(bar)
     for target in targets:
-        swap_layers = None if target == "all" else [target]
         for sp in specs:
             fn = sp.fn()
-            for Lpass in lens_needed:
+            for Lpass in win.lengths:
                 next(it, None)
-                t0 = time.perf_counter()
-                rec_metric, rec_cost = [(r, target) for r in recorded[Lpass]] if recorded else [None, None]
-                with model.normalizer(fn, layers=swap_layers):
-                    full = model.capture(metric_ids[Lpass], layers=swap_layers, keep=("probs", "scores", "v"),
-                                         text_sha256=tprov.get("text_sha256"), reuse=rec_metric)
-                    hidden, loss = forward_outputs(model, cost_ids[Lpass], reuse=rec_cost)
-                drift_tok = hidden_drift(hidden, native[Lpass][0])          # [n, L]
-                weights = row_weights(full)                                  # [layer, head, Lpass] per row
-                pass_seconds = time.perf_counter() - t0
-                for L in (grid if model.causal else [Lpass]):
-                    t1 = time.perf_counter()
-                    trace = full if L == full.n_tokens else full.prefix(L)
-                    row = _metric_row(sp, trace, L, {k: w[..., :L] for k, w in weights.items()}, n_top=n_top,
-                                      n_sep=n_sep, max_rows=max_rows, jac_rows=jac_rows, alpha=alpha,
-                                      crit_max_frac=crit_max_frac, crit_step_frac=crit_step_frac, seed=seed + L)
-                    row["swap"] = target
-                    row["drift"] = float(drift_tok[:, :L].mean())
-                    if loss is not None:
-                        row["loss"] = float(loss[:, :L - 1].mean())
-                        row["loss_native"] = float(native[Lpass][1][:, :L - 1].mean())
-                        row["loss_delta"] = row["loss"] - row["loss_native"]
-                    else:
-                        row["loss"] = row["loss_native"] = row["loss_delta"] = None
-                    share = pass_seconds / (len(grid) if model.causal else 1)
-                    row["seconds"] = round(time.perf_counter() - t1 + share, 3)
-                    rows.append(row)
-                del full
+                rows += _pass_rows(model, sp, fn, target, Lpass, grid, win, tprov.get("text_sha256"), opts, seed)
     close = getattr(bar, "close", None)
     if close:
         close()
     order = [s.label for s in specs]
     rows.sort(key=lambda r: (-1 if r["swap"] == "all" else r["swap"], order.index(r["normalizer"]), r["L"]))
-    prov = provenance(
-        experiment="compare_normalizers",
-        note=TOLERANCE_NOTE,
-        **model.provenance(),
-        **tprov,
-        lengths=grid,
-        swap=swap,
-        swap_meaning=("every layer at once" if swap == "all" else "one layer at a time; metrics of that layer"),
-        normalizers=[{"label": s.label, "name": s.name, "params": s.kwargs} for s in specs],
-        ssmax=f"s = 1/log({ref_len}): equals the native softmax for rows of {ref_len} visible keys "
-        "(the shortest L of the grid); a row of n visible keys scales its scores by log(n)/log(" + str(ref_len) + ")",
-        sa_softmax="normalized variant; weights do not sum to 1 (weight_sum); entropy of the renormalized row",
-        metric_window="first L tokens of the text (encoders: [CLS] + L-2 + [SEP]); causal: one pass at the "
-        "longest L, prefixes for the others",
-        held_out=f"{n_windows} windows per L starting at line starts spread over {HELD_OUT_START:.0%}-95% of the text",
-        cost=(
-            "next-token loss (mean over the window's positions) and drift of the final hidden states "
-            "(1 - cosine vs the native model, mean over tokens)"
-            if model.causal and native[Lmax][1] is not None
-            else "drift of the final hidden states (1 - cosine vs the native softmax model, mean over tokens); "
-            "no LM head, so no loss"
-        ),
-        jacobian=(
-            f"d weights / d scores (the model's scaled scores, native temperature) at the swapped scores; "
-            f"{jac_rows} seeded random rows of the whole model per (normalizer, L), the same rows for every "
-            "normalizer; softmax(T): exact (diag(a) - a a^T)/T; others: autograd, spectral norm"
-        ),
-        n_top=n_top,
-        n_sep=n_sep,
-        max_rows=max_rows,
-        alpha=alpha,
-        critical_n=(
-            f"KS (alpha={alpha}) of per-head token-mean d~ vs E pooling every swapped head; N grid: every N "
-            f"up to 8, then steps of {crit_step_frac:g} L up to {crit_max_frac:g} L; first non-rejected grid N "
-            "(upper bound on the first N); censored = none up to the grid's end"
-        ),
-        quick=quick,
-        seed=seed,
-        runtime_seconds=round(time.perf_counter() - t_start, 3),
-        torch_threads=torch.get_num_threads(),
-    )
+    prov = _compare_provenance(model, tprov, grid, specs, win, swap=swap, ref_len=ref_len, n_windows=n_windows,
+                               opts=opts, quick=quick, seed=seed, t_start=t_start)
     name = "compare_normalizers" if swap == "all" else "compare_normalizers_each"
     return Result(name, rows, prov)
 

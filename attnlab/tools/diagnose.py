@@ -443,6 +443,75 @@ def critical_rows(st: dict, layer_index: Optional[int], ns: Sequence[int], L: in
     return out
 
 
+WINDOW_NOTE = ("first L tokens of the text (encoders: [CLS] + L-2 tokens + [SEP]); causal models: one pass at the "
+               "longest L, prefixes for the others")
+X_NOTE = "per-head value vectors (unit sphere for N_s/N)"
+KEYS_NOTE = "visible keys only; rows with L_t <= N skipped"
+ENTROPY_NOTE = "Shannon entropy (nats) of each row's weights; entropy_norm = H / log L_t, rows with L_t >= 2"
+JACOBIAN_NOTE = ("exact spectral norm of (diag(a) - a a^T)/T at T = 1 (the model's scaled scores), mean over the "
+                 "sampled rows with >= 2 visible keys; references: uniform 1/L_t, one-hot 0 (not a flag)")
+REFERENCES_NOTE = (
+    "every statistic recomputed on the same sampled rows and value vectors with the weights replaced by "
+    f"the ends of the row's temperature path: uniform (T -> inf: (1 - {REF_EPS:g}) / L_t + {REF_EPS:g} a, "
+    "uniform weights ranked as the row ranks its keys) and sharp (T -> 0: one-hot on the row's top key); "
+    "exact ends: entropy_norm 1 / 0, max_weight 1/L_t / 1, N_s/N at one-hot 1/N (strict <), d~/E at "
+    "one-hot L_t/(N+1); critical_n_uniform: the KS scan on the uniform reference of the same heads")
+CRITICAL_N_NOTE = (
+    "KS two-sample test (alpha={alpha}) of per-head token-mean d~ (reading b) vs E; kind=model pools "
+    "all heads (paper protocol), kind=layer the heads of one layer; N grid: every N up to "
+    f"{CRIT_DENSE}, then steps of {{crit_step_frac:g}} L up to {{crit_max_frac:g}} L; reported N = first "
+    "non-rejected grid N (an upper bound on the first N; exact when the step is 1); "
+    "censored = none up to the grid's end")
+PAPER_GUIDELINES_NOTE = (
+    f"arXiv {paper.ARXIV} (GPT-2): N_s/N saturates at {PAPER['ns_band'][0]}-{PAPER['ns_band'][1]}, critical "
+    f"N < {PAPER['critical_frac']} L, avoid T < {PAPER['min_T']}; shown as paper_ns_below_band (N_s/N < "
+    f"{PAPER['ns_band'][0]}) and paper_critical_above (N*/L > {PAPER['critical_frac']} or censored), not flags")
+
+
+def _length_rows(trace: Trace, L: int, st: dict, ns: Sequence[int], alpha: float) -> list[dict]:
+    """The rows of one length L: per head (``head_stats`` st, each ``[layer, head]``), per layer, the model."""
+    rows = []
+    for li, layer in enumerate(trace.layers):
+        for hi, head in enumerate(trace.heads):
+            r = {"kind": "head", "L": L, "layer": int(layer), "head": int(head),
+                 **{k: float(st[k][li, hi]) for k in HEAD_KEYS}, "rows_sampled": st["rows_sampled"]}
+            r["paper_ns_below_band"] = bool(r["ns_frac"] < PAPER["ns_band"][0])
+            rows.append(r)
+        rows.append({"kind": "layer", "L": L, "layer": int(layer), **critical_rows(st, li, ns, L, alpha)})
+    rows.append({"kind": "model", "L": L, **critical_rows(st, None, ns, L, alpha)})
+    return rows
+
+
+def _diagnose_provenance(model, tprov: dict, grid: list[int], thr: Thresholds, *, n_top: int, n_sep: int,
+                         max_rows: Optional[int], alpha: float, crit_max_frac: float, crit_step_frac: float,
+                         t0: float) -> dict:
+    """The provenance of :func:`diagnose`'s Result (t0: its start, for the runtime)."""
+    return provenance(
+        experiment="diagnose",
+        **model.provenance(),
+        **tprov,
+        lengths=grid,
+        window=WINDOW_NOTE,
+        n_top=n_top,
+        n_sep=n_sep,
+        max_rows=max_rows,
+        alpha=alpha,
+        thresholds=asdict(thr),
+        flag_length=grid[-1],
+        x=X_NOTE,
+        keys=KEYS_NOTE,
+        entropy=ENTROPY_NOTE,
+        jacobian=JACOBIAN_NOTE,
+        references=REFERENCES_NOTE,
+        critical_n=CRITICAL_N_NOTE.format(alpha=alpha, crit_step_frac=crit_step_frac, crit_max_frac=crit_max_frac),
+        flags=f"at every L (summary: L={grid[-1]}): " + "; ".join(f"{k}: {v}" for k, v in thr.rules().items()),
+        flag_rules=thr.rules(),
+        paper_guidelines=PAPER_GUIDELINES_NOTE,
+        runtime_seconds=round(time.perf_counter() - t0, 3),
+        torch_threads=torch.get_num_threads(),
+    )
+
+
 def diagnose(
     model, text=None, *, lengths: Optional[Sequence[int]] = None, n_top: int = N_TOP, n_sep: int = N_SEP,
     thresholds: Optional[Thresholds] = None, max_rows: Optional[int] = MAX_ROWS, alpha: float = ALPHA,
@@ -488,56 +557,9 @@ def diagnose(
             trace = model.capture(ids[L], keep=("probs", "v"), text_sha256=tprov.get("text_sha256"))
         ns = critical_grid(L, n_top=n_top, max_frac=crit_max_frac, step_frac=crit_step_frac)
         st = head_stats(trace, n_top=n_top, n_sep=n_sep, max_rows=max_rows, ns=ns, references=True)
-        for li, layer in enumerate(trace.layers):
-            for hi, head in enumerate(trace.heads):
-                r = {"kind": "head", "L": L, "layer": int(layer), "head": int(head),
-                     **{k: float(st[k][li, hi]) for k in HEAD_KEYS}, "rows_sampled": st["rows_sampled"]}
-                r["paper_ns_below_band"] = bool(r["ns_frac"] < PAPER["ns_band"][0])
-                rows.append(r)
-            rows.append({"kind": "layer", "L": L, "layer": int(layer), **critical_rows(st, li, ns, L, alpha)})
-        rows.append({"kind": "model", "L": L, **critical_rows(st, None, ns, L, alpha)})
+        rows += _length_rows(trace, L, st, ns, alpha)
         del trace
     add_flags(rows, thr)
-    prov = provenance(
-        experiment="diagnose",
-        **model.provenance(),
-        **tprov,
-        lengths=grid,
-        window="first L tokens of the text "
-        "(encoders: [CLS] + L-2 tokens + [SEP]); causal models: one pass at the longest L, prefixes for the others",
-        n_top=n_top,
-        n_sep=n_sep,
-        max_rows=max_rows,
-        alpha=alpha,
-        thresholds=asdict(thr),
-        flag_length=Lmax,
-        x="per-head value vectors (unit sphere for N_s/N)",
-        keys="visible keys only; rows with L_t <= N skipped",
-        entropy="Shannon entropy (nats) of each row's weights; entropy_norm = H / log L_t, rows with L_t >= 2",
-        jacobian="exact spectral norm of (diag(a) - a a^T)/T at T = 1 (the model's scaled scores), "
-        "mean over the sampled rows with >= 2 visible keys; references: uniform 1/L_t, one-hot 0 (not a flag)",
-        references=(
-            "every statistic recomputed on the same sampled rows and value vectors with the weights replaced by "
-            f"the ends of the row's temperature path: uniform (T -> inf: (1 - {REF_EPS:g}) / L_t + {REF_EPS:g} a, "
-            "uniform weights ranked as the row ranks its keys) and sharp (T -> 0: one-hot on the row's top key); "
-            "exact ends: entropy_norm 1 / 0, max_weight 1/L_t / 1, N_s/N at one-hot 1/N (strict <), d~/E at "
-            "one-hot L_t/(N+1); critical_n_uniform: the KS scan on the uniform reference of the same heads"
-        ),
-        critical_n=(
-            f"KS two-sample test (alpha={alpha}) of per-head token-mean d~ (reading b) vs E; kind=model pools "
-            "all heads (paper protocol), kind=layer the heads of one layer; N grid: every N up to "
-            f"{CRIT_DENSE}, then steps of {crit_step_frac:g} L up to {crit_max_frac:g} L; reported N = first "
-            "non-rejected grid N (an upper bound on the first N; exact when the step is 1); "
-            "censored = none up to the grid's end"
-        ),
-        flags=f"at every L (summary: L={Lmax}): " + "; ".join(f"{k}: {v}" for k, v in thr.rules().items()),
-        flag_rules=thr.rules(),
-        paper_guidelines=(
-            f"arXiv {paper.ARXIV} (GPT-2): N_s/N saturates at {PAPER['ns_band'][0]}-{PAPER['ns_band'][1]}, critical "
-            f"N < {PAPER['critical_frac']} L, avoid T < {PAPER['min_T']}; shown as paper_ns_below_band (N_s/N < "
-            f"{PAPER['ns_band'][0]}) and paper_critical_above (N*/L > {PAPER['critical_frac']} or censored), not flags"
-        ),
-        runtime_seconds=round(time.perf_counter() - t0, 3),
-        torch_threads=torch.get_num_threads(),
-    )
+    prov = _diagnose_provenance(model, tprov, grid, thr, n_top=n_top, n_sep=n_sep, max_rows=max_rows, alpha=alpha,
+                                crit_max_frac=crit_max_frac, crit_step_frac=crit_step_frac, t0=t0)
     return Result(REPORT_NAME, rows, prov)
