@@ -74,7 +74,7 @@ FIGURES: dict[str, FigureSpec] = {
 
 def paper1_all_claims(results: dict) -> list[dict]:
     """The paper-1 claim rows at the book's default readings, then one row per reading where the reading matters."""
-    return (normalization_claims.paper1_claims(results) + theorem1.thm1_reading_claims(results)
+    return (normalization_claims.paper1_claims(results) + theorem1.reading_claims(results)
             + theorem2.reading_claims(results) + lemma2.reading_claims(results))
 
 

@@ -199,7 +199,7 @@ def test_thm1_readings_experiment_and_claims(tiny, war_and_peace):
     assert {r["N"] for r in curve if r["L"] == 128} == set(theorem1.cor2_ns(128)) == {1, 5, 16, 32, 48, 64, 80,
                                                                                           96, 112, 127}
     assert all(np.isfinite(r["E4_b_se"]) and r["E4_b_se"] >= 0 for r in curve)
-    rows = theorem1.thm1_reading_claims({"thm1_readings": res})
+    rows = theorem1.reading_claims({"thm1_readings": res})
     assert rows and all(r["reading"] for r in rows)
     ids_ = {r["id"] for r in rows}
     assert ids_ == {"p1-fig2c-critical", "p1-fig2a-linear", "p1-cor2-i", "p1-cor2-bounded", "p1-cor2-ii"}
@@ -262,7 +262,7 @@ def test_cor2_ii_measures_e_against_its_value_at_n_1_not_its_peak():
 
     def verdict(e_of_n):
         res = Result("thm1_readings", rows(e_of_n), {"pairs": [("E1", "b")], "vectors": ["v"]})
-        return next(r for r in theorem1.thm1_reading_claims({"thm1_readings": res})
+        return next(r for r in theorem1.reading_claims({"thm1_readings": res})
                     if r["id"] == "p1-cor2-ii" and r["reading"].startswith("E1"))
 
     peaked = verdict(lambda n: 1.0 + 40.0 * (n / L) * (1 - n / L))        # E(L - 1) ~ E(1), peak 10x higher

@@ -285,129 +285,88 @@ def _fig4_series(res: Result, eps: float) -> tuple[np.ndarray, np.ndarray]:
     return T, g
 
 
-def _claims_fig4(results) -> list[dict]:
-    out = []
-    res = _get(results, "fig4")
-    paper = "Fig. 4 / Sec. 3.3"
-    ids = ("p1-fig4-slope", "p1-fig4-drop", "p1-fig4-eps", "p1-cor3-paper", "p1-cor3-exact")
-    if res is None:
-        return [
-            _na(i, c, paper, "fig4 not computed")
-            for i, c in zip(
-                ids,
-                (
-                    "max g ~ 1/T for T < 0.1",
-                    "100x drop from T = 0.01 to T >= 1",
-                    "smaller eps, larger g at T < 0.1",
-                    "g <= min{1/(4T), sqrt 2}",
-                    "g <= 1/(2T)",
-                ),
-            )
-        ]
-    eps = sorted(res.unique("eps"))
-    e0 = eps[0]
-    T, g = _fig4_series(res, e0)
+FIG4_PAPER = "Fig. 4 / Sec. 3.3"
+FIG4_IDS = ("p1-fig4-slope", "p1-fig4-drop", "p1-fig4-eps", "p1-cor3-paper", "p1-cor3-exact")
+# the claims' short texts, for the rows of a missing fig4
+FIG4_NA_CLAIMS = ("max g ~ 1/T for T < 0.1", "100x drop from T = 0.01 to T >= 1", "smaller eps, larger g at T < 0.1",
+                  "g <= min{1/(4T), sqrt 2}", "g <= 1/(2T)")
+FIG4_SLOPE_QUOTE = FIG4_PAPER + ": 'for T < 0.1 the empirical curves follow the 1/T trend'"
+FIG4_DROP_QUOTE = FIG4_PAPER + ": 'once T >= 1 all curves ... drop by two orders of magnitude'"
+FIG4_EPS_QUOTE = FIG4_PAPER + ": 'smaller eps values yield larger gradients'"
+COR3_QUOTE = "Corollary 3: ||grad alpha|| <= min{1/(4T), sqrt 2}"
+# Corollary 3's two readings: (claim id, Result column, claim, note)
+COR3_CLAIMS = (
+    (FIG4_IDS[3], "holds_paper", "g(T, eps) <= min{1/(4T), sqrt 2} (the paper's curve) in every row",
+     "1/(4T) is the largest Jacobian entry; the spectral norm can reach 1/(2T)"),
+    (FIG4_IDS[4], "holds_exact", "g(T, eps) <= 1/(2T) (exact spectral bound, mean-value theorem) in every row",
+     "a theorem: a failure would be a bug"),
+)
+
+
+def _fig4_slope(res: Result, T: np.ndarray, g: np.ndarray, e0: float) -> dict:
+    """"max g ~ 1/T" below T = 0.1: the log-log slope of the smallest eps's curve (T, g [temperatures])."""
     small = (T < ONE_OVER_T_BELOW) & (g > 0)
     claim = f"For T < 0.1 the max-over-heads g follows 1/T: log-log slope within -1 -+ {SLOPE_TOL} (eps = {e0:g})"
     if small.sum() < 2:
-        out.append(
-            _na(
-                ids[0],
-                claim,
-                paper + ": 'for T < 0.1 the empirical curves follow the 1/T trend'",
-                "fewer than 2 grid points with T < 0.1",
-            )
-        )
-    else:
-        slope, _, r2 = linear_fit(np.log10(T[small]), np.log10(g[small]))
-        out.append(
-            row(
-                ids[0],
-                claim,
-                paper + ": 'for T < 0.1 the empirical curves follow the 1/T trend'",
-                f"slope {slope:.3f} (R^2 {r2:.3f}) over {int(small.sum())} temperatures "
-                f"{T[small].min():.3g}..{T[small].max():.3g}; "
-                f"g = {g[small].min():.3g}..{g[small].max():.3g} ({_model(res)})",
-                _v(abs(slope + 1) <= SLOPE_TOL),
-                value=slope, unit="log-log slope",
-            )
-        )
-    claim = f"max g drops at least {DROP_FACTOR:g}x from T = 0.01 to every T >= 1 (eps = {e0:g})"
-    big = T >= 1
-    if not big.any() or T.min() > 0.01:
-        out.append(
-            _na(
-                ids[1],
-                claim,
-                paper + ": 'once T >= 1 all curves ... drop by two orders of magnitude'",
-                "the T grid does not span 0.01 .. 1",
-            )
-        )
-    else:
-        i01 = int(np.argmin(np.abs(np.log(T) - np.log(0.01))))
-        ratios = {float(e): None for e in eps}
-        for e in eps:
-            Te, ge = _fig4_series(res, e)
-            ratios[float(e)] = ge[i01] / max(ge[Te >= 1].max(), 1e-300)
-        r0 = ratios[float(e0)]
-        out.append(
-            row(
-                ids[1],
-                claim,
-                paper + ": 'once T >= 1 all curves ... drop by two orders of magnitude'",
-                f"g(T={T[i01]:.3g}) / max g(T >= 1): " + ", ".join(f"{r:.3g} (eps={e:g})" for e, r in ratios.items()),
-                _v(r0 >= DROP_FACTOR),
-                value=r0, unit="drop factor",
-            )
-        )
+        return _na(FIG4_IDS[0], claim, FIG4_SLOPE_QUOTE, "fewer than 2 grid points with T < 0.1")
+    slope, _, r2 = linear_fit(np.log10(T[small]), np.log10(g[small]))
+    return row(FIG4_IDS[0], claim, FIG4_SLOPE_QUOTE,
+               f"slope {slope:.3f} (R^2 {r2:.3f}) over {int(small.sum())} temperatures "
+               f"{T[small].min():.3g}..{T[small].max():.3g}; "
+               f"g = {g[small].min():.3g}..{g[small].max():.3g} ({_model(res)})",
+               _v(abs(slope + 1) <= SLOPE_TOL), value=slope, unit="log-log slope")
+
+
+def _fig4_drop(res: Result, eps: list, T: np.ndarray) -> dict:
+    """"100x drop": g(T = 0.01) / max g(T >= 1) of each eps; the verdict reads the smallest eps."""
+    claim = f"max g drops at least {DROP_FACTOR:g}x from T = 0.01 to every T >= 1 (eps = {eps[0]:g})"
+    if not (T >= 1).any() or T.min() > 0.01:
+        return _na(FIG4_IDS[1], claim, FIG4_DROP_QUOTE, "the T grid does not span 0.01 .. 1")
+    i01 = int(np.argmin(np.abs(np.log(T) - np.log(0.01))))
+    ratios = {}
+    for e in eps:
+        Te, ge = _fig4_series(res, e)
+        ratios[float(e)] = ge[i01] / max(ge[Te >= 1].max(), 1e-300)
+    r0 = ratios[float(eps[0])]
+    return row(FIG4_IDS[1], claim, FIG4_DROP_QUOTE,
+               f"g(T={T[i01]:.3g}) / max g(T >= 1): " + ", ".join(f"{r:.3g} (eps={e:g})" for e, r in ratios.items()),
+               _v(r0 >= DROP_FACTOR), value=r0, unit="drop factor")
+
+
+def _fig4_eps_order(res: Result, eps: list, T: np.ndarray) -> dict:
+    """"Smaller eps, larger g": the share of temperatures T < 0.1 where the curves are ordered by eps."""
     claim = "Smaller eps gives larger max g at every T < 0.1"
-    curves = [(_fig4_series(res, e)[1]) for e in eps]
     sm = T < ONE_OVER_T_BELOW
     if len(eps) < 2 or not sm.any():
-        out.append(_na(ids[2], claim, paper + ": 'smaller eps values yield larger gradients'", "one eps or no T < 0.1"))
-    else:
-        frac = float(
-            np.mean([all(curves[i][j] >= curves[i + 1][j] for i in range(len(eps) - 1)) for j in np.flatnonzero(sm)])
-        )
-        out.append(
-            row(
-                ids[2],
-                claim,
-                paper + ": 'smaller eps values yield larger gradients'",
-                f"ordered at {frac:.0%} of the {int(sm.sum())} temperatures < 0.1 "
-                f"(eps = {', '.join(f'{e:g}' for e in eps)}; "
-                "note g <= sqrt(2)/eps caps large eps)",
-                _v(frac == 1.0),
-                value=frac, unit="share of temperatures ordered",
-            )
-        )
-    for cid, key, claim, note in (
-        (
-            ids[3],
-            "holds_paper",
-            "g(T, eps) <= min{1/(4T), sqrt 2} (the paper's curve) in every row",
-            "1/(4T) is the largest Jacobian entry; the spectral norm can reach 1/(2T)",
-        ),
-        (
-            ids[4],
-            "holds_exact",
-            "g(T, eps) <= 1/(2T) (exact spectral bound, mean-value theorem) in every row",
-            "a theorem: a failure would be a bug",
-        ),
-    ):
-        frac = float(np.mean(res.column(key)))
-        worst = float(np.min(res.column(key)))
-        out.append(
-            row(
-                cid,
-                claim,
-                "Corollary 3: ||grad alpha|| <= min{1/(4T), sqrt 2}",
-                f"{percent(frac)} of rows over the (T, eps) grid (worst point {percent(worst)}); {note}",
-                _v(worst == 1.0),
-                value=frac, unit="share of rows",
-            )
-        )
-    return out
+        return _na(FIG4_IDS[2], claim, FIG4_EPS_QUOTE, "one eps or no T < 0.1")
+    curves = [_fig4_series(res, e)[1] for e in eps]
+    frac = float(
+        np.mean([all(curves[i][j] >= curves[i + 1][j] for i in range(len(eps) - 1)) for j in np.flatnonzero(sm)])
+    )
+    return row(FIG4_IDS[2], claim, FIG4_EPS_QUOTE,
+               f"ordered at {frac:.0%} of the {int(sm.sum())} temperatures < 0.1 "
+               f"(eps = {', '.join(f'{e:g}' for e in eps)}; "
+               "note g <= sqrt(2)/eps caps large eps)",
+               _v(frac == 1.0), value=frac, unit="share of temperatures ordered")
+
+
+def _cor3_row(res: Result, cid: str, key: str, claim: str, note: str) -> dict:
+    """Corollary 3 under one reading: the share of rows where the bound holds (column `key`)."""
+    frac = float(np.mean(res.column(key)))
+    worst = float(np.min(res.column(key)))
+    return row(cid, claim, COR3_QUOTE,
+               f"{percent(frac)} of rows over the (T, eps) grid (worst point {percent(worst)}); {note}",
+               _v(worst == 1.0), value=frac, unit="share of rows")
+
+
+def _claims_fig4(results) -> list[dict]:
+    res = _get(results, "fig4")
+    if res is None:
+        return [_na(i, c, FIG4_PAPER, "fig4 not computed") for i, c in zip(FIG4_IDS, FIG4_NA_CLAIMS)]
+    eps = sorted(res.unique("eps"))
+    T, g = _fig4_series(res, eps[0])
+    return ([_fig4_slope(res, T, g, eps[0]), _fig4_drop(res, eps, T), _fig4_eps_order(res, eps, T)]
+            + [_cor3_row(res, *c) for c in COR3_CLAIMS])
 
 
 def paper1_claims(results: dict) -> list[dict]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -371,6 +371,122 @@ def brackets_for(hm: dict[str, np.ndarray], reading: str) -> dict[str, np.ndarra
     return {"d_lo": d_lo, "d_hi": d_hi, "e_lo": hm["e_lo"], "e_hi": hm["e_hi"]}
 
 
+SCAN_KEYS = ("ns", "pvalues", "ks", "exact", "p_upper", "d_mean", "e_mean")   # per scanned N, in a scan's result
+
+
+def new_scan_result(*extra: str) -> dict:
+    """An empty critical-N scan result: n = -1 and a list per key of SCAN_KEYS (then of `extra`)."""
+    return {"n": -1, **{k: [] for k in SCAN_KEYS + extra}}
+
+
+def record_n(res: dict, N: int, p: float, ks: float, exact: bool, p_up: float, dm: float, em: float, progress=None,
+             **extra) -> None:
+    """Append one scanned N to a scan result (`new_scan_result`), `extra` to its extra keys; tick `progress`."""
+    for k, val in zip(SCAN_KEYS, (N, p, ks, exact, p_up, dm, em)):
+        res[k].append(val)
+    for k, val in extra.items():
+        res[k].append(val)
+    if progress is not None:
+        progress.update(1)
+
+
+def scan_n_max(K: int, n_max: Optional[int]) -> int:
+    """The last N of a scan over K keys: n_max (default) capped at K - 1; a ValueError when that is below 1."""
+    n_max = K - 1 if n_max is None else min(int(n_max), K - 1)
+    if n_max < 1:
+        raise ValueError(f"need at least 2 keys for a top-N scan, got K={K}")
+    return n_max
+
+
+def scan_windows(n_max: int, block: int, certify: bool, max_block: int = 64) -> Iterator[list[int]]:
+    """The windows of consecutive N of a critical-N scan, from N = 1 to n_max (the caller may stop early): `block`
+    N first, then x8 and at least 256 each when certifying, else doubling up to `max_block`."""
+    start, size = 1, block
+    while start <= n_max:
+        ns = list(range(start, min(n_max, start + size - 1) + 1))
+        yield ns
+        start = ns[-1] + 1
+        size = min(size * 2, max_block) if not certify else max(size * 8, 256)
+
+
+def _kernel_means(probs, x, vis, n_max: int, reading: str) -> tuple:
+    """(bracket_means, exact_means, first exact batch, largest batch) of the incremental scan (`RunningTopN`):
+    bracket_means(ns) -> `distance_bounds`-like dict of per-head means [heads, len(ns)]; exact_means(ns) -> (d~, E)."""
+    scan = RunningTopN(probs, x, vis, n_max)
+
+    def bracket_means(ns):
+        return brackets_for(scan.brackets(ns), reading)
+
+    def exact_means(ns):
+        ex = scan.exact(ns, need=(f"d_{reading}", "E1"))
+        return ex[f"d_{reading}"], ex["E1"]
+    return bracket_means, exact_means, 32, 64
+
+
+def _torch_means(probs, x, vis, reading: str, chunk: int, dtype: torch.dtype) -> tuple:
+    """As `_kernel_means`, from `distance_bounds`' blocks and `distance_stats` (GPU, no kernels, not incremental)."""
+    key = f"dtilde_{reading}"
+
+    def bracket_means(ns):
+        return _bounds_head_means(probs, x, ns, vis, reading)
+
+    def exact_means(ns):
+        st = distance_stats(probs, x, ns, vis, stats=(key, "E"), chunk=chunk, dtype=dtype)
+        return tuple(row_mean(st[k_], dim=-2).reshape(-1, len(ns)).numpy() for k_ in (key, "E"))
+    return bracket_means, exact_means, 8, 8
+
+
+def _exact_until_found(todo: list[int], exact_means, nb: int, most: int, alpha: float) -> tuple[dict, int]:
+    """Exact values for the uncertified N `todo`, in batches (nb, doubling up to `most`), until the first
+    non-rejection: ({N: (p, ks, d mean, e mean)}, the next batch size)."""
+    exact = {}
+    pos = 0
+    found = None
+    while pos < len(todo) and found is None:
+        batch = todo[pos:pos + nb]
+        d, e = exact_means(batch)
+        n, ps, ks = ks_first_indistinguishable(d, e, batch, alpha)
+        for c in range(len(ps)):
+            exact[batch[c]] = (ps[c], ks[c], float(np.nanmean(d[:, c])), float(np.nanmean(e[:, c])))
+        if n != -1 or len(ps) < len(batch):
+            found = n if n != -1 else "stop"
+        pos += len(batch)
+        nb = min(2 * nb, most)
+    return exact, nb
+
+
+def _record_window(res: dict, ns: list[int], certified: dict, exact: dict, alpha: float, progress) -> bool:
+    """Record the window's N in order; True when the scan ends here (first non-rejection, or no rows left)."""
+    for N in ns:
+        if N in certified:
+            p_up, dm, em = certified[N]
+            record_n(res, N, float("nan"), float("nan"), False, p_up, dm, em, progress)
+        elif N in exact:
+            p, ks, dm, em = exact[N]
+            record_n(res, N, p, ks, True, p, dm, em, progress)
+            if p > alpha:
+                res["n"] = N
+                return True
+        elif not res["ns"]:
+            raise ValueError("no N could be tested: no row has a finite d~ and E at N = 1")
+        else:
+            return True                 # no rows left for this N (all skipped)
+    return False
+
+
+def _check_scan(probs: torch.Tensor, reading: str, alpha: float, n_max: Optional[int]) -> int:
+    """`critical_n`'s arguments, checked; returns the last N to scan."""
+    if reading not in ("a", "b"):
+        raise ValueError(f"reading must be 'a' or 'b', got {reading!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if probs.numel() == 0:                     # n = -1 would claim that every N was rejected
+        raise ValueError(f"nothing to scan: probs {tuple(probs.shape)} holds no rows")
+    if n_max is not None and int(n_max) < 1:
+        raise ValueError(f"n_max must be >= 1, got {n_max}")
+    return scan_n_max(probs.shape[-1], n_max)
+
+
 def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Tensor] = None, *,
                alpha: float = 0.01, n_max: Optional[int] = None, block: int = 8, max_block: int = 64,
                reading: str = "b", certify: bool = True, chunk: int = DEFAULT_CHUNK,
@@ -400,83 +516,18 @@ def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Ten
     exact values or of the bracket midpoints).
     """
     vis = check_inputs(probs, x, visible)
-    if reading not in ("a", "b"):
-        raise ValueError(f"reading must be 'a' or 'b', got {reading!r}")
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    key = f"dtilde_{reading}"
-    K = probs.shape[-1]
-    if probs.numel() == 0:                     # n = -1 would claim that every N was rejected
-        raise ValueError(f"nothing to scan: probs {tuple(probs.shape)} holds no rows")
-    if n_max is not None and int(n_max) < 1:
-        raise ValueError(f"n_max must be >= 1, got {n_max}")
-    n_max = K - 1 if n_max is None else min(int(n_max), K - 1)
-    if n_max < 1:
-        raise ValueError(f"need at least 2 keys for a top-N scan, got K={K}")
-    res = {"n": -1, "ns": [], "pvalues": [], "ks": [], "exact": [], "p_upper": [], "d_mean": [], "e_mean": []}
-
+    n_max = _check_scan(probs, reading, alpha, n_max)
     if incremental and cpu_kernels(probs) is not None:
-        scan = RunningTopN(probs, x, vis, n_max)
-
-        def bracket_means(ns):
-            return brackets_for(scan.brackets(ns), reading)
-
-        def exact_means(ns):
-            ex = scan.exact(ns, need=(f"d_{reading}", "E1"))
-            return ex[f"d_{reading}"], ex["E1"]
-        nb, most = 32, 64
+        bracket_means, exact_means, nb, most = _kernel_means(probs, x, vis, n_max, reading)
     else:
-        def bracket_means(ns):
-            return _bounds_head_means(probs, x, ns, vis, reading)
-
-        def exact_means(ns):
-            st = distance_stats(probs, x, ns, vis, stats=(key, "E"), chunk=chunk, dtype=dtype)
-            return tuple(row_mean(st[k_], dim=-2).reshape(-1, len(ns)).numpy() for k_ in (key, "E"))
-        nb = most = 8
-
-    def record(N, p, ks, exact, p_up, dm, em):
-        for k_, val in (("ns", N), ("pvalues", p), ("ks", ks), ("exact", exact), ("p_upper", p_up),
-                        ("d_mean", dm), ("e_mean", em)):
-            res[k_].append(val)
-        if progress is not None:
-            progress.update(1)
-
-    start, size = 1, block
-    while start <= n_max:
-        ns = list(range(start, min(n_max, start + size - 1) + 1))
+        bracket_means, exact_means, nb, most = _torch_means(probs, x, vis, reading, chunk, dtype)
+    res = new_scan_result()
+    for ns in scan_windows(n_max, block, certify, max_block):
         certified = {}
         if certify:
             hm = bracket_means(ns)
             certified = certified_rejections(hm["d_lo"], hm["d_hi"], hm["e_lo"], hm["e_hi"], ns, alpha)
-        todo = [N for N in ns if N not in certified]
-        exact = {}
-        # exact values for the uncertified N, in batches (nb, doubling up to `most`), until the first non-rejection
-        pos = 0
-        found = None
-        while pos < len(todo) and found is None:
-            batch = todo[pos:pos + nb]
-            d, e = exact_means(batch)
-            n, ps, ks = ks_first_indistinguishable(d, e, batch, alpha)
-            for c in range(len(ps)):
-                exact[batch[c]] = (ps[c], ks[c], float(np.nanmean(d[:, c])), float(np.nanmean(e[:, c])))
-            if n != -1 or len(ps) < len(batch):
-                found = n if n != -1 else "stop"
-            pos += len(batch)
-            nb = min(2 * nb, most)
-        for N in ns:
-            if N in certified:
-                p_up, dm, em = certified[N]
-                record(N, float("nan"), float("nan"), False, p_up, dm, em)
-            elif N in exact:
-                p, ks, dm, em = exact[N]
-                record(N, p, ks, True, p, dm, em)
-                if p > alpha:
-                    res["n"] = N
-                    return res
-            elif not res["ns"]:
-                raise ValueError("no N could be tested: no row has a finite d~ and E at N = 1")
-            else:
-                return res              # no rows left for this N (all skipped)
-        start = ns[-1] + 1
-        size = min(size * 2, max_block) if not certify else max(size * 8, 256)
+        exact, nb = _exact_until_found([N for N in ns if N not in certified], exact_means, nb, most, alpha)
+        if _record_window(res, ns, certified, exact, alpha, progress):
+            break
     return res

@@ -19,6 +19,7 @@ from attnlab.normalization.metrics.engine import (
     blocks,
     check_inputs,
     check_ns,
+    check_stats,
     cpu_kernels,
     flatten_heads,
     nan_rows,
@@ -34,6 +35,8 @@ PRINTED_E = ("E2", "E3", "E5")   # the printed [B] form of E read literally (`at
 FAR_CANDIDATES = 8               # farthest keys kept per key for d1 (exact; rows where all are excluded recompute)
 TABLE_D1_N = 128                 # CPU kernels: d1 from each key's farthest visible key (O(N^2) per row) up to this N,
                                  # for prefix-shaped rows (the candidates miss the visible keys of short causal rows)
+D1_STATS = {"d1", "dmax_B", "dmax_R", "dmax_a"}                      # the stats that need d1
+TOP_N_STATS = D1_STATS | {"abar", "R"}                               # the stats defined for the top-N set only
 
 
 def _table_d1(N: int, kernels) -> bool:
@@ -139,6 +142,101 @@ def _d1(rows: RowBlock, N: int, tables: dict, ok: torch.Tensor, chunk: int) -> t
     return d1
 
 
+def _check_order(order: Optional[torch.Tensor], probs: torch.Tensor, ns: list[int], stats: list[str], B: int,
+                 Q: int) -> Optional[torch.Tensor]:
+    """`distance_stats`' `order` [..., Q, >= max(ns)], checked, as [B, Q, k] (None stays None)."""
+    if order is None:
+        return None
+    if order.shape[:-1] != probs.shape[:-1] or order.shape[-1] < ns[-1]:
+        raise ValueError(f"order must be [..., Q, >= {ns[-1]}] like probs {tuple(probs.shape)}, "
+                         f"got {tuple(order.shape)}")
+    if TOP_N_STATS & set(stats):
+        raise ValueError("abar, d1, R and the d_max bounds are defined for the top-N set: pass no order")
+    return order.reshape(B, Q, -1)
+
+
+def _row_sums(rows: RowBlock, vis: torch.Tensor, need: set) -> dict:
+    """The N-independent terms of a row block (vis [q, K]): Lt1 = max(L - 1, 1) [q, 1], o = sum_i y_i [b, q, D],
+    o2 = ||o||^2 [b, q, 1], xo = x_i.o [b, q, K]; for E2 the plain mean m of the visible x: xm = x_i.m [b, q, K],
+    m2 = ||m||^2; spread (jensen) [b, q]; Rcum, acum [b, q, k] (running max norm and mass in top order)."""
+    a, Lt = rows.a, rows.Lt
+    out = {"Lt1": (Lt - 1).clamp_min(1).unsqueeze(-1)}
+    out["o"] = o = torch.bmm(rows.XT, a.transpose(1, 2)).transpose(1, 2)
+    out["o2"] = o2 = (o * o).sum(-1, keepdim=True)
+    out["xo"] = torch.bmm(o, rows.XT) if {"E", "jensen", "E3", "E5"} & need else None
+    if "E2" in need:
+        mean = torch.matmul(vis.to(a.dtype), rows.X) / Lt.view(-1, 1)   # [b, q, D]
+        out["xm"], out["m2"] = torch.bmm(mean, rows.XT), (mean * mean).sum(-1, keepdim=True)
+    if "jensen" in need:
+        # sum_{j != i} ||y_j - mu_i||^2 = S2 - ||y_i||^2 - ||o - y_i||^2 / (L - 1)
+        #   = L / (L - 1) * [(S2 (L - 1) - ||o||^2) / L - a_i (a_i ||x_i||^2 - 2 x_i.o / L)],
+        #   S2 = sum_j ||y_j||^2 (`s2_coef`)
+        L_, Lt1 = Lt.unsqueeze(-1), out["Lt1"]
+        out["spread"] = (L_ / Lt1).sqrt().squeeze(-1) * root_sum(rows, out["xo"], -o2 / L_, 1 / L_, sign=-1.0,
+                                                                 s2_coef=Lt1 / L_)
+    if TOP_N_STATS & need:
+        xn_top = rows.xn2.sqrt().unsqueeze(1).expand(a.shape).gather(-1, rows.order)   # ||x_j|| in order
+        out["Rcum"] = torch.cummax(xn_top, dim=-1).values                # [b, q, k]
+        out["acum"] = torch.cumsum(a.gather(-1, rows.order), dim=-1)
+    return out
+
+
+def _e_stats(rows: RowBlock, N: int, sums: dict, need: set) -> dict:
+    """E, its printed forms E2, E3, E5 and the Jensen bound at N, each [b, q] (`_row_sums` terms)."""
+    Lt, o2, xo = rows.Lt, sums["o2"], sums["xo"]
+    cN = N / sums["Lt1"]                                                 # [q, 1]
+    res = {}
+    if "E" in need:
+        # ||(1 + c) y_i - c o||^2 = (1 + c)^2 [a_i (a_i ||x_i||^2 - 2 k x_i.o) + k^2 ||o||^2],
+        # c = N / (L - 1), k = c / (1 + c)
+        k = cN / (1 + cN)
+        res["E"] = (Lt - N) / Lt * (1 + cN.squeeze(-1)) * root_sum(rows, xo, k * k * o2, k)
+    if set(PRINTED_E) & need:
+        # ||(a_i + c) x_i - mu xbar||^2 = l_i (l_i ||x_i||^2 - 2 mu x_i.xbar) + mu^2 ||xbar||^2, l_i = a_i + c
+        lam, scale = rows.a + cN, (Lt - N) / Lt
+        if "E2" in need:
+            res["E2"] = scale * root_sum(rows, sums["xm"], sums["m2"], 1.0, lam=lam)
+        if "E3" in need:
+            res["E3"] = scale * root_sum(rows, xo, cN * cN * o2, cN, lam=lam)
+        if "E5" in need:
+            res["E5"] = scale * root_sum(rows, xo, o2, 1.0, lam=lam)
+    if "jensen" in need:
+        coef = (N * (Lt - 1 - N) / ((Lt - 1) * (Lt - 2))).clamp_min(0)
+        coef = torch.where(Lt > 2, coef, torch.zeros_like(coef))
+        res["jensen"] = (Lt - N) / Lt * coef.sqrt() * sums["spread"]
+    return res
+
+
+def _top_stats(rows: RowBlock, N: int, sums: dict, need: set, far: dict, ok: torch.Tensor, chunk: int) -> dict:
+    """abar, R, d1 and the d_max bounds of the top-N set, each [b, q] (`ok` [b, q]: the rows that count)."""
+    abar, R = sums["acum"][..., N - 1], sums["Rcum"][..., N - 1]
+    res = {"abar": abar, "R": R}
+    if D1_STATS & need:
+        Lt = rows.Lt
+        res["d1"] = d1 = _d1(rows, N, far, ok, chunk)
+        res["dmax_B"] = bounds.theorem1_fixed_bound(abar, d1, R, Lt, N, "B")
+        res["dmax_R"] = bounds.theorem1_fixed_bound(abar, d1, R, Lt, N, "R")
+        res["dmax_a"] = bounds.theorem1_fixed_bound_a(abar, d1, R)
+    return res
+
+
+def _stats_at(rows: RowBlock, N: int, s: torch.Tensor, sums: dict, need: set, far: dict, table, ok: torch.Tensor,
+              chunk: int) -> dict:
+    """Every needed stat at N, each [b, q], from the top-N sum s [b, q, D] (`table`: x_i.s from the d1 table H)."""
+    res = {}
+    if "dtilde_b" in need:                       # ||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2
+        from_table = table is not None and N <= SMALL_N
+        xs = None if from_table else torch.bmm(s, rows.XT)
+        res["dtilde_b"] = root_sum(rows, xs, (s * s).sum(-1, keepdim=True), 1.0, drop=rows.order[..., :N],
+                                   table=table if from_table else None)
+    if "dtilde_a" in need:
+        res["dtilde_a"] = (sums["o"] - 2 * s).square().sum(-1).sqrt()
+    res.update(_e_stats(rows, N, sums, need))
+    if TOP_N_STATS & need:
+        res.update(_top_stats(rows, N, sums, need, far, ok, chunk))
+    return res
+
+
 def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visible: Optional[torch.Tensor] = None,
                    *, stats: Sequence[str] = ("dtilde_b", "dtilde_a", "E", "jensen", "dmax_B", "dmax_R"),
                    chunk: int = DEFAULT_CHUNK, dtype: torch.dtype = torch.float64,
@@ -169,99 +267,35 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     vis = check_inputs(probs, x, visible)
     K = probs.shape[-1]
     ns = check_ns(ns, K)
-    stats = list(stats)
-    bad = set(stats) - set(DISTANCE_STATS)
-    if bad:
-        raise ValueError(f"unknown stats {sorted(bad)}; choose from {DISTANCE_STATS}")
+    stats = check_stats(stats, DISTANCE_STATS)
     lead, P, X, xmap = flatten_heads(probs, x)
     xmap = same_x(X, xmap)                                               # GQA: one x (and d1 table) per KV head
     B, Q, _ = P.shape
-    if order is not None:
-        if order.shape[:-1] != probs.shape[:-1] or order.shape[-1] < ns[-1]:
-            raise ValueError(f"order must be [..., Q, >= {ns[-1]}] like probs {tuple(probs.shape)}, "
-                             f"got {tuple(order.shape)}")
-        order = order.reshape(B, Q, -1)
-        if {"d1", "dmax_B", "dmax_R", "dmax_a", "abar", "R"} & set(stats):
-            raise ValueError("abar, d1, R and the d_max bounds are defined for the top-N set: pass no order")
+    order = _check_order(order, probs, ns, stats, B, Q)
     out = torch.empty(len(stats), len(ns), B, Q, dtype=torch.float64)    # one write per (N, block)
     need = set(stats)
-    need_d1 = bool({"d1", "dmax_B", "dmax_R", "dmax_a"} & need)
-    need_top = need_d1 or bool({"R", "abar"} & need)
     lengths, prefix = vis.sum(-1), prefix_lengths(vis) is not None      # (once, not per block)
     far_cache: dict = {}                                                 # `_far_tables`' H and far2, per distinct x
     for bs, qs in row_blocks(B, Q, K, chunk, lengths, ns):
         Xu, inv, key = unique_x(X, xmap, bs, dtype)
         rows = RowBlock(P[bs, qs], vis[qs], Xu, inv, ns[-1], dtype, lengths[qs], prefix,
                         order=None if order is None else order[bs, qs])
-        a, Lt = rows.a, rows.Lt
-        Lt1 = (Lt - 1).clamp_min(1).unsqueeze(-1)                        # [q, 1]
-        o = torch.bmm(rows.XT, a.transpose(1, 2)).transpose(1, 2)        # sum_i y_i  [b, q, D]
-        o2 = (o * o).sum(-1, keepdim=True)                               # [b, q, 1]
-        xo = torch.bmm(o, rows.XT) if {"E", "jensen", "E3", "E5"} & need else None   # x_i.o (E, jensen, E3, E5)
-        if "E2" in need:                                                 # the plain mean m of the row's visible x
-            mean = torch.matmul(vis[qs].to(a.dtype), rows.X) / Lt.view(-1, 1)   # [b, q, D]
-            xm, m2 = torch.bmm(mean, rows.XT), (mean * mean).sum(-1, keepdim=True)
-        if "jensen" in need:
-            # sum_{j != i} ||y_j - mu_i||^2 = S2 - ||y_i||^2 - ||o - y_i||^2 / (L - 1)
-            #   = L / (L - 1) * [(S2 (L - 1) - ||o||^2) / L - a_i (a_i ||x_i||^2 - 2 x_i.o / L)],
-            #   S2 = sum_j ||y_j||^2 (`s2_coef`)
-            L_ = Lt.unsqueeze(-1)
-            spread = (L_ / Lt1).sqrt().squeeze(-1) * root_sum(rows, xo, -o2 / L_, 1 / L_, sign=-1.0, s2_coef=Lt1 / L_)
-        if need_top:
-            xn_top = rows.xn2.sqrt().unsqueeze(1).expand(a.shape).gather(-1, rows.order)   # ||x_j|| in order
-            Rcum = torch.cummax(xn_top, dim=-1).values                   # [b, q, k]
-            acum = torch.cumsum(a.gather(-1, rows.order), dim=-1)
-        far = table = None                                               # (the last block's tables may go first)
-        far = _far_tables(rows, ns, FAR_CANDIDATES, key, far_cache) if need_d1 else {}
+        far = table = sums = None                                        # (the last block's tables may go first)
+        sums = _row_sums(rows, vis[qs], need)
+        far = _far_tables(rows, ns, FAR_CANDIDATES, key, far_cache) if D1_STATS & need else {}
         # x_i.s for N <= SMALL_N from the d1 table H (kernels only): N products per key instead of D
-        on_kernels = cpu_kernels(a) is not None and dtype == torch.float64
+        on_kernels = cpu_kernels(rows.a) is not None and dtype == torch.float64
         table = (far["small"][0], rows.inv) if on_kernels and "small" in far else None
-        s = torch.zeros_like(o)
+        s = torch.zeros_like(sums["o"])
         n_done = 0
         for c, N in enumerate(ns):
-            if not bool((Lt > N).any()):                                 # no row of the block is long enough
+            if not bool((rows.Lt > N).any()):                            # no row of the block is long enough
                 out[:, c:, bs, qs] = float("nan")
                 break
-            ok = (Lt > N).expand(a.shape[:2])
+            ok = (rows.Lt > N).expand(rows.a.shape[:2])
             s += rows.top_sum(n_done, N)
             n_done = N
-            res = {}
-            if "dtilde_b" in need:                   # ||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2
-                from_table = table is not None and N <= SMALL_N
-                xs = None if from_table else torch.bmm(s, rows.XT)
-                res["dtilde_b"] = root_sum(rows, xs, (s * s).sum(-1, keepdim=True), 1.0, drop=rows.order[..., :N],
-                                            table=table if from_table else None)
-            if "dtilde_a" in need:
-                res["dtilde_a"] = (o - 2 * s).square().sum(-1).sqrt()
-            if "E" in need:
-                # ||(1 + c) y_i - c o||^2 = (1 + c)^2 [a_i (a_i ||x_i||^2 - 2 k x_i.o) + k^2 ||o||^2],
-                # c = N / (L - 1), k = c / (1 + c)
-                cN = N / Lt1                                             # [q, 1]
-                k = cN / (1 + cN)
-                res["E"] = (Lt - N) / Lt * (1 + cN.squeeze(-1)) * root_sum(rows, xo, k * k * o2, k)
-            if set(PRINTED_E) & need:
-                # ||(a_i + c) x_i - mu xbar||^2 = l_i (l_i ||x_i||^2 - 2 mu x_i.xbar) + mu^2 ||xbar||^2, l_i = a_i + c
-                cN = N / Lt1                                             # [q, 1]
-                lam, scale = a + cN, (Lt - N) / Lt
-                if "E2" in need:
-                    res["E2"] = scale * root_sum(rows, xm, m2, 1.0, lam=lam)
-                if "E3" in need:
-                    res["E3"] = scale * root_sum(rows, xo, cN * cN * o2, cN, lam=lam)
-                if "E5" in need:
-                    res["E5"] = scale * root_sum(rows, xo, o2, 1.0, lam=lam)
-            if "jensen" in need:
-                coef = (N * (Lt - 1 - N) / ((Lt - 1) * (Lt - 2))).clamp_min(0)
-                coef = torch.where(Lt > 2, coef, torch.zeros_like(coef))
-                res["jensen"] = (Lt - N) / Lt * coef.sqrt() * spread
-            if need_top:
-                abar, R = acum[..., N - 1], Rcum[..., N - 1]
-                res["abar"], res["R"] = abar, R
-            if need_d1:
-                d1 = _d1(rows, N, far, ok, chunk)
-                res["d1"] = d1
-                res["dmax_B"] = bounds.theorem1_fixed_bound(abar, d1, R, Lt, N, "B")
-                res["dmax_R"] = bounds.theorem1_fixed_bound(abar, d1, R, Lt, N, "R")
-                res["dmax_a"] = bounds.theorem1_fixed_bound_a(abar, d1, R)
+            res = _stats_at(rows, N, s, sums, need, far, table, ok, chunk)
             out[:, c, bs, qs] = nan_rows(torch.stack([res[k] for k in stats]), ok)
     return {k: out[i].permute(1, 2, 0).reshape(*lead, Q, len(ns)) for i, k in enumerate(stats)}
 

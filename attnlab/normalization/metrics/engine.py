@@ -33,7 +33,7 @@ per-row outputs come back on the CPU.
 from __future__ import annotations
 
 import os
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional, Sequence
 
 import torch
 
@@ -98,6 +98,15 @@ def check_ns(ns: Iterable[int], K: int) -> list[int]:
         raise ValueError(f"N must be < L (the number of keys, {K}): got N={ns[-1]}; "
                          "choose a smaller top-N or a longer window")
     return ns
+
+
+def check_stats(stats: Iterable[str], choices: Sequence[str]) -> list[str]:
+    """The stats asked for, as a list, checked against `choices` (a ValueError names the unknown ones)."""
+    stats = list(stats)
+    bad = set(stats) - set(choices)
+    if bad:
+        raise ValueError(f"unknown stats {sorted(bad)}; choose from {choices}")
+    return stats
 
 
 # --------------------------------------------------------------------------------------- chunking

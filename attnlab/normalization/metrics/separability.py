@@ -2,7 +2,7 @@
 bounds, for every row. N grows one key at a time (one Gram row per step)."""
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import torch
 
@@ -13,6 +13,7 @@ from attnlab.normalization.metrics.engine import (
     blocks,
     check_inputs,
     check_ns,
+    check_stats,
     flatten_heads,
     nan_rows,
     prefix_lengths,
@@ -61,6 +62,84 @@ def min_pairwise_distance(x: torch.Tensor, visible: torch.Tensor) -> torch.Tenso
     return out.masked_fill(~torch.isfinite(out), float("nan"))
 
 
+def _grow(rows: RowBlock, Xu: torch.Tensor, inv: torch.Tensor, n_max: int, need_pair: bool) -> Iterator[dict]:
+    """Grow each row's selected set one key at a time, in top order, up to n_max (one Gram row per step); after
+    each key yield the running terms (tensors updated in place by the next step): N; s [b, q, D] the top-N sum;
+    xs [b, q, K] = x_i.s; A_out [b, q, K] = ||y_i||^2 on the visible non-selected keys (+inf elsewhere); a_top,
+    A_top [n_max, b, q] = a_i, ||y_i||^2 of the selected in order; psum [n_max, b, q] (need_pair) = sum of
+    ||y_j - y_i|| over the selected j."""
+    a, Xb, K = rows.a, rows.X, Xu.shape[1]
+    b, q, _ = a.shape
+    bidx = rows.bidx[..., 0]                                             # [b, 1]
+    G = torch.bmm(Xu, Xu.transpose(1, 2)).view(-1, K)                    # Gram rows of the distinct x
+    grow = inv.view(b, 1) * K
+    A = a * a * rows.xn2.unsqueeze(1)                                    # ||y_i||^2
+    order = rows.order
+    # small per-selected tensors are laid out [n, b, q] (reductions over n are then vectorised)
+    order_n = order.permute(2, 0, 1)                                     # [n_max, b, q] view
+    st = {"A_out": torch.where(rows.vis, A, float("inf")),               # +inf on invisible, then selected keys
+          "a_top": a.gather(-1, order).permute(2, 0, 1).contiguous(),
+          "A_top": A.gather(-1, order).permute(2, 0, 1).contiguous(),
+          "xs": torch.zeros_like(a), "s": torch.zeros(b, q, Xb.shape[-1], dtype=a.dtype, device=a.device),
+          "psum": torch.zeros(n_max, b, q, dtype=a.dtype, device=a.device), "buf": torch.empty_like(a)}
+    a_top, A_top, buf, psum = st["a_top"], st["A_top"], st["buf"], st["psum"]
+    for m in range(n_max):
+        j = order_n[m]                                                   # [b, q]
+        aj = a_top[m].unsqueeze(-1)                                      # [b, q, 1]
+        st["s"].addcmul_(aj, Xb[bidx, j])
+        torch.index_select(G, 0, (grow + j).flatten(), out=buf.view(-1, K))   # x_j . x_i, every i
+        st["xs"].addcmul_(buf, aj)
+        st["A_out"].scatter_(-1, j.unsqueeze(-1), float("inf"))
+        if need_pair and m:
+            g = buf.gather(-1, order[..., :m]).permute(2, 0, 1)          # x_j . x_i, earlier selected i
+            d = (A_top[:m] + A_top[m]).addcmul_(a_top[:m] * a_top[m], g, value=-2)
+            d = d.clamp_min_(0).sqrt_()                                  # ||y_j - y_i||  [m, b, q]
+            psum[:m] += d
+            psum[m] = d.sum(0)
+        st["N"] = m + 1
+        yield st
+
+
+def _radius(rows: RowBlock, st: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """r [b, q] (nearest non-selected distance) and the selected distances dist_i [b, q, N] at st["N"]."""
+    # dist_i^2 = ||y_i||^2 - 2 a_i x_i.s + ||s||^2, the same expression for r and the selected
+    N, a, xs, s = st["N"], rows.a, st["xs"], st["s"]
+    s2 = (s * s).sum(-1, keepdim=True)
+    r = (torch.addcmul(st["A_out"], a, xs, value=-2, out=st["buf"]).amin(-1, keepdim=True) + s2).clamp_min_(0).sqrt_()
+    xs_top = xs.gather(-1, rows.order[..., :N]).permute(2, 0, 1)
+    dsel = (torch.addcmul(st["A_top"][:N], st["a_top"][:N], xs_top, value=-2) + s2.squeeze(-1))
+    dsel = dsel.clamp_min_(0).sqrt_().permute(1, 2, 0)                  # [b, q, N] view of [N, b, q]
+    return r.squeeze(-1), dsel
+
+
+def _ns_fracs(dsel: torch.Tensor, r: torch.Tensor, pos: torch.Tensor) -> dict:
+    """N_s / N [b, q] under each radius reading (dsel [b, q, N], r [b, q]); rows with r = 0 (pos False) count 0."""
+    res = {}
+    for name, below in (("nearest", torch.lt), ("closed", torch.le)):
+        frac = below(dsel, r.unsqueeze(-1)).sum(-1).double() / dsel.shape[-1]
+        res[f"ns_frac_{name}"] = frac.masked_fill_(~pos, 0.0)            # r = 0 (rows "all"): N_s = 0
+    return res
+
+
+def _xi_bounds(xis: dict, r: torch.Tensor, pos: torch.Tensor, M: float) -> dict:
+    """xi_* (mean over the selected) and Theorem 2's lower / upper_B / upper_R bounds [b, q] of each spread
+    estimator in xis (name -> [b, q, N]); NaN where r = 0 (Theorem 2 needs r > 0)."""
+    res = {}
+    for name, xi in xis.items():
+        lo, (up_b, up_r) = bounds.theorem2_bound_set(xi, r, M, forms=("B", "R"))
+        res[f"xi_{name}"] = xi.mean(-1)
+        for key, val in ((f"lower_{name}", lo), (f"upper_B_{name}", up_b), (f"upper_R_{name}", up_r)):
+            res[key] = val.masked_fill(~pos, float("nan"))             # Theorem 2 needs r > 0
+    return res
+
+
+def _check_choices(radius: str, rows: str) -> None:
+    if radius not in RADII:
+        raise ValueError(f"radius must be one of {RADII}, got {radius!r}")
+    if rows not in ROW_SETS:
+        raise ValueError(f"rows must be one of {ROW_SETS}, got {rows!r}")
+
+
 def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visible: Optional[torch.Tensor] = None,
                        *, M: float = 1.0, normalize: bool = True,
                        stats: Sequence[str] = ("ns_frac", "r", "lower_row", "upper_B_row", "upper_R_row"),
@@ -88,91 +167,40 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
     vis = check_inputs(probs, x, visible)
     K = probs.shape[-1]
     ns = check_ns(ns, K)
-    stats = list(stats)
-    bad = set(stats) - set(SEPARABILITY_STATS) - set(RADIUS_STATS)
-    if bad:
-        raise ValueError(f"unknown stats {sorted(bad)}; choose from {SEPARABILITY_STATS + RADIUS_STATS}")
-    if radius not in RADII:
-        raise ValueError(f"radius must be one of {RADII}, got {radius!r}")
-    if rows not in ROW_SETS:
-        raise ValueError(f"rows must be one of {ROW_SETS}, got {rows!r}")
+    stats = check_stats(stats, SEPARABILITY_STATS + RADIUS_STATS)
+    _check_choices(radius, rows)
     all_rows = rows == "all"                                             # (`rows` is reused for the row blocks)
     xu = unit_vectors(x, M) if normalize else x.double()
     lead, P, X, xmap = flatten_heads(probs, xu)
     B, Q, _ = P.shape
-    D = X.shape[-1]
-    n_max = ns[-1]
     out = torch.empty(len(stats), len(ns), B, Q, dtype=torch.float64)    # one write per (N, block)
     need_pair = bool(_PAIR_STATS & set(stats))
     need_delta = bool(_DELTA_STATS & set(stats))
     wanted = {N: c for c, N in enumerate(ns)}
-    inf = float("inf")
     delta_cache: dict[tuple, torch.Tensor] = {}
     for bs, qs in blocks(B, Q, K, chunk):
-        v = vis[qs]
         Xu, inv, key = unique_x(X, xmap, bs)
-        rows = RowBlock(P[bs, qs], v, Xu, inv, n_max, torch.float64)
-        a, Xb, Lt = rows.a, rows.X, rows.Lt
-        b, q, _ = a.shape
-        bidx = rows.bidx[..., 0]                                         # [b, 1]
+        rows = RowBlock(P[bs, qs], vis[qs], Xu, inv, ns[-1], torch.float64)
         if need_delta:
             if key not in delta_cache:
                 delta_cache = {key: min_pairwise_distance(Xu, vis)}      # [u, Q]
             delta = delta_cache[key][inv][:, qs]
-        G = torch.bmm(Xu, Xu.transpose(1, 2)).view(-1, K)                # Gram rows of the distinct x
-        grow = inv.view(b, 1) * K
-        A = a * a * rows.xn2.unsqueeze(1)                                # ||y_i||^2
-        A_out = torch.where(v, A, inf)                                   # +inf on invisible, then selected keys
-        order = rows.order
-        # small per-selected tensors are laid out [n, b, q] (reductions over n are then vectorised)
-        order_n = order.permute(2, 0, 1)                                 # [n_max, b, q] view
-        a_top = a.gather(-1, order).permute(2, 0, 1).contiguous()
-        A_top = A.gather(-1, order).permute(2, 0, 1).contiguous()
-        xs = torch.zeros_like(a)                                         # x_i . s
-        s = torch.zeros(b, q, D, dtype=a.dtype, device=a.device)
-        psum = torch.zeros(n_max, b, q, dtype=a.dtype, device=a.device)  # sum of ||y_j - y_i|| over selected j
-        buf = torch.empty_like(a)
-        for m in range(n_max):
-            j = order_n[m]                                               # [b, q]
-            aj = a_top[m].unsqueeze(-1)                                  # [b, q, 1]
-            s.addcmul_(aj, Xb[bidx, j])
-            torch.index_select(G, 0, (grow + j).flatten(), out=buf.view(-1, K))   # x_j . x_i, every i
-            xs.addcmul_(buf, aj)
-            A_out.scatter_(-1, j.unsqueeze(-1), inf)
-            if need_pair and m:
-                g = buf.gather(-1, order[..., :m]).permute(2, 0, 1)      # x_j . x_i, earlier selected i
-                d = (A_top[:m] + A_top[m]).addcmul_(a_top[:m] * a_top[m], g, value=-2)
-                d = d.clamp_min_(0).sqrt_()                              # ||y_j - y_i||  [m, b, q]
-                psum[:m] += d
-                psum[m] = d.sum(0)
-            N = m + 1
+        for st in _grow(rows, Xu, inv, ns[-1], need_pair):
+            N = st["N"]
             if N not in wanted:
                 continue
-            # dist_i^2 = ||y_i||^2 - 2 a_i x_i.s + ||s||^2, the same expression for r and the selected
-            s2 = (s * s).sum(-1, keepdim=True)
-            r = (torch.addcmul(A_out, a, xs, value=-2, out=buf).amin(-1, keepdim=True) + s2).clamp_min_(0).sqrt_()
-            xs_top = xs.gather(-1, order[..., :N]).permute(2, 0, 1)
-            dsel = (torch.addcmul(A_top[:N], a_top[:N], xs_top, value=-2) + s2.squeeze(-1))
-            dsel = dsel.clamp_min_(0).sqrt_().permute(1, 2, 0)          # [b, q, N] view of [N, b, q]
-            r = r.squeeze(-1)
+            r, dsel = _radius(rows, st)
             pos = r > 0
-            ok = (Lt > N).expand(b, q) & (True if all_rows else pos)
-            res = {"r": r}
-            for name, below in (("nearest", torch.lt), ("closed", torch.le)):
-                frac = below(dsel, r.unsqueeze(-1)).sum(-1).double() / N
-                res[f"ns_frac_{name}"] = frac.masked_fill_(~pos, 0.0)     # r = 0 (rows "all"): N_s = 0
+            ok = (rows.Lt > N).expand(r.shape) & (True if all_rows else pos)
+            res = {"r": r, **_ns_fracs(dsel, r, pos)}
             res["ns_frac"] = res[f"ns_frac_{radius}"]
             xis = {"row": dsel}
             if need_pair:
-                xis["pair"] = psum[:N].permute(1, 2, 0) / (N - 1) if N > 1 else torch.zeros_like(dsel)
+                xis["pair"] = st["psum"][:N].permute(1, 2, 0) / (N - 1) if N > 1 else torch.zeros_like(dsel)
             if need_delta:
                 res["delta"] = delta
-                xis["delta"] = bounds.theorem2_xi_delta(a_top[:N].permute(1, 2, 0), delta, M)
-            for name, xi in xis.items():
-                lo, (up_b, up_r) = bounds.theorem2_bound_set(xi, r, M, forms=("B", "R"))
-                res[f"xi_{name}"] = xi.mean(-1)
-                for key, val in ((f"lower_{name}", lo), (f"upper_B_{name}", up_b), (f"upper_R_{name}", up_r)):
-                    res[key] = val.masked_fill(~pos, float("nan"))         # Theorem 2 needs r > 0
+                xis["delta"] = bounds.theorem2_xi_delta(st["a_top"][:N].permute(1, 2, 0), delta, M)
+            res.update(_xi_bounds(xis, r, pos, M))
             out[:, wanted[N], bs, qs] = nan_rows(torch.stack([res[k] for k in stats]), ok)
     return {k: out[i].permute(1, 2, 0).reshape(*lead, Q, len(ns)) for i, k in enumerate(stats)}
 

@@ -23,6 +23,10 @@ from attnlab.normalization.metrics.critical_n import (
     RunningTopN,
     certified_rejections,
     ks_first_indistinguishable,
+    new_scan_result,
+    record_n,
+    scan_n_max,
+    scan_windows,
 )
 from attnlab.normalization.metrics.distance import distance_stats
 from attnlab.normalization.metrics.engine import check_inputs, cpu_kernels, row_mean
@@ -87,17 +91,6 @@ class FormulaRows:
         return {r: (means[2 * i], means[2 * i + 1]) for i, r in enumerate(("E2", "E3", "E5")) if r in readings}
 
 
-def _new_result() -> dict:
-    return {"n": -1, "ns": [], "pvalues": [], "ks": [], "exact": [], "p_upper": [], "d_mean": [], "e_mean": [],
-            "e_rel_se": []}
-
-
-def _record(res, N, p, ks, exact, p_up, dm, em, se=float("nan")):
-    for k, v in (("ns", N), ("pvalues", p), ("ks", ks), ("exact", exact), ("p_upper", p_up), ("d_mean", dm),
-                 ("e_mean", em), ("e_rel_se", se)):
-        res[k].append(v)
-
-
 def _rel_se(samples: list[np.ndarray], c: int) -> float:
     """Median over heads of the standard error of the E4 head mean relative to it, at column c: from the spread of
     the per-sample head means (two samples: |m1 - m2| / 2)."""
@@ -125,20 +118,15 @@ def critical_n_readings(probs: torch.Tensor, x: torch.Tensor, visible: Optional[
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     if int(samples) < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
-    K = probs.shape[-1]
-    n_max = K - 1 if n_max is None else min(int(n_max), K - 1)
-    if n_max < 1:
-        raise ValueError(f"need at least 2 keys for a top-N scan, got K={K}")
+    n_max = scan_n_max(probs.shape[-1], n_max)
     lead = probs.shape[:-2]
     orders = ([random_orders(lead, vis, seed, s) for s in range(samples)]
               if any(e == "E4" for e, _ in pairs) else [])
     scan = _KernelScan(probs, x, vis, n_max, orders) if cpu_kernels(probs) is not None else \
         _TorchScan(probs, x, vis, orders)
-    out = {p: _new_result() for p in pairs}
+    out = {p: new_scan_result("e_rel_se") for p in pairs}
     todo = list(pairs)
-    start, size = 1, block
-    while start <= n_max and todo:
-        ns = list(range(start, min(n_max, start + size - 1) + 1))
+    for ns in scan_windows(n_max, block, certify):
         cert: dict = {p: {} for p in todo}
         if certify and scan.brackets_ok:
             br = scan.brackets(ns, todo)
@@ -157,7 +145,7 @@ def critical_n_readings(probs: torch.Tensor, x: torch.Tensor, visible: Optional[
                     N = ns[pos[p]]
                     if N in cert[p]:
                         p_up, dm, em = cert[p][N]
-                        _record(res, N, float("nan"), float("nan"), False, p_up, dm, em)
+                        record_n(res, N, float("nan"), float("nan"), False, p_up, dm, em, e_rel_se=float("nan"))
                     elif N in exact.get(dq, {}) and N in exact.get(eq, {}):
                         d, e = exact[dq][N], exact[eq][N]
                         n, ps, ks = ks_first_indistinguishable(d[:, None], e[:, None], [N], alpha)
@@ -165,7 +153,8 @@ def critical_n_readings(probs: torch.Tensor, x: torch.Tensor, visible: Optional[
                             todo.remove(p)
                             break
                         se = exact.get(eq + "#se", {}).get(N, float("nan"))
-                        _record(res, N, ps[0], ks[0], True, ps[0], float(np.nanmean(d)), float(np.nanmean(e)), se)
+                        record_n(res, N, ps[0], ks[0], True, ps[0], float(np.nanmean(d)), float(np.nanmean(e)),
+                                 e_rel_se=se)
                         if n == N:
                             res["n"] = N
                             todo.remove(p)
@@ -186,8 +175,8 @@ def critical_n_readings(probs: torch.Tensor, x: torch.Tensor, visible: Optional[
             nb = min(2 * nb, 64)
         if progress is not None:
             progress.update(len(ns))
-        start = ns[-1] + 1
-        size = max(size * 8, 256) if certify else min(size * 2, 64)
+        if not todo:
+            break
     return out
 
 

@@ -1,7 +1,7 @@
 """Theorem 1 of arXiv 2508.17821 under every reading of its open formulas (`attnlab.normalization.readings`):
 Fig. 2a's two curves and Fig. 2c's critical N for each E reading (E1-E5), d~ reading (a, b) and vector choice,
 the same protocol as `experiments.fig2a` / `fig2c` otherwise, and the claim rows that say which reading satisfies
-which statement of the paper (`thm1_reading_claims`).
+which statement of the paper (`reading_claims`).
 
     res = thm1_readings(model, ids)            # ids: one window [L_max]; Result "thm1_readings"
 
@@ -198,7 +198,7 @@ def _label(e: str, d: str, vectors: str) -> str:
     return f"{e} / {d} / {vectors}"
 
 
-def thm1_reading_claims(results: dict) -> list[dict]:
+def reading_claims(results: dict) -> list[dict]:
     """Claim rows, one per reading, for the statements of Theorem 1's experiments that depend on the reading:
     p1-fig2c-critical (critical N <= 0.06 L at every L), p1-fig2a-linear (d~ and E both grow about linearly in L
     at N = 5), p1-cor2-i (E(N = 5) -> sum_i ||a_i x_i|| as L grows), p1-cor2-ii (E -> 0 as N -> L). `results`
