@@ -34,7 +34,7 @@ def title(result: Result, what: str) -> str:
     return f"{what}\n" + literal(f"{p.get('model', '?')}{weights} on {where}{extra}{quick}")
 
 
-def _by(result: Result, key: str, by: str, agg: str = "mean", **where) -> tuple[np.ndarray, ...]:
+def aggregate_curve(result: Result, key: str, by: str, agg: str = "mean", **where) -> tuple[np.ndarray, ...]:
     """x, centre, lo, hi: aggregate over heads (mean/median/max) per window, then mean over windows;
     lo/hi = the 25th/75th percentile over heads (one window) or mean -+ std over windows."""
     f = {"mean": np.nanmean, "median": np.nanmedian, "max": np.nanmax}[agg]
@@ -59,7 +59,7 @@ def _by(result: Result, key: str, by: str, agg: str = "mean", **where) -> tuple[
 
 
 def _band(ax, result, key, by, color, label, agg="mean", ls="-", marker="o", **where):
-    x, c, lo, hi = _by(result, key, by, agg, **where)
+    x, c, lo, hi = aggregate_curve(result, key, by, agg, **where)
     ax.plot(x, c, ls=ls, marker=marker, ms=3.5, color=color, label=label)
     ax.fill_between(x, lo, hi, color=color, alpha=0.15, lw=0)
     return x, c
@@ -179,7 +179,7 @@ def plot_fig3(result: Result, band: tuple = SEPARABILITY_BAND):
                               ("lower_row", "tab:blue", "lower bound, xi = row"),
                               ("lower_pair", "tab:cyan", "lower bound, xi = pair")):
         if key in result.rows[0]:
-            x, c, _, _ = _by(result, key, "N")
+            x, c, _, _ = aggregate_curve(result, key, "N")
             ax.plot(x, c, "-", color=color, lw=1.2, label=label)
     ax.set_ylim(-0.05, 1.05)
     ax.set_xlabel("top-N")
@@ -198,13 +198,13 @@ def plot_fig4(result: Result):
     eps = sorted(result.unique("eps"))
     cmap = ["tab:purple", "tab:orange", "tab:green", "tab:blue", "tab:brown"]
     for i, e in enumerate(eps):
-        x, c, _, _ = _by(result, "g_max", "T", **{"eps": e})
+        x, c, _, _ = aggregate_curve(result, "g_max", "T", **{"eps": e})
         ax.plot(x, c, "o-", ms=3, color=cmap[i % len(cmap)], label=f"max g, eps = {e:g}")
     T = np.array(sorted(result.unique("T")), float)
     ax.plot(T, np.minimum(1 / (4 * T), np.sqrt(2)), "k--", lw=1.2, label="min{1/(4T), sqrt 2} (paper)")
     ax.plot(T, 1 / (2 * T), "k:", lw=1.2, label="1/(2T) (exact spectral bound)")
     if "jac_max" in result.rows[0] and np.isfinite(result.column("jac_max")).any():
-        x, c, _, _ = _by(result, "jac_max", "T", eps=eps[0])
+        x, c, _, _ = aggregate_curve(result, "jac_max", "T", eps=eps[0])
         ax.plot(x, np.maximum(c, 1e-300), "-", color="grey", lw=1, alpha=0.8, label="max exact ||J|| (row sample)")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -240,7 +240,7 @@ def plot_thm1_readings(result: Result, vectors: str = "v"):
     curve = result.select(kind="curve", vectors=vectors, N=5)
     for key, color, label in [("d_b", "tab:green", "true d~ (b)")] + [
             (e if e != "E4" else "E4_b", colors[e], e) for e in E_READINGS]:
-        x, c, _, _ = _by(Result(result.name, curve, result.provenance), key, "L")
+        x, c, _, _ = aggregate_curve(Result(result.name, curve, result.provenance), key, "L")
         a2.plot(x, c, marker="o", ms=3, color=color, label=label, lw=2.2 if key == "d_b" else 1.2)
     a2.set(xscale="log", yscale="log", xlabel="L", ylabel="head mean at N = 5", title="Fig. 2a, every reading of E")
     a2.legend(ncol=2)
@@ -261,7 +261,7 @@ def plot_cor2_curves(result: Result, vectors: str = "v"):
     colors = dict(zip(E_READINGS, ("tab:blue", "tab:orange", "tab:purple", "tab:cyan", "tab:brown")))
     for key, color, label in [("d_b", "tab:green", "true d~ (b)")] + [
             (e if e != "E4" else "E4_b", colors[e], e) for e in E_READINGS]:
-        n, c, _, _ = _by(top, key, "N")
+        n, c, _, _ = aggregate_curve(top, key, "N")
         ax.plot(n / L, c / c[0], marker="o", ms=3, color=color, label=label, lw=2.2 if key == "d_b" else 1.2)
     ax.axhline(COR2_VANISH, color="k", ls=":", lw=1, label=f"{COR2_VANISH:g} x E(1): the test's level")
     ax.set(yscale="log", xlabel="N / L", ylabel="head mean / its value at N = 1",

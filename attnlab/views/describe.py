@@ -1,6 +1,6 @@
 """What each of the first paper's figures shows, in one or two sentences with its measured numbers: the
 alt text and caption of the chapters' static figures (a screen reader hears what a sighted reader sees).
-Numbers are aggregated as the plots aggregate them (`normalization.plots._by`: mean over heads per window,
+Numbers are aggregated as the plots aggregate them (`normalization.plots.aggregate_curve`: mean over heads per window,
 then over windows)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 from attnlab.core.models import weights_label
 from attnlab.core.result import Result
 from attnlab.normalization.paper import CRITICAL_FRAC, SEPARABILITY_BAND
-from attnlab.normalization.plots import _by
+from attnlab.normalization.plots import aggregate_curve
 
 
 def _who(result: Result) -> str:
@@ -21,7 +21,7 @@ def _who(result: Result) -> str:
 
 def _ends(result: Result, key: str, by: str, **where) -> tuple[float, float, float, float]:
     """(first x, last x, value at the first, value at the last) of the plotted curve of `key` against `by`."""
-    x, c, _, _ = _by(result, key, by, **where)
+    x, c, _, _ = aggregate_curve(result, key, by, **where)
     return float(x[0]), float(x[-1]), float(c[0]), float(c[-1])
 
 
