@@ -145,10 +145,14 @@ def smallest_text_pt(fig: Any) -> float | None:
 
 
 def _grid_cells(fig: Any):
-    """([(axes, row, col)], grid) when every axes of `fig` is one cell of one top-level grid; None for
-    anything else (spanning axes, nested grids, colorbars, insets): those figures get no phone version."""
+    """([(axes, row, col)], grid) when every axes of `fig` is one cell of one top-level grid (colorbars of a
+    constrained layout aside); None for anything else (spanning axes, nested grids, colorbars placed by
+    hand): those figures get no phone version."""
     cells, grid = [], None
+    constrained = type(fig.get_layout_engine()).__name__ == "ConstrainedLayoutEngine"
     for ax in fig.axes:
+        if constrained and getattr(ax, "_colorbar", None) is not None:
+            continue                           # the layout engine places a colorbar beside its panel again
         ss = ax.get_subplotspec()
         if ss is None or ss.num1 != ss.num2 or (grid is not None and ss.get_gridspec() is not grid):
             return None
@@ -168,7 +172,9 @@ def phone_layout(fig: Any) -> bool:
     cells, grid = found
     nrows, ncols = grid.get_geometry()
     w, h = fig.get_size_inches()
-    panel_h = min(2.8, max(1.9, PHONE_WIDTH_IN * (h / nrows) / (w / ncols) * 1.1))
+    # as tall as the panel's aspect asks, within 1.9 in and 2.8 in (or the panel's own height, if taller:
+    # a heat map of 30 layers keeps room for its 30 tick labels)
+    panel_h = min(max(2.8, h / nrows), max(1.9, PHONE_WIDTH_IN * (h / nrows) / (w / ncols) * 1.1))
     axes = [ax for ax, _, _ in sorted(cells, key=lambda c: (c[1], c[2]))]
     title = 0.45 if getattr(fig, "_suptitle", None) is not None else 0.0
     heights = [panel_h] * len(axes)
@@ -477,12 +483,29 @@ def live_slider(update_fn: Callable[..., Any], *, dpi: int = FRAME_DPI, alt: str
         w.observe(redraw, names="value")
     redraw()
     first = ", ".join(f"{k} = {w.value}" for k, w in controls.items())
-    html = (f'<div class="{LIVE_CLASS}">{_img_tag(bytes(image.value), (alt or "Live figure") + f" ({first})")}'
+    shown = _img_tag(_first_frame(update_fn, controls, image, dpi), (alt or "Live figure") + f" ({first})")
+    html = (f'<div class="{LIVE_CLASS}">{shown}'
             f"<p><small>A live slider ({', '.join(controls)}) drives this figure when you run this chapter "
             f"(Colab, Binder or Jupyter: the buttons at the top); here it shows {first}.</small></p></div>")
     box = SliderBox([widgets.HBox(list(controls.values())), image, note], fallback_png=bytes(image.value),
                     html=html)
     return box.add_class(LIVE_CLASS)
+
+
+def _first_frame(update_fn: Callable[..., Any], controls: dict, image: Any, dpi: int) -> bytes:
+    """What the site shows of a live slider: its first figure drawn once more, with its phone version, when
+    `update_fn` draws a new Figure per call (one it keeps and redraws must not be re-laid out: then the
+    widget's own PNG)."""
+    kept = update_fn(**{k: w.value for k, w in controls.items()})
+    if isinstance(kept, (bytes, bytearray)):
+        return bytes(image.value)
+    again = update_fn(**{k: w.value for k, w in controls.items()})
+    if again is kept:
+        return bytes(image.value)
+    import matplotlib.pyplot as plt
+
+    plt.close(kept)
+    return render(again, dpi)
 
 
 def time_updates(update_fn: Callable[..., Any], *args: Any, n: int = 5, what: str = "read + draw") -> float:

@@ -190,7 +190,10 @@ def test_render_stacks_the_panels_for_a_phone_with_legible_text():
 
 
 def test_render_leaves_layouts_it_cannot_stack_alone():
-    assert aw.render(_panels(2, colorbar=True)).phone is None      # a colorbar: no phone version
+    assert aw.render(_panels(2, colorbar=True)).phone is not None  # constrained layout places the colorbar again
+    fig, (a, b) = plt.subplots(1, 2)
+    fig.colorbar(a.imshow([[0, 1], [1, 0]]), ax=a)                  # placed by hand (no layout engine)
+    assert aw.render(fig).phone is None
     assert aw.render(b"\x89PNG plain bytes").phone is None
 
 
@@ -226,3 +229,11 @@ def _titled():
     fig = _fig(1.0)
     fig.suptitle("a book.png title")
     return fig
+
+
+def test_a_live_sliders_page_figure_has_its_phone_version_unless_the_figure_is_kept():
+    html = aw.live_slider(lambda T: _panels(2), T=(0.5, 2.0, 0.5))._repr_mimebundle_()["text/html"]
+    assert "<picture><source" in html                                 # a new Figure per call: drawn for phones too
+    kept = _panels(2)
+    html = aw.live_slider(lambda T: kept, T=(0.5, 2.0, 0.5))._repr_mimebundle_()["text/html"]
+    assert "<picture" not in html and kept.get_size_inches()[0] == 9  # a kept Figure is never re-laid out
