@@ -116,6 +116,7 @@ def _build_finished(app, exception) -> None:
             pages[page.relative_to(outdir).as_posix()] = found
     for page in outdir.rglob("*.html"):
         _number_figures(page, outdir)
+        _images_as_files(page, outdir)
     model, device = _setting()
     _name_models(outdir, sorted({m for found in pages.values() for m in found}), model)
     info = {
@@ -145,6 +146,33 @@ def _number_figures(page: Path, outdir: Path) -> None:
         f'{_CAPTION}<span class="attnlab-fig-number">Figure {prefix}{k}.</span> {rest}'
         for k, rest in enumerate(parts[1:], start=1))
     page.write_text(numbered, encoding="utf-8")
+
+
+_DATA_PNG = re.compile(r"data:image/png;base64,([A-Za-z0-9+/=]+)")
+IMAGES = "_images/attnlab"
+
+
+def _images_as_files(page: Path, outdir: Path) -> None:
+    """Each PNG embedded in the page as a data URI (figures, their phone versions, slider frames) becomes a
+    file, `_images/attnlab/<sha256>.png`, named by its content: a browser then fetches only the images it
+    shows (a phone the phone versions, a slider the frames it is moved to), not every one at first load."""
+    import base64
+
+    text = page.read_text(encoding="utf-8")
+    if "data:image/png;base64," not in text:
+        return
+    folder = outdir / IMAGES
+    folder.mkdir(parents=True, exist_ok=True)
+    up = "../" * (len(page.relative_to(outdir).parts) - 1)
+
+    def to_file(match: re.Match) -> str:
+        data = base64.b64decode(match.group(1))
+        name = hashlib.sha256(data).hexdigest()[:20] + ".png"
+        if not (folder / name).exists():
+            (folder / name).write_bytes(data)
+        return f"{up}{IMAGES}/{name}"
+
+    page.write_text(_DATA_PNG.sub(to_file, text), encoding="utf-8")
 
 
 _FOOTER_MODELS = re.compile(r'<span class="attnlab-footer-models">.*?</span>', re.S)

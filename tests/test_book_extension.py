@@ -65,3 +65,20 @@ def test_figures_are_numbered_per_chapter(tmp_path):
     intro.write_text(cap.format("only"))
     ext._number_figures(intro, tmp_path)
     assert "Figure 1.</span> only" in intro.read_text()
+
+
+def test_embedded_pngs_become_files_a_browser_fetches_when_shown(tmp_path):
+    import base64
+
+    (tmp_path / "book").mkdir()
+    png = b"\x89PNG\r\n\x1a\n a figure"
+    uri = "data:image/png;base64," + base64.b64encode(png).decode()
+    page = tmp_path / "book" / "01_x.html"
+    page.write_text(f'<picture><source srcset="{uri} 1.25x"><img src="{uri}"></picture>'
+                    f'<script type="application/json">{{"frames": [null, "{uri}"]}}</script>')
+    ext._images_as_files(page, tmp_path)
+    text = page.read_text()
+    files = list((tmp_path / ext.IMAGES).glob("*.png"))
+    assert len(files) == 1 and files[0].read_bytes() == png                  # one file per distinct image
+    link = f"../{ext.IMAGES}/{files[0].name}"
+    assert "data:image" not in text and text.count(link) == 3 and f'srcset="{link} 1.25x"' in text
