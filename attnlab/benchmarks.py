@@ -195,6 +195,45 @@ def bench_capture(model_names=("minilm", "tiny-gpt2"), lengths=None, repeats: in
 # ------------------------------------------------------------------------------ Monte Carlo
 
 
+def _best_time(fn, repeats: int, device: str):
+    """(best wall-clock seconds over `repeats` calls of fn(), the last call's result); CUDA synchronised."""
+    def sync():
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    best, out = float("inf"), None
+    for _ in range(max(1, repeats)):
+        sync()
+        t = time.perf_counter()
+        out = fn()
+        sync()
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+def _monte_carlo_rows(X: torch.Tensor, A: torch.Tensor, V: torch.Tensor, b: int, repeats: int, max_scores: int,
+                      device: str) -> list[dict]:
+    """The two timing rows (vectorised in batches of b replicates, per-replicate loop) of token sets X [k, n, d]."""
+    k, n, d = X.shape
+
+    def vectorised():
+        parts = [self_attention_moments(X[s : s + b], A, V, max_scores=max_scores) for s in range(0, k, b)]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+
+    def loop():
+        out = [self_attention_moments(X[i], A, V, max_scores=max_scores) for i in range(k)]
+        return torch.stack([o[0] for o in out]), torch.stack([o[1] for o in out])
+
+    times, results = {}, {}
+    for name, fn in (("vectorised", vectorised), ("loop", loop)):
+        times[name], results[name] = _best_time(fn, repeats, device)
+    diff = max(float((results["vectorised"][j] - results["loop"][j]).abs().max()) for j in (0, 1))
+    return [{"method": name, "n": n, "k": k, "d": d, "batch": b if name == "vectorised" else 1,
+             "seconds": times[name], "per_replicate_ms": 1e3 * times[name] / k,
+             "speedup": times["loop"] / times[name], "max_abs_diff": diff, "device": device}
+            for name in ("vectorised", "loop")]
+
+
 def bench_monte_carlo(
     *,
     n_values: Sequence[int] = (64, 256, 1024),
@@ -219,51 +258,12 @@ def bench_monte_carlo(
     A = (scale * Wk.T @ Wq / math.sqrt(d)).to(device, dt)
     V = Wv.to(device, dt)
 
-    def sync():
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-
     rows = []
     for n in sce.grid_values(n_values, "n", integer=True):
         X = math.sqrt(rho) * torch.randn(
             k, n, d, generator=make_generator(derive_seed(seed, n), device), dtype=dt, device=device
         )
-        b = replicate_batch(n, k, max_scores, device)
-
-        def vectorised():
-            parts = [self_attention_moments(X[s : s + b], A, V, max_scores=max_scores) for s in range(0, k, b)]
-            return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-
-        def loop():
-            out = [self_attention_moments(X[i], A, V, max_scores=max_scores) for i in range(k)]
-            return torch.stack([o[0] for o in out]), torch.stack([o[1] for o in out])
-
-        times, results = {}, {}
-        for name, fn in (("vectorised", vectorised), ("loop", loop)):
-            best = float("inf")
-            for _ in range(max(1, repeats)):
-                sync()
-                t = time.perf_counter()
-                results[name] = fn()
-                sync()
-                best = min(best, time.perf_counter() - t)
-            times[name] = best
-        diff = max(float((results["vectorised"][j] - results["loop"][j]).abs().max()) for j in (0, 1))
-        for name in ("vectorised", "loop"):
-            rows.append(
-                {
-                    "method": name,
-                    "n": n,
-                    "k": k,
-                    "d": d,
-                    "batch": b if name == "vectorised" else 1,
-                    "seconds": times[name],
-                    "per_replicate_ms": 1e3 * times[name] / k,
-                    "speedup": times["loop"] / times[name],
-                    "max_abs_diff": diff,
-                    "device": device,
-                }
-            )
+        rows += _monte_carlo_rows(X, A, V, replicate_batch(n, k, max_scores, device), repeats, max_scores, device)
     prov = provenance(
         experiment="bench_monte_carlo",
         paper=sce.PAPER,
@@ -315,6 +315,65 @@ def _methods(alpha: float, ks: Sequence[int]):
     return out
 
 
+def _normalizer_cases(model, text: str, lengths: Sequence[int], dense: bool, g: torch.Generator) -> list[tuple]:
+    """(case, L, scores [heads, L, L]): the model's real scores where L fits its positions, Gaussian scores of
+    the same spread beyond, and the dense case (the longest L, sigma = 0.1)."""
+    cases, sigma = [], None
+    for L in sorted(lengths):
+        if L <= model.max_positions:
+            s = _bench_scores(model, text, L)
+            sigma = float(s[torch.isfinite(s)].std())
+            cases.append(("model", L, s))
+    for L in sorted(lengths):
+        if L > model.max_positions:
+            sd = sigma if sigma is not None else 3.0
+            cases.append(("gaussian", L, torch.randn(model.n_heads, L, L, generator=g) * sd))
+    if dense:
+        L = max(lengths)
+        cases.append(("dense", L, torch.randn(model.n_heads, L, L, generator=g) * 0.1))
+    return cases
+
+
+def _time_normalizers(x: torch.Tensor, ks: Sequence[int], repeats: int) -> tuple[dict, dict]:
+    """({(method, alpha): [seconds per run]}, {(method, alpha): output of the first run}) of softmax and every
+    method of `_methods`, interleaved over `repeats` runs (bisection: the first run only)."""
+    timings: dict = {}
+    outputs: dict = {}
+    plan = [("softmax", None, None, lambda z: torch.softmax(z, dim=-1))]
+    for a in BENCH_ALPHAS:
+        plan += [(m, k, a, f) for m, k, f in _methods(a, ks)]
+    for rep in range(max(1, repeats)):
+        for method, k, a, f in plan:
+            if method == "bisect" and rep > 0:
+                continue
+            t0 = time.perf_counter()
+            y = f(x)
+            timings.setdefault((method, a), []).append(time.perf_counter() - t0)
+            if rep == 0:
+                outputs[(method, a)] = y
+    return timings, outputs
+
+
+def _normalizer_rows(case: str, L: int, x: torch.Tensor, timings: dict, outputs: dict, ks: Sequence[int],
+                     repeats: int) -> list[dict]:
+    """The rows of one case: softmax, then every method per alpha, against the full sort."""
+    soft = min(timings[("softmax", None)])
+    rows = [{"case": case, "L": L, "shape": list(x.shape), "alpha": None, "method": "softmax", "k": None,
+             "seconds": soft, "ratio_softmax": 1.0, "ratio_sort": None, "max_abs_diff": None,
+             "support_median": float(L), "repeats": repeats}]
+    for a in BENCH_ALPHAS:
+        ref = outputs[("sort", a)]
+        sort_t = min(timings[("sort", a)])
+        support = float((ref > 0).sum(-1).float().median())
+        for method, k, _ in _methods(a, ks):
+            t = min(timings[(method, a)])
+            rows.append({"case": case, "L": L, "shape": list(x.shape), "alpha": a, "method": method, "k": k,
+                         "seconds": t, "ratio_softmax": t / soft, "ratio_sort": t / sort_t,
+                         "max_abs_diff": float((outputs[(method, a)] - ref).abs().max()),
+                         "support_median": support, "repeats": 1 if method == "bisect" else repeats})
+    return rows
+
+
 def bench_normalizers(
     model="minilm",
     text=None,
@@ -343,77 +402,12 @@ def bench_normalizers(
         lengths, repeats = (64,), 1
     model = as_attn_model(model)
     text, tprov = resolve_text(text)
-    g = torch.Generator().manual_seed(seed)
-    cases = []
-    sigma = None
-    for L in sorted(lengths):
-        if L <= model.max_positions:
-            s = _bench_scores(model, text, L)
-            sigma = float(s[torch.isfinite(s)].std())
-            cases.append(("model", L, s))
-    for L in sorted(lengths):
-        if L > model.max_positions:
-            sd = sigma if sigma is not None else 3.0
-            cases.append(("gaussian", L, torch.randn(model.n_heads, L, L, generator=g) * sd))
-    if dense:
-        L = max(lengths)
-        cases.append(("dense", L, torch.randn(model.n_heads, L, L, generator=g) * 0.1))
+    cases = _normalizer_cases(model, text, lengths, dense, torch.Generator().manual_seed(seed))
     rows = []
     for case, L, x in progress_bar(cases, progress, "bench normalizers"):
         x = x.float().contiguous()
-        timings: dict = {}
-        outputs: dict = {}
-        plan = [("softmax", None, None, lambda z: torch.softmax(z, dim=-1))]
-        for a in BENCH_ALPHAS:
-            plan += [(m, k, a, f) for m, k, f in _methods(a, ks)]
-        for rep in range(max(1, repeats)):
-            for method, k, a, f in plan:
-                if method == "bisect" and rep > 0:
-                    continue
-                t0 = time.perf_counter()
-                y = f(x)
-                timings.setdefault((method, a), []).append(time.perf_counter() - t0)
-                if rep == 0:
-                    outputs[(method, a)] = y
-        soft = min(timings[("softmax", None)])
-        rows.append(
-            {
-                "case": case,
-                "L": L,
-                "shape": list(x.shape),
-                "alpha": None,
-                "method": "softmax",
-                "k": None,
-                "seconds": soft,
-                "ratio_softmax": 1.0,
-                "ratio_sort": None,
-                "max_abs_diff": None,
-                "support_median": float(L),
-                "repeats": repeats,
-            }
-        )
-        for a in BENCH_ALPHAS:
-            ref = outputs[("sort", a)]
-            sort_t = min(timings[("sort", a)])
-            support = float((ref > 0).sum(-1).float().median())
-            for method, k, _ in _methods(a, ks):
-                t = min(timings[(method, a)])
-                rows.append(
-                    {
-                        "case": case,
-                        "L": L,
-                        "shape": list(x.shape),
-                        "alpha": a,
-                        "method": method,
-                        "k": k,
-                        "seconds": t,
-                        "ratio_softmax": t / soft,
-                        "ratio_sort": t / sort_t,
-                        "max_abs_diff": float((outputs[(method, a)] - ref).abs().max()),
-                        "support_median": support,
-                        "repeats": 1 if method == "bisect" else repeats,
-                    }
-                )
+        timings, outputs = _time_normalizers(x, ks, repeats)
+        rows += _normalizer_rows(case, L, x, timings, outputs, ks, repeats)
         del outputs
     prov = provenance(
         experiment="bench_normalizers",
