@@ -12,7 +12,8 @@ _spec.loader.exec_module(ext)
 
 
 def _config(url):
-    return SimpleNamespace(nb_execution_cache_path="/tmp/unused", myst_substitutions={},
+    # an execution cache path already set: _config_inited then leaves the cache alone (no app needed)
+    return SimpleNamespace(nb_execution_cache_path="set-by-the-test", myst_substitutions={},
                            html_theme_options={"repository_url": url})
 
 
