@@ -154,3 +154,34 @@ def test_grouped_query_attention_llama(tiny):
     _, ref = eager_attentions(model, ids)
     assert model.causal and model.d_head == 16 and trace.k.shape == (2, 4, 40, 16)
     assert (trace.probs - ref).abs().max() <= 1e-6
+
+
+def test_query_row_blocks_give_the_same_capture(tiny, monkeypatch):
+    """Where one head's [query, key] matrix exceeds CHUNK_ELEMENTS (L > 2048 on the CPU) it is formed a block of
+    query rows at a time; a head subset of one layer computes only those heads: the same numbers either way."""
+    ids = torch.arange(500, 560)
+    whole = tiny.capture(ids, keep=("probs", "scores"))
+    record = tiny.layer_outputs(ids)
+    monkeypatch.setattr(cap, "CHUNK_ELEMENTS", 7 * 60)          # 7 query rows per block
+    assert [b[3] for b in cap.attention_blocks((1, 4, 60, 60), [0, 1], torch.device("cpu"))][:2] == \
+        [slice(0, 7), slice(7, 14)]
+    blocks = tiny.capture(ids, keep=("probs", "scores"))
+    part = tiny.capture(ids, layers=[1], heads=[3, 0], keep=("probs", "scores"))
+    assert torch.allclose(blocks.probs, whole.probs, atol=1e-6)
+    assert torch.equal(blocks.scores.isinf(), whole.scores.isinf())
+    assert torch.equal(part.probs, blocks.probs[1:2, [3, 0]]) and torch.equal(part.scores, blocks.scores[1:2, [3, 0]])
+    again = tiny.layer_outputs(ids)
+    assert all(torch.allclose(a[0], b[0], atol=1e-5) for a, b in zip(record.outputs, again.outputs))
+
+
+def test_a_native_pass_for_layer_outputs_forms_no_attention_weights(tiny):
+    seen = []
+    hooks = [m.register_forward_hook(lambda mod, a, out: seen.append(out[1])) for m in tiny._modules]
+    try:
+        tiny.layer_outputs(torch.arange(10, 30))
+        weights = tiny.forward(torch.arange(10, 30), output_attentions=True).attentions
+    finally:
+        for h in hooks:
+            h.remove()
+    assert seen[:tiny.n_layers] == [None] * tiny.n_layers           # layer_outputs: weights not formed
+    assert all(w is not None and w.shape[-1] == 20 for w in seen[tiny.n_layers:]) and len(weights) == tiny.n_layers

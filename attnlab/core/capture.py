@@ -84,7 +84,7 @@ class Trace:
 # function receives no mask at all and a causal model silently attends to the future.
 
 IMPLEMENTATION = "attnlab"
-CHUNK_ELEMENTS = 1 << 22    # scores formed at a time on the CPU (16 MiB of float32): `head_chunks`
+CHUNK_ELEMENTS = 1 << 22    # scores formed at a time on the CPU (16 MiB of float32): `attention_blocks`
 
 
 class CaptureState:
@@ -102,6 +102,7 @@ class CaptureState:
         self.mask_seen: Optional[torch.Tensor] = None
         self.buffers: dict[str, torch.Tensor] = {}   # name -> [layer, head, query, key], written in place
         self.stop_after: Optional[int] = None        # raise StopCapture once this layer is recorded
+        self.weights_unused = False                  # the pass reads no attention weights: return None for them
 
     def start(self, keep: set[str], layers: list[int], heads: Optional[list[int]]) -> None:
         self.records, self.buffers, self.keep = {}, {}, set(keep)
@@ -112,12 +113,15 @@ class CaptureState:
         return name in self.buffers
 
     def slot(self, name: str, layer: int, shape, device) -> Optional[torch.Tensor]:
-        """A [1, head, query, key] view of the buffer for `name` at `layer`, or None when writing in
-        place is not possible (not kept, a head subset, batch > 1, not on the CPU)."""
-        if name not in self.keep or self.heads is not None or shape[0] != 1 or device.type != "cpu":
+        """A [1, head, query, key] view of the buffer for `name` at `layer` (head: the recorded heads), or None
+        when writing in place is not possible (not kept, a head subset of several layers, batch > 1, not on
+        the CPU)."""
+        subset = self.heads is not None
+        if name not in self.keep or (subset and len(self.layer_order) > 1) or shape[0] != 1 or device.type != "cpu":
             return None
         if name not in self.buffers:
-            self.buffers[name] = torch.empty((len(self.layer_order), *shape[1:]), dtype=torch.float32)
+            n_heads = len(self.heads) if subset else shape[1]
+            self.buffers[name] = torch.empty((len(self.layer_order), n_heads, *shape[2:]), dtype=torch.float32)
         i = self.layer_order[layer]
         return self.buffers[name][i:i + 1]
 
@@ -134,10 +138,12 @@ def visible_from_mask(mask: Optional[torch.Tensor], q_len: int, k_len: int) -> t
 def attnlab_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """Eager attention (same ops, same result) + optional recording + optional normalizer swap.
 
-    query/key/value: [batch, head, token, d_head]; returns ([batch, token, head, d_head], probs).
-    While recording on the CPU, scores and probs are written straight into the Trace's buffers
-    (`out=`), so capturing costs no extra copy of the [head, query, key] matrices. On the CPU the
-    [query, key] matrices are formed a few heads at a time (`head_chunks`): same numbers, small temporaries.
+    query/key/value: [batch, head, token, d_head]; returns ([batch, token, head, d_head], probs), probs None
+    where nobody reads them (`CaptureState.weights_unused`). While recording on the CPU, scores and probs are
+    written straight into the Trace's buffers (`out=`), so capturing costs no extra copy of the [head, query,
+    key] matrices. On the CPU the [query, key] matrices are formed a few heads, or a block of one head's query
+    rows, at a time (`attention_blocks`): same numbers, small temporaries. In the last recorded layer only the
+    recorded heads are computed and no output is formed: the pass stops there.
     """
     state: Optional[CaptureState] = getattr(module, "_attnlab", None)
     layer = getattr(module, "_attnlab_layer", None)
@@ -152,50 +158,70 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
     if attention_mask is not None:
         attention_mask = attention_mask[..., : key.shape[-2]]
     recording = state is not None and state.recording and (state.layers is None or layer in state.layers)
+    last = recording and layer == state.stop_after          # StopCapture follows: nothing reads the output
     shape = (*query.shape[:-1], key.shape[-2])  # [batch, head, query, key]
+    heads = state.heads if last and state.heads is not None else list(range(shape[1]))   # the heads computed
     slot = (lambda name: state.slot(name, layer, shape, query.device)) if recording else (lambda name: None)
-    scores_out = slot("scores")
+    scores_out, probs_out = slot("scores"), slot("probs")   # [1, position in `heads`, query, key] or None
     scores = scores_out
     if scores is None and recording and "scores" in state.keep:
         scores = query.new_empty(shape)           # kept below (a head subset, a batch, not on the CPU)
-    probs = slot("probs")
-    probs = query.new_empty(shape) if probs is None else probs
-    output = query.new_empty((*shape[:-1], value.shape[-1]))                      # [batch, head, query, d_head]
+    weights_read = not last and not (state is not None and state.weights_unused)
+    probs = None
+    if probs_out is None and (weights_read or (recording and "probs" in state.keep)):
+        probs = query.new_empty(shape)
+    output = None if last else query.new_empty((*shape[:-1], value.shape[-1]))   # [batch, head, query, d_head]
     swap = state.normalizers.get(layer) if state is not None else None
     visible = visible_from_mask(attention_mask, shape[-2], shape[-1]) if swap is not None else None
-    for b, heads in head_chunks(shape, query.device):
-        kept = None if scores is None else scores[b, heads]
-        s = torch.matmul(query[b, heads], key[b, heads].transpose(-1, -2), out=kept)
+    for b, at, hs, rows in attention_blocks(shape, heads, query.device):
+        kept = scores_out[0, at, rows] if scores_out is not None else (None if scores is None else scores[b, hs, rows])
+        s = torch.matmul(query[b, hs, rows], key[b, hs].transpose(-1, -2), out=kept)
         s = s.mul_(scaling) if kept is not None else s * scaling
+        target = probs_out[0, at, rows] if probs_out is not None else (None if probs is None else probs[b, hs, rows])
         if swap is None:
-            mask = _pick(attention_mask, b, heads)
-            torch.softmax(s + mask if mask is not None else s, dim=-1, out=probs[b, heads])
+            mask = _pick(attention_mask, b, hs, rows)
+            target = torch.softmax(s + mask if mask is not None else s, dim=-1, out=target)
         else:
-            probs[b, heads] = swap(s, _pick(visible, b, heads))
-        p = torch.nn.functional.dropout(probs[b, heads], p=dropout, training=module.training)
-        torch.matmul(p, value[b, heads], out=output[b, heads])
+            w = swap(s, _pick(visible, b, hs, rows))
+            target = w if target is None else target.copy_(w)
+        if output is not None:
+            p = torch.nn.functional.dropout(target, p=dropout, training=module.training)
+            torch.matmul(p, value[b, hs], out=output[b, hs, rows])
     if recording:
         _record(state, layer, query, key, value, scores, probs, attention_mask, direct=scores_out is not None)
-        if layer == state.stop_after:
+        if last:
             raise StopCapture      # the later layers cannot change what was recorded
-    return output.transpose(1, 2).contiguous(), probs
+    weights = probs_out if probs_out is not None else probs
+    return output.transpose(1, 2).contiguous(), weights if weights_read else None
 
 
-def head_chunks(shape, device, elements: int = CHUNK_ELEMENTS) -> list[tuple[int, slice]]:
-    """(batch index, heads) chunks of a [batch, head, query, key] attention: on the CPU as many heads
-    as fit in `elements` scores (small temporaries are reused; a fresh 100 MiB tensor costs more in page
-    faults than the arithmetic on it), elsewhere every head at once."""
-    n_b, n_h = shape[0], shape[1]
-    per = n_h if device.type != "cpu" else max(1, min(n_h, elements // max(1, shape[2] * shape[3])))
-    return [(b, slice(h, min(h + per, n_h))) for b in range(n_b) for h in range(0, n_h, per)]
+def attention_blocks(shape, heads: list[int], device, elements: Optional[int] = None) -> list[tuple]:
+    """(batch index, positions in `heads`, model heads, query rows) slices covering the `heads` of a [batch,
+    head, query, key] attention. On the CPU a block holds as many consecutive heads as fit in `elements` scores,
+    or a block of one head's query rows where one head does not fit (small temporaries are reused; a fresh
+    100 MiB tensor costs more in page faults than the arithmetic on it); elsewhere every head at once."""
+    n_q, n_k = shape[2], shape[3]
+    cpu, elements = device.type == "cpu", elements or CHUNK_ELEMENTS
+    per = max(1, min(len(heads), elements // max(1, n_q * n_k))) if cpu else len(heads)
+    step = max(1, min(n_q, elements // max(1, n_k))) if cpu else n_q
+    runs, j = [], 0                        # runs of consecutive heads, at most `per` long
+    while j < len(heads):
+        k = j + 1
+        while k < len(heads) and k - j < per and heads[k] == heads[k - 1] + 1:
+            k += 1
+        runs.append((slice(j, k), slice(heads[j], heads[k - 1] + 1)))
+        j = k
+    return [(b, at, hs, slice(r, min(r + step, n_q))) for b in range(shape[0]) for at, hs in runs
+            for r in range(0, n_q, step)]
 
 
-def _pick(mask: Optional[torch.Tensor], b: int, heads: slice) -> Optional[torch.Tensor]:
-    """mask [batch|1, head|1, query, key] -> the [head|1, query, key] part for batch b and `heads`."""
+def _pick(mask: Optional[torch.Tensor], b: int, heads: slice, rows: slice) -> Optional[torch.Tensor]:
+    """mask [batch|1, head|1, query|1, key] -> the [head|1, query rows|1, key] part for batch b, `heads`, `rows`."""
     if mask is None:
         return None
     m = mask[min(b, mask.shape[0] - 1)]
-    return m if m.shape[0] == 1 else m[heads]
+    m = m if m.shape[0] == 1 else m[heads]
+    return m if m.shape[1] == 1 else m[:, rows]
 
 
 def _record(state, layer, query, key, value, scores, probs, attention_mask, direct: bool):

@@ -174,9 +174,11 @@ class AttnModel:
         outs: dict[int, object] = {}
         hooks = [b.register_forward_hook(lambda m, a, o, i=i: outs.__setitem__(i, cap.detached(o)))
                  for i, b in enumerate(self.blocks)]
+        self.state.weights_unused = True          # only the blocks' outputs are kept: no [head, query, key] weights
         try:
             self.forward(ids, use_cache=False)
         finally:
+            self.state.weights_unused = False
             for h in hooks:
                 h.remove()
         return cap.LayerOutputs(ids.cpu(), tuple(outs[i] for i in range(self.n_layers)))
