@@ -305,3 +305,23 @@ def test_check_models_puts_each_models_verdict_side_by_side(tmp_path, monkeypatc
     out = capsys.readouterr().out
     assert "tiny-gpt2 = causal decoder, random weights; minilm = bidirectional encoder" in out
     assert "p1-fig2c-critical" in out and "claims get a different verdict on tiny-gpt2 and minilm" in out
+
+
+def test_causal_lengths_reuse_the_longest_lengths_rows(tiny):
+    """fig1 and fig2a on a causal window compute their per-row tables once, at the longest L, and take each
+    shorter L's first rows (`by_length`): the rows equal those computed on each prefix separately."""
+    ids = torch.randint(0, 1000, (128,), generator=torch.Generator().manual_seed(5))
+    p = ex.resolve_protocol(False, {"lengths": [16, 40, 128], "ns": [1, 5, 20]})
+    cap = ex.Captures(tiny, ids, ex.trace_needs("fig1", p) | ex.trace_needs("fig2a", p))
+    full1, full2 = ex.fig1_table(cap.get(128), p), ex.distance_table(cap.get(128), p, p["ns"])
+    for L in (16, 40, 128):
+        pairs = [(ex.fig1_rows(cap.get(L), p, L), ex.fig1_rows(cap.get(L), p, L, st=full1)),
+                 (ex.distance_rows(cap.get(L), p, p["ns"], L), ex.distance_rows(cap.get(L), p, p["ns"], L, st=full2))]
+        for alone, reused in pairs:
+            assert len(alone) == len(reused) > 0
+            for a, b in zip(alone, reused):
+                assert a.keys() == b.keys()
+                for k, v in a.items():
+                    same = v == b[k] or (isinstance(v, float) and math.isnan(v) and math.isnan(b[k]))
+                    assert same or b[k] == pytest.approx(v, rel=1e-12, abs=1e-15), (L, k, v, b[k])
+    assert {r["N"] for r in ex.distance_rows(cap.get(16), p, p["ns"], 16, st=full2)} == {1, 5}
