@@ -120,9 +120,11 @@ class Result:
             raise CorruptResult(f"{where}: saved under another key ({meta.get('key')}, not {key})")
         if hashlib.sha256(table).hexdigest() != meta["csv_sha256"]:
             raise CorruptResult(f"{out / f'{name}.csv'}: the table differs from the one saved (sha256)")
-        reader = csv.DictReader(io.StringIO(table.decode(), newline=""))
-        rows = [{k: _parse(v) for k, v in r.items()} for r in reader]
-        if len(rows) != meta["n_rows"] or (rows and list(rows[0]) != meta["columns"]):
+        reader = csv.reader(io.StringIO(table.decode(), newline=""))
+        columns, cells = next(reader, []), list(reader)
+        rows = [dict(zip(columns, map(_parse, r))) for r in cells]
+        if (len(rows) != meta["n_rows"] or (rows and columns != meta["columns"])
+                or any(len(r) != len(columns) for r in cells)):
             raise CorruptResult(f"{out / f'{name}.csv'}: {len(rows)} rows / columns differ from the "
                                 f"{meta['n_rows']} rows saved")
         return cls(name=name, rows=rows, provenance=meta["provenance"])
@@ -132,8 +134,17 @@ class Result:
 
 
 def _parse(text: str) -> Any:
+    """A CSV cell as written by `save`: "" -> None, an int, a float, True/False, else the text."""
     if text == "":
         return None
+    if text.isascii() and "_" not in text and text.strip() == text:        # the cells `save` writes: no exceptions
+        digits = text[1:] if text[0] in "+-" else text
+        if digits.isdigit():
+            return int(text)
+        try:
+            return float(text)
+        except ValueError:
+            return {"True": True, "False": False}.get(text, text)
     for cast in (int, float):
         try:
             return cast(text)
