@@ -129,16 +129,22 @@ def temperature_row_stats(scores: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     (layer, head, row) of scores [layer, head, Q, K] (q [layer, head, Q, D], k [layer, head, K, D],
     visible bool [Q, K]): the largest weight of softmax(scores / tau), its entropy / log L_t, and
     whether every weight lies in the Corollary 1 band at T = tau / scaling (on the raw logits q.k).
-    Returns three [layer, head, Q] tensors (float64, float64, bool); one layer at a time in memory."""
+    Returns three [layer, head, Q] tensors (float64, float64, bool), computed a block of ROW_CHUNK elements
+    at a time (float64 temporaries of a whole layer cost more in page faults than the arithmetic)."""
     bounds.check_T(tau)
     vis = visible.to(torch.bool)
     Lt = vis.sum(-1).double()
     lo, hi = bounds.corollary1_log_band(Lt, bounds.corollary1_delta(q, k, vis), tau / scaling)
-    mw, hn, inside = [], [], []
-    for li in range(scores.shape[0]):
-        lw = log_weights(scores[li], tau, vis)
+    lead, Q, K = scores.shape[:-2], scores.shape[-2], scores.shape[-1]
+    S, lo, hi = scores.reshape(-1, Q, K), lo.reshape(-1, Q), hi.reshape(-1, Q)
+    mw, hn = torch.empty(S.shape[:2], dtype=torch.float64), torch.empty(S.shape[:2], dtype=torch.float64)
+    inside = torch.empty(S.shape[:2], dtype=torch.bool)
+    log_len = Lt.log().clamp_min(1e-12)
+    for bs, qs in blocks(S.shape[0], Q, K, ROW_CHUNK):
+        v = vis[qs]
+        lw = log_weights(S[bs, qs], tau, v)
         p = lw.exp()
-        mw.append(p.amax(-1))
-        hn.append(entropy(p, vis) / Lt.log().clamp_min(1e-12))
-        inside.append((lw.masked_fill(~vis, 0).amin(-1) >= lo[li] - 1e-9) & (lw.amax(-1) <= hi[li] + 1e-9))
-    return torch.stack(mw), torch.stack(hn), torch.stack(inside)
+        mw[bs, qs] = p.amax(-1)
+        hn[bs, qs] = entropy(p, v) / log_len[qs]
+        inside[bs, qs] = (lw.masked_fill(~v, 0).amin(-1) >= lo[bs, qs] - 1e-9) & (lw.amax(-1) <= hi[bs, qs] + 1e-9)
+    return mw.reshape(*lead, Q), hn.reshape(*lead, Q), inside.reshape(*lead, Q)
