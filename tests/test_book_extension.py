@@ -83,3 +83,44 @@ def test_embedded_pngs_become_files_a_browser_fetches_when_shown(tmp_path):
     assert len(files) == 1 and files[0].read_bytes() == png                  # one file per distinct image
     link = f"../{ext.IMAGES}/{files[0].name}"
     assert "data:image" not in text and text.count(link) == 3 and f'srcset="{link} 1.25x"' in text
+
+
+def test_chapters_missing_from_the_execution_cache_are_executed_ahead_two_at_a_time(tmp_path, capsys):
+    """`_execute_ahead`: the notebooks not in the cache run before Sphinx reads them and land in the cache, where
+    myst-nb matches them; one already cached is not run again; one that fails is left for myst-nb to report."""
+    import nbformat
+    from jupyter_cache import get_cache
+
+    def notebook(name, code):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, tmp_path / f"{name}.ipynb")
+        return nb
+
+    cached = notebook("01_a", "print('from the cache')")
+    cache = get_cache(str(tmp_path / "cache"))
+    cache.cache_notebook_bundle(ext_bundle(cached, tmp_path / "01_a.ipynb"), check_validity=False)
+    for name, code in (("02_b", "print(2 + 2)"), ("03_c", "print('c')"), ("06_d", "1 / 0")):
+        notebook(name, code)
+    config = SimpleNamespace(nb_execution_mode="cache", nb_execution_cache_path=str(tmp_path / "cache"),
+                             nb_execution_allow_errors=False, nb_execution_timeout=60)
+    env = SimpleNamespace(doc2path=lambda doc: str(tmp_path / f"{doc}.ipynb"))
+    ext._execute_ahead(SimpleNamespace(config=config), env, ["01_a", "02_b", "03_c", "06_d"])
+    err = capsys.readouterr().err
+    assert "executing 3 chapters 2 at a time" in err and "01_a" not in err
+    assert "02_b.ipynb executed" in err and "06_d.ipynb failed" in err
+    outputs = {}
+    for name in ("02_b", "03_c", "06_d"):
+        nb = nbformat.read(tmp_path / f"{name}.ipynb", as_version=4)
+        try:
+            cache.match_cache_notebook(nb)
+            outputs[name] = cache.merge_match_into_notebook(nb)[1].cells[0].outputs[0]["text"]
+        except KeyError:
+            outputs[name] = None
+    assert outputs == {"02_b": "4\n", "03_c": "c\n", "06_d": None}
+
+
+def ext_bundle(nb, path):
+    from jupyter_cache.base import CacheBundleIn
+
+    return CacheBundleIn(nb, str(path), data={"execution_seconds": 0.0})
