@@ -239,7 +239,7 @@ def _execute_ahead(app, env, docnames) -> None:
     """Execute the chapters (.ipynb) Sphinx is about to read whose outputs are not in the execution cache,
     EXECUTE_WORKERS at a time, and store them in that cache, where myst-nb then finds them (it executes one
     notebook at a time while it reads). A chapter that fails is not stored: myst-nb executes it again and
-    reports the failure as usual. While two run, each kernel gets one torch thread (OMP_NUM_THREADS=1)."""
+    reports the failure as usual. Each kernel picks its own thread count from the idle CPUs (`auto_threads`)."""
     config = app.config
     if config.nb_execution_mode != "cache" or EXECUTE_WORKERS < 2:
         return
@@ -287,16 +287,8 @@ def _execute_phase(phase, cache, config) -> None:
         print(f"attnlab: {path.name} {state} in {result.time or 0:.0f} s at {time.strftime('%H:%M:%S')}",
               file=sys.stderr, flush=True)
 
-    # two kernels on two cores: one torch thread each (two each would make OpenMP threads wait on each other)
-    one_thread = len(phase) > 1 and "OMP_NUM_THREADS" not in os.environ
-    if one_thread:
-        os.environ["OMP_NUM_THREADS"] = "1"                       # read by each kernel as it starts
-    try:
-        with ThreadPoolExecutor(EXECUTE_WORKERS) as pool:
-            list(pool.map(run, phase))
-    finally:
-        if one_thread:
-            del os.environ["OMP_NUM_THREADS"]
+    with ThreadPoolExecutor(EXECUTE_WORKERS) as pool:
+        list(pool.map(run, phase))
 
 
 def _launch_only_notebooks(app, pagename, templatename, context, doctree) -> None:
