@@ -69,7 +69,7 @@ npm: node_modules/.installed
 vendor: npm
 	python3 scripts/vendor_assets.py
 
-# The site, from nothing: vendoring, then a strict build (executes the chapters, two at a time; the execution
+# The site, from nothing: vendoring, then a strict build (executes the chapters; the execution
 # cache in _build/.jupyter_cache is kept per model and device). Site: _build/html.
 book: install vendor
 	rm -rf _build/html _build/.doctrees

@@ -4,8 +4,6 @@
   (``_build/.jupyter_cache/<ATTNLAB_MODEL>-<ATTNLAB_DEVICE>-<hash of attnlab/*.py>``): jupyter-cache
   keys notebooks by their code cells only, so without this a build with ATTNLAB_MODEL=gpt2, or after
   a change in attnlab/, would reuse outputs computed with another model or older code.
-- The chapters missing from that cache are executed two at a time, in phases that respect which chapter
-  computes the Results another reads (``EXECUTE_PHASES``), before Sphinx reads them one by one.
 - The footer says which model setting built the site.
 - MPLBACKEND=Agg (exported by the Makefile for the CLI) is dropped, so notebook kernels keep the
   inline backend and show their figures.
@@ -220,75 +218,10 @@ def setup(app):
     if os.environ.get("MPLBACKEND", "").lower() == "agg":
         del os.environ["MPLBACKEND"]
     app.connect("config-inited", _config_inited)
-    app.connect("env-before-read-docs", _execute_ahead)
     app.connect("build-finished", _build_finished)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     app.connect("html-page-context", _launch_only_notebooks, priority=502)     # after the theme's (501)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
-
-
-#: the chapters executed ahead, phase by phase, two at a time (`_execute_ahead`). Phase 1: chapter 1 computes the
-#: first paper's figure Results of the book's model (chapters 2-6 read them) while chapters 7-10 compute their own
-#: experiments; phase 2: chapters 2-5 (each its own readings); phase 3: chapter 6 reads the readings of 2-5. A
-#: chapter not named runs in the last phase; the markdown pages (landing, closing chapter) are left to myst-nb.
-EXECUTE_PHASES = (("01", "07", "08", "09", "10"), ("02", "03", "04", "05"), ("06",))
-EXECUTE_WORKERS = 2
-
-
-def _execute_ahead(app, env, docnames) -> None:
-    """Execute the chapters (.ipynb) Sphinx is about to read whose outputs are not in the execution cache,
-    EXECUTE_WORKERS at a time, and store them in that cache, where myst-nb then finds them (it executes one
-    notebook at a time while it reads). A chapter that fails is not stored: myst-nb executes it again and
-    reports the failure as usual. Each kernel picks its own thread count from the idle CPUs (`auto_threads`)."""
-    config = app.config
-    if config.nb_execution_mode != "cache" or EXECUTE_WORKERS < 2:
-        return
-    import nbformat
-    from jupyter_cache import get_cache
-
-    cache = get_cache(config.nb_execution_cache_path)
-    todo = []
-    for doc in sorted(docnames):
-        path = Path(env.doc2path(doc))
-        if path.suffix == ".ipynb":
-            nb = nbformat.read(path, as_version=4)
-            try:
-                cache.match_cache_notebook(nb)
-            except KeyError:
-                todo.append((path, nb))
-    if len(todo) < 2:
-        return
-    phases = [[t for t in todo if t[0].name[:2] in names] for names in EXECUTE_PHASES]
-    phases[-1] += [t for t in todo if not any(t[0].name[:2] in names for names in EXECUTE_PHASES)]
-    print(f"attnlab: executing {len(todo)} chapters {EXECUTE_WORKERS} at a time", file=sys.stderr, flush=True)
-    for phase in phases:
-        _execute_phase(phase, cache, config)
-
-
-def _execute_phase(phase, cache, config) -> None:
-    import threading
-    import time
-    from concurrent.futures import ThreadPoolExecutor
-
-    from jupyter_cache.base import CacheBundleIn
-    from jupyter_cache.executors.utils import single_nb_execution
-
-    lock = threading.Lock()
-
-    def run(item):
-        path, nb = item
-        result = single_nb_execution(nb, cwd=str(path.parent), allow_errors=config.nb_execution_allow_errors,
-                                     timeout=config.nb_execution_timeout, meta_override=True)
-        if result.err is None:
-            with lock:
-                cache.cache_notebook_bundle(CacheBundleIn(nb, str(path), data={"execution_seconds": result.time}),
-                                            check_validity=False, overwrite=True)
-        state = "executed" if result.err is None else f"failed ({type(result.err).__name__}; myst-nb runs it again)"
-        print(f"attnlab: {path.name} {state} in {result.time or 0:.0f} s at {time.strftime('%H:%M:%S')}",
-              file=sys.stderr, flush=True)
-
-    with ThreadPoolExecutor(EXECUTE_WORKERS) as pool:
-        list(pool.map(run, phase))
 
 
 def _launch_only_notebooks(app, pagename, templatename, context, doctree) -> None:
