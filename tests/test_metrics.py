@@ -162,17 +162,37 @@ def test_row_summary_names_a_bad_value_wherever_it_is():
             rows.row_summary(scores.masked_fill(~vis, 0.0), badp, q, k, 0.5, None)    # all finite scores
 
 
+def test_span_blocks_leave_out_only_keys_no_row_of_the_block_sees():
+    """Causal rows: every (head, row) once, in `engine.blocks`' order, each block's keys cover its rows' visible keys
+    and rows x keys stays within the chunk (one row at least); other visibility keeps every key."""
+    B, Q, chunk = 3, 50, 200
+    causal = torch.ones(Q, Q, dtype=torch.bool).tril()
+    last = engine.last_keys(causal)
+    got = list(engine.span_blocks(B, Q, Q, chunk, last))
+    assert [(b.start, q) for b, qs, _ in got for q in range(qs.start, qs.stop)] == [(b, q) for b in range(B)
+                                                                                   for q in range(Q)]
+    assert all(hi >= last[qs.stop - 1] and ((qs.stop - qs.start) * hi <= chunk or qs.stop - qs.start == 1)
+               for _, qs, hi in got)
+    assert len({(qs.start, qs.stop) for _, qs, _ in got}) < len(list(engine.blocks(1, Q, Q, chunk)))  # more rows early
+    assert engine.last_keys(torch.ones(Q, Q, dtype=torch.bool)) is None
+    assert engine.last_keys(causal.flip(0)) is None                  # rows that see fewer keys as they go
+    assert {hi for _, _, hi in engine.span_blocks(B, Q, Q, chunk, None)} == {Q}
+
+
 def test_row_blocks_cut_causal_rows_inside_the_head_blocks():
     """distance_stats' blocks: causal rows cut at each N (rows valid for the same N together), never more heads per
     block than `engine.blocks` gives (per-head tables are made per block); bidirectional rows are not cut."""
     B, Q, chunk = 12, 64, 64 * 64 * 3
-    causal = torch.arange(1, Q + 1)
-    got = list(distance.row_blocks(B, Q, Q, chunk, causal, [5, 32, 63]))
+    causal = torch.ones(Q, Q, dtype=torch.bool).tril()
+    got = list(distance.row_blocks(B, Q, Q, chunk, causal.sum(-1), [5, 32, 63], engine.last_keys(causal)))
     plain = list(engine.blocks(B, Q, Q, chunk))
-    assert max(b.stop - b.start for b, _ in got) == max(b.stop - b.start for b, _ in plain) == 3
-    assert {(q.start, q.stop) for _, q in got} == {(0, 5), (5, 32), (32, 63), (63, 64)}
-    assert sum((b.stop - b.start) * (q.stop - q.start) for b, q in got) == B * Q
-    assert list(distance.row_blocks(B, Q, Q, chunk, torch.full((Q,), Q), [5, 32])) == plain
+    assert max(b.stop - b.start for b, _, _ in got) == max(b.stop - b.start for b, _ in plain) == 3
+    assert {(q.start, q.stop) for _, q, _ in got} == {(0, 5), (5, 32), (32, 63), (63, 64)}
+    assert sum((b.stop - b.start) * (q.stop - q.start) for b, q, _ in got) == B * Q
+    assert all(hi == q.stop for _, q, hi in got)                     # a causal block sees the keys below its last row
+    full = torch.ones(Q, Q, dtype=torch.bool)
+    assert list(distance.row_blocks(B, Q, Q, chunk, full.sum(-1), [5, 32], engine.last_keys(full))) == \
+        [(b, q, Q) for b, q in plain]
 
 
 def test_fd_grad_norms_leave_out_keys_no_causal_row_sees():

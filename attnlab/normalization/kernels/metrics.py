@@ -189,11 +189,11 @@ def _d2(H, xn2, u, j, i):
 
 
 @numba.njit(parallel=True, cache=True)
-def _d1_small(H, xn2, far2, col, inv, order, N, vis, out):
-    """H [u, K, K] (`distance._far_tables`), xn2 [u, K]; far2 [u, K, P]: the largest d2[j, i] over the keys i
-    visible at column P; col [q] row t's column; inv [b] head -> table; order [b, q, >= N]; vis uint8
-    [q, K] (shape [0, K]: all visible); out [b, q] float64."""
-    b, q, K = order.shape[0], order.shape[1], H.shape[1]
+def _d1_small(H, xn2, far2, col, inv, order, N, vis, K, out):
+    """H [u, K_all, K_all] (`distance._far_tables`), xn2 [u, K_all]; far2 [u, K_all, P]: the largest d2[j, i] over
+    the keys i visible at column P; col [q] row t's column; inv [b] head -> table; order [b, q, >= N]; vis uint8
+    [q, K] (shape [0, K]: all visible); K <= K_all: the rows' keys; out [b, q] float64."""
+    b, q = order.shape[0], order.shape[1]
     every = vis.shape[0] == 0
     for r in numba.prange(b * q):
         m, t = r // q, r % q
@@ -219,16 +219,17 @@ def _d1_small(H, xn2, far2, col, inv, order, N, vis, out):
 
 
 def d1_small(H: torch.Tensor, xn2: torch.Tensor, far2: torch.Tensor, col: torch.Tensor, inv: torch.Tensor,
-             order: torch.Tensor, N: int, vis: torch.Tensor | None) -> torch.Tensor:
+             order: torch.Tensor, N: int, vis: torch.Tensor | None, K: int | None = None) -> torch.Tensor:
     """float64 [b, q]: d1 = max over the N selected keys j (order[..., :N]) and the visible
-    non-selected keys i of ||x_i - x_j|| (-inf where there is no such i), from the tables of
-    `distance._far_tables`: one lookup per selected key, a scan of j's distances only where j's farthest
-    visible key is itself selected."""
+    non-selected keys i < K (default: every key of the tables) of ||x_i - x_j|| (-inf where there is no
+    such i), from the tables of `distance._far_tables`: one lookup per selected key, a scan of j's distances
+    only where j's farthest visible key is itself selected."""
+    K = H.shape[1] if K is None else K
     b, q = order.shape[:2]
     use_threads()
     out = torch.empty(b, q, dtype=torch.float64)
     _d1_small(H.contiguous().numpy(), xn2.contiguous().numpy(), far2.contiguous().numpy(), col.contiguous().numpy(),
-              inv.contiguous().numpy(), order.contiguous().numpy(), int(N), _vis(vis, H.shape[1]), out.numpy())
+              inv.contiguous().numpy(), order.contiguous().numpy(), int(N), _vis(vis, K), int(K), out.numpy())
     return out
 
 

@@ -16,16 +16,17 @@ from attnlab.normalization.metrics.engine import (
     DEFAULT_CHUNK,
     SMALL_N,
     RowBlock,
-    blocks,
     check_inputs,
     check_ns,
     check_stats,
     cpu_kernels,
     flatten_heads,
+    last_keys,
     nan_rows,
     prefix_lengths,
     root_sum,
     same_x,
+    span_blocks,
     unique_x,
 )
 
@@ -45,21 +46,23 @@ def _table_d1(N: int, kernels) -> bool:
     return N <= (TABLE_D1_N if kernels is not None else SMALL_N)
 
 
-def _far_tables(rows: "RowBlock", ns: Sequence[int], m: int, key: tuple = (), cache: Optional[dict] = None) -> dict:
-    """Lookup tables for `_d1`. For small N and prefix-shaped visibility (bidirectional or causal rows):
-    H [u, K, K] (float64), H_ji = ||x_i||^2 - 2 x_j.x_i, so that the squared distance is
-    d2[j, i] = H_ji + ||x_j||^2 (formed so wherever it is needed); xn2 [u, K] = ||x_i||^2; and far2
-    [u, K, P], the largest d2[j, i] over the first n keys, at column col[t] for row t's n = L_t. For
-    larger N: each key's m farthest keys, farthest first (far_dist, far_idx [u, K, m]), for the keys
-    that are ever selected. `cache` (a dict kept across the row blocks of one call) keeps H and far2 for
+def _far_tables(rows: "RowBlock", ns: Sequence[int], m: int, x_all: torch.Tensor, key: tuple = (),
+                cache: Optional[dict] = None) -> dict:
+    """Lookup tables for `_d1`. For small N and prefix-shaped visibility (bidirectional or causal rows), over
+    all the keys of x_all [u, K_all, D] (the block's distinct x; the block's own keys may stop earlier, `span_blocks`):
+    H [u, K_all, K_all] (float64), H_ji = ||x_i||^2 - 2 x_j.x_i, so that the squared distance is
+    d2[j, i] = H_ji + ||x_j||^2 (formed so wherever it is needed); xn2 [u, K_all] = ||x_i||^2; and far2
+    [u, K_all, P], the largest d2[j, i] over the first n keys, at column col[t] for row t's n = L_t. For
+    larger N: each key's m farthest keys among the block's, farthest first (far_dist, far_idx [u, K, m]), for
+    the keys that are ever selected. `cache` (a dict kept across the row blocks of one call) keeps H and far2 for
     the distinct x named by `key` (`unique_x`; heads with equal x share one, `same_x`): they depend on the x only,
     and a long window's row blocks of one head would otherwise form them again each (O(K^2 D) per block)."""
-    Xu, K = rows.Xu, rows.a.shape[-1]
-    xn2 = (Xu * Xu).sum(-1)
     tables = {}
     n_vis = rows.n if rows.prefix else None
     kernels = cpu_kernels(rows.a)
     if n_vis is not None and _table_d1(ns[0], kernels):
+        Xu, K = x_all, x_all.shape[1]
+        xn2 = (Xu * Xu).sum(-1)
         full = bool((n_vis == K).all())
         cache = {} if cache is None else cache
         if cache.get("key") != (key, full, K) or not key:
@@ -75,6 +78,8 @@ def _far_tables(rows: "RowBlock", ns: Sequence[int], m: int, key: tuple = (), ca
         col = torch.zeros_like(n_vis) if full else (n_vis - 1).clamp_min(0)
         tables["small"] = (cache["H"], xn2, cache["far2"], col)
     if not _table_d1(ns[-1], kernels) or "small" not in tables:
+        Xu, K = rows.Xu, rows.a.shape[-1]
+        xn2 = (Xu * Xu).sum(-1)
         m = min(m, K)
         far_dist = torch.zeros(Xu.shape[0], K, m, dtype=Xu.dtype, device=Xu.device)
         far_idx = torch.zeros(Xu.shape[0], K, m, dtype=torch.long, device=Xu.device)
@@ -96,19 +101,18 @@ def _d1(rows: RowBlock, N: int, tables: dict, ok: torch.Tensor, chunk: int) -> t
     than every selected key, and then gives max_i ||x_i - x_j|| (on CPU: `kernels.d1_small`).
     Otherwise ("candidates"): j's farthest keys, farthest first: the first one that is visible and not
     selected gives it. Rows where some j is left undecided are recomputed over all keys. `ok` [b, q]
-    marks the rows that count."""
+    marks the rows that count. The "small" tables may cover more keys than the block (`_far_tables`)."""
     kernels = cpu_kernels(rows.a)
-    if _table_d1(N, kernels) and "small" in tables and kernels is not None:
-        return kernels.d1_small(*tables["small"], rows.inv, rows.order, N, rows.vis if rows.masked else None)
     b, q, K = rows.a.shape
+    if _table_d1(N, kernels) and "small" in tables and kernels is not None:
+        return kernels.d1_small(*tables["small"], rows.inv, rows.order, N, rows.vis if rows.masked else None, K)
     j = rows.order[..., :N]                                              # [b, q, N]
+    u = rows.inv.view(b, 1, 1)                                           # each head's table
     if N <= SMALL_N and "small" in tables:
         H, xn2, far2, col = tables["small"]
-        P = far2.shape[-1]
-        base = rows.inv.view(b, 1, 1) * K                                # first row of each head's table
-        fj = torch.take(far2, ((base + j) * P + col.view(1, q, 1)))     # [b, q, N]
-        Hjj = torch.take(H, ((base + j).unsqueeze(-1) * K + j.unsqueeze(-2)))                # [b, q, N, N]
-        ms = (Hjj + torch.take(xn2, base + j).unsqueeze(-1)).amax(-1)  # d2 to the selected i, max over i
+        fj = far2[u, j, col.view(1, q, 1)]                               # [b, q, N]
+        Hjj = H[u.unsqueeze(-1), j.unsqueeze(-1), j.unsqueeze(-2)]       # [b, q, N, N]
+        ms = (Hjj + xn2[u, j].unsqueeze(-1)).amax(-1)                    # d2 to the selected i, max over i
         best = torch.where(ms < fj, fj.clamp_min(0).sqrt(), float("-inf"))          # [b, q, N]
     else:
         far_dist, far_idx = tables["candidates"]
@@ -131,8 +135,8 @@ def _d1(rows: RowBlock, N: int, tables: dict, ok: torch.Tensor, chunk: int) -> t
             cs = slice(c0, c0 + step)
             if "small" in tables:                                        # rows of the H table
                 H, xn2, _, _ = tables["small"]
-                at = (rows.inv[bb[cs]].unsqueeze(-1) * K + jj[cs]).flatten()
-                d2 = H.view(-1, K).index_select(0, at).view(-1, N, K) + xn2.view(-1).index_select(0, at).view(-1, N, 1)
+                uj = (rows.inv[bb[cs]].unsqueeze(-1), jj[cs])            # [r, N] each
+                d2 = H[uj][..., :K] + xn2[uj].unsqueeze(-1)
             else:
                 xj = rows.X[bb[cs].unsqueeze(-1), jj[cs]]                # [r, N, D]
                 d2 = torch.einsum("rnd,rkd->rnk", xj, rows.X[bb[cs]]).mul_(-2)
@@ -274,15 +278,16 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     order = _check_order(order, probs, ns, stats, B, Q)
     out = torch.empty(len(stats), len(ns), B, Q, dtype=torch.float64)    # one write per (N, block)
     need = set(stats)
-    lengths, prefix = vis.sum(-1), prefix_lengths(vis) is not None      # (once, not per block)
+    lengths = vis.sum(-1)                                                # (once, not per block)
+    prefix = prefix_lengths(vis, lengths) is not None
     far_cache: dict = {}                                                 # `_far_tables`' H and far2, per distinct x
-    for bs, qs in row_blocks(B, Q, K, chunk, lengths, ns):
-        Xu, inv, key = unique_x(X, xmap, bs, dtype)
-        rows = RowBlock(P[bs, qs], vis[qs], Xu, inv, ns[-1], dtype, lengths[qs], prefix,
+    for bs, qs, hi in row_blocks(B, Q, K, chunk, lengths, ns, last_keys(vis)):
+        Xu, inv, key = unique_x(X, xmap, bs, dtype)                      # (keys past hi: seen by no row of the block)
+        rows = RowBlock(P[bs, qs, :hi], vis[qs, :hi], Xu[:, :hi], inv, min(ns[-1], hi), dtype, lengths[qs], prefix,
                         order=None if order is None else order[bs, qs])
         far = table = sums = None                                        # (the last block's tables may go first)
-        sums = _row_sums(rows, vis[qs], need)
-        far = _far_tables(rows, ns, FAR_CANDIDATES, key, far_cache) if D1_STATS & need else {}
+        sums = _row_sums(rows, vis[qs, :hi], need)
+        far = _far_tables(rows, ns, FAR_CANDIDATES, Xu, key, far_cache) if D1_STATS & need else {}
         # x_i.s for N <= SMALL_N from the d1 table H (kernels only): N products per key instead of D
         on_kernels = cpu_kernels(rows.a) is not None and dtype == torch.float64
         table = (far["small"][0], rows.inv) if on_kernels and "small" in far else None
@@ -300,19 +305,21 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     return {k: out[i].permute(1, 2, 0).reshape(*lead, Q, len(ns)) for i, k in enumerate(stats)}
 
 
-def row_blocks(B: int, Q: int, K: int, chunk: int, lengths: torch.Tensor, ns: Sequence[int]):
-    """`engine.blocks`, with each block's rows also cut where a row's visible keys first exceed each N in ns, when
-    they grow with the row (causal): a block then holds only rows valid for the same N and skips the N none of its
-    rows has (at L = 1024 and N = L - 1, one row instead of 1024). The heads per block stay those of
-    `engine.blocks` (per-head tables are made per block)."""
+def row_blocks(B: int, Q: int, K: int, chunk: int, lengths: torch.Tensor, ns: Sequence[int],
+               last: Optional[list[int]] = None):
+    """(heads, rows, hi) blocks of `engine.span_blocks` (causal rows, `last` = `engine.last_keys`: the keys past hi
+    are seen by no row of the block; None: hi = K), with each block's rows also cut where a row's visible keys
+    (lengths [Q]) first exceed each N in ns, when they grow with the row (causal): a block then holds only rows
+    valid for the same N and skips the N none of its rows has (at L = 1024 and N = L - 1, one row instead of 1024).
+    The heads per block stay those of `engine.blocks` (per-head tables are made per block)."""
     n = lengths.cpu()
     cuts = []
     if Q > 1 and bool((n[1:] >= n[:-1]).all()):
         cuts = sorted({int(torch.searchsorted(n, N, right=True)) for N in ns})
-    for bs, qs in blocks(B, Q, K, chunk):
+    for bs, qs, hi in span_blocks(B, Q, K, chunk, last):
         edges = [qs.start, *(c for c in cuts if qs.start < c < qs.stop), qs.stop]
         for q0, q1 in zip(edges, edges[1:]):
-            yield bs, slice(q0, q1)
+            yield bs, slice(q0, q1), (hi if last is None else max(1, last[q1 - 1]))
 
 
 def dtilde(probs, x, n: int, visible=None, *, reading: str = "b", chunk: int = DEFAULT_CHUNK) -> torch.Tensor:

@@ -32,6 +32,7 @@ per-row outputs come back on the CPU.
 """
 from __future__ import annotations
 
+import bisect
 import os
 from typing import Iterable, Iterator, Optional, Sequence
 
@@ -137,6 +138,37 @@ def blocks(B: int, Q: int, K: int, chunk: int) -> Iterator[tuple[slice, slice]]:
         for b0 in range(B):
             for q0 in range(0, Q, nq):
                 yield slice(b0, b0 + 1), slice(q0, min(Q, q0 + nq))
+
+
+def last_keys(vis: torch.Tensor) -> Optional[list[int]]:
+    """Each row's last visible key + 1, for vis bool [Q, K] whose rows see more keys as they go (causal rows:
+    non-decreasing, the first below K); None otherwise (no keys to leave out)."""
+    K = vis.shape[-1]
+    last = torch.where(vis.any(-1), K - vis.flip(-1).to(torch.uint8).argmax(-1), 0).cpu()   # (first True, flipped)
+    if len(last) < 2 or int(last[0]) >= vis.shape[-1] or not bool((last[1:] >= last[:-1]).all()):
+        return None
+    return last.tolist()
+
+
+def span_blocks(B: int, Q: int, K: int, chunk: int, last: Optional[list[int]]) -> Iterator[tuple[slice, slice, int]]:
+    """`blocks`, each with hi: the keys its rows see all lie below hi (`last_keys`; K when last is None). When
+    a head's rows are split, causal rows (`last` given) are cut so that rows * hi <= chunk: early rows see
+    few keys, so a block holds more of them, and the keys past hi (invisible to every row of the block) are
+    left out of its work (about half of them at long L)."""
+    if last is None or Q * K <= chunk:
+        for bs, qs in blocks(B, Q, K, chunk):
+            yield bs, qs, K
+        return
+    starts = []
+    q0 = 0
+    while q0 < Q:
+        q1 = bisect.bisect_right(range(q0 + 1, Q + 1), chunk, key=lambda q: (q - q0) * last[q - 1]) + q0
+        q1 = max(q1, q0 + 1)
+        starts.append((q0, q1))
+        q0 = q1
+    for b0 in range(B):
+        for q0, q1 in starts:
+            yield slice(b0, b0 + 1), slice(q0, q1), max(1, last[q1 - 1])
 
 
 def key_spans(vis: torch.Tensor, pieces: int = 8) -> list[tuple[slice, int]]:
@@ -283,7 +315,7 @@ class RowBlock:
 
     def __init__(self, probs, vis, Xu, inv, k: int, dtype, lengths=None, prefix=None, order=None):
         self.order = top_order(probs, vis, k) if order is None else order[..., :k].long()
-        self.p = probs
+        self.p = probs.contiguous()                                      # (the kernels read it so)
         self.n = vis.sum(-1) if lengths is None else lengths
         self.masked = bool((self.n < vis.shape[-1]).any())
         self._prefix = prefix
@@ -310,8 +342,7 @@ class RowBlock:
             w = torch.zeros_like(self.a).scatter_(-1, self.order[..., lo:hi], 1.0).mul_(self.a)
             return torch.bmm(w, self.X)
         j = self.order[..., lo:hi]
-        K, D = self.Xu.shape[1:]
-        xj = self.Xu.view(-1, D).index_select(0, (self.inv.view(b, 1, 1) * K + j).flatten()).view(b, q, -1, D)
+        xj = self.Xu[self.inv.view(b, 1, 1), j]                          # [b, q, hi - lo, D]
         return (self.a.gather(-1, j).unsqueeze(-1) * xj).sum(-2)
 
     def selected(self, N: int) -> torch.Tensor:
@@ -348,9 +379,9 @@ def nan_rows(value: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
     return value.masked_fill(~ok, float("nan"))
 
 
-def prefix_lengths(vis: torch.Tensor) -> Optional[torch.Tensor]:
-    """If every row's visible set is {0..n_t-1}, return n_t [q]; else None."""
-    n = vis.sum(-1)
+def prefix_lengths(vis: torch.Tensor, n: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+    """If every row's visible set is {0..n_t-1}, return n_t [q] (n: vis.sum(-1), when the caller has it); else None."""
+    n = vis.sum(-1) if n is None else n
     ar = torch.arange(vis.shape[-1], device=vis.device)
     return n if bool(torch.equal(vis, ar.unsqueeze(0) < n.unsqueeze(-1))) else None
 

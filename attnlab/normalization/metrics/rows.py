@@ -8,7 +8,14 @@ import numpy as np
 import torch
 
 from attnlab.normalization import bounds
-from attnlab.normalization.metrics.engine import blocks, check_inputs, cpu_kernels, visible_scores
+from attnlab.normalization.metrics.engine import (
+    blocks,
+    check_inputs,
+    cpu_kernels,
+    last_keys,
+    span_blocks,
+    visible_scores,
+)
 
 # elements of one [heads, rows, K] block of `row_summary`: its float32 temporaries (1 MiB each) stay in a
 # core's L2 cache between passes (at MiniLM's L = 512, 8.4 ms per layer against 11-14 ms with 1 << 20)
@@ -49,20 +56,21 @@ def _block_stats(S: torch.Tensor, P: torch.Tensor, Qv: torch.Tensor, Kv: torch.T
                  vis: torch.Tensor, chunk: int, checked: bool) -> Optional[dict[str, torch.Tensor]]:
     """row_summary's pass over scores / probs S, P [B, Q, K] (q Qv [B, Q, D], k Kv [B, K, D] float32), block by
     block: per row max_weight, entropy, score_min / score_max / neg_log_sum (-log sum_i exp(s_i - max)) over the
-    visible keys (vis bool [Q, K]), logit_err; each [B, Q] float64. checked=False: None as soon as a block
-    holds a value that is not finite."""
-    masked = not bool(vis.all())
+    visible keys (vis bool [Q, K]), logit_err; each [B, Q] float64. Causal rows: each block leaves out the keys
+    none of its rows sees (`span_blocks`). checked=False (every weight finite, no score NaN or +inf): None as
+    soon as a block has a -inf score on a visible key (or a row with no visible key)."""
     inf = float("inf")
     keys = ("max_weight", "entropy", "score_min", "score_max", "neg_log_sum", "logit_err")
     parts = {key: [] for key in keys}                                   # blocks in order: heads, then rows
-    for bs, qs in blocks(S.shape[0], S.shape[1], S.shape[2], chunk):
-        v = vis[qs]
-        sc, p = S[bs, qs].float(), P[bs, qs].float()                     # [b, q, K]
-        if not checked and not (bool(torch.isfinite(p.sum())) and bool(torch.isfinite(sc.sum()))):
-            return None
+    for bs, qs, kmax in span_blocks(*S.shape, chunk, last_keys(vis)):
+        v = vis[qs, :kmax]
+        sc, p = S[bs, qs, :kmax].float(), P[bs, qs, :kmax].float()       # [b, q, k]
+        masked = not bool(v.all())
         if masked:
             sc, p = torch.where(v, sc, -inf), torch.where(v, p, 0.0)
         hi, lo = sc.amax(-1), (torch.where(v, sc, inf) if masked else sc).amin(-1)
+        if not checked and not (bool(torch.isfinite(hi).all()) and bool(torch.isfinite(lo).all())):
+            return None
         # log sum_i exp(s_i - max) over visible keys: ATen's fused log_softmax (float32, exp to 2 ulp, sum in
         # float32; log weights within 3.7e-7 of the float64 oracle on every row of MiniLM at L = 512 and the GPT-2
         # shape at L = 1024; half the time of a separate exp pass) has its negative as its largest entry
@@ -72,7 +80,7 @@ def _block_stats(S: torch.Tensor, P: torch.Tensor, Qv: torch.Tensor, Kv: torch.T
         plogp = log_f32(p).mul_(p).nansum(-1)
         # |scaling q.k - score| in float32, like the model's own logits (rounding ~1e-7 of |score|,
         # far below the 1e-3 the claims test; masked keys: +inf, then 0)
-        err = torch.baddbmm(sc, Qv[bs, qs], Kv[bs].transpose(-1, -2), beta=-1, alpha=scaling).abs_()
+        err = torch.baddbmm(sc, Qv[bs, qs], Kv[bs, :kmax].transpose(-1, -2), beta=-1, alpha=scaling).abs_()
         if masked:
             err = torch.where(v, err, 0.0)
         vals = {"max_weight": p.amax(-1), "entropy": plogp.neg_(), "score_min": lo, "score_max": hi,
@@ -103,10 +111,13 @@ def row_summary(scores: torch.Tensor, probs: torch.Tensor, q: torch.Tensor, k: t
     S, P = scores.reshape(-1, Q, K), probs.reshape(-1, Q, K)
     Qv, Kv = q.reshape(-1, Q, q.shape[-1]).float(), k.reshape(-1, K, k.shape[-1]).float()
     B = S.shape[0]
-    # first as if every score and weight were finite, checked block by block while the block is in cache (a
-    # separate checking pass over [heads, Q, K] costs ~10% of the whole); at the first block that is not
-    # (a -inf mask, or a bad value), the full checks, which name a bad value, and the masked computation
-    out = _block_stats(S, P, Qv, Kv, scaling, vis, chunk, checked=False)
+    # one reduction over each tensor finds any bad value (probs: one not finite; scores: NaN or +inf, masked keys
+    # included); then the visible keys as given, with a -inf score on one of them found block by block while the
+    # block is in cache (a separate pass to find the mask costs ~10% of the whole). At a bad value or such a -inf,
+    # the full checks, which name the bad value, and the keys the scores mask left out too
+    top = S.amax() if S.numel() else torch.zeros(())
+    clean = bool(torch.isfinite(P.sum())) and not bool(torch.isnan(top)) and float(top) < float("inf")
+    out = _block_stats(S, P, Qv, Kv, scaling, vis, chunk, checked=False) if clean else None
     if out is None:
         vis = check_inputs(probs, None, visible) & visible_scores(scores, visible)
         out = _block_stats(S, P, Qv, Kv, scaling, vis, chunk, checked=True)
