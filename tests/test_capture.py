@@ -174,6 +174,19 @@ def test_query_row_blocks_give_the_same_capture(tiny, monkeypatch):
     assert all(torch.allclose(a[0], b[0], atol=1e-5) for a, b in zip(record.outputs, again.outputs))
 
 
+def test_a_block_of_causal_rows_leaves_out_only_the_keys_its_mask_hides():
+    """`seen_keys`: the last key any row of the block may see, + 1, from an additive or a bool mask; every key when
+    a row sees none (such rows then come out as they would without the cut)."""
+    causal = torch.ones(10, 10, dtype=torch.bool).tril()
+    additive = torch.zeros(10, 10).masked_fill(~causal, torch.finfo(torch.float32).min)
+    assert cap.seen_keys(additive[None, 3:6]) == 6 and cap.seen_keys(causal[None, 3:6]) == 6
+    assert cap.seen_keys(causal[None, 9:]) == 10
+    padded = causal.clone()
+    padded[:, 0] = False                                          # a padded first key changes nothing past it
+    assert cap.seen_keys(padded[None, :4]) == 4
+    assert cap.seen_keys(torch.zeros(1, 2, 10, dtype=torch.bool)) == 10
+
+
 def test_a_native_pass_for_layer_outputs_forms_no_attention_weights(tiny):
     seen = []
     hooks = [m.register_forward_hook(lambda mod, a, out: seen.append(out[1])) for m in tiny._modules]

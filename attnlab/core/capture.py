@@ -142,8 +142,10 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
     where nobody reads them (`CaptureState.weights_unused`). While recording on the CPU, scores and probs are
     written straight into the Trace's buffers (`out=`), so capturing costs no extra copy of the [head, query,
     key] matrices. On the CPU the [query, key] matrices are formed a few heads, or a block of one head's query
-    rows, at a time (`attention_blocks`): same numbers, small temporaries. In the last recorded layer only the
-    recorded heads are computed and no output is formed: the pass stops there.
+    rows, at a time (`attention_blocks`): same numbers, small temporaries; a block of rows leaves out the keys
+    the mask hides from all of them (`seen_keys`: causal rows, about half the keys at long L), whose weights
+    are 0 (and scores -inf when recorded). In the last recorded layer only the recorded heads are computed and
+    no output is formed: the pass stops there.
     """
     state: Optional[CaptureState] = getattr(module, "_attnlab", None)
     layer = getattr(module, "_attnlab_layer", None)
@@ -173,20 +175,32 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
     output = None if last else query.new_empty((*shape[:-1], value.shape[-1]))   # [batch, head, query, d_head]
     swap = state.normalizers.get(layer) if state is not None else None
     visible = visible_from_mask(attention_mask, shape[-2], shape[-1]) if swap is not None else None
+    spans: dict = {}                        # the mask's part of a block -> `seen_keys` (the heads share one mask)
     for b, at, hs, rows in attention_blocks(shape, heads, query.device):
+        mask = _pick(attention_mask, b, hs, rows)
+        hi = shape[-1]
+        if swap is None and mask is not None and query.device.type == "cpu":   # (normalizers see every key)
+            part = (min(b, attention_mask.shape[0] - 1), (hs.start, hs.stop) if attention_mask.shape[1] > 1 else None,
+                    (rows.start, rows.stop))
+            if part not in spans:
+                spans[part] = seen_keys(mask)
+            hi = spans[part]
         kept = scores_out[0, at, rows] if scores_out is not None else (None if scores is None else scores[b, hs, rows])
-        s = torch.matmul(query[b, hs, rows], key[b, hs].transpose(-1, -2), out=kept)
+        kept = None if kept is None else kept[..., :hi]
+        s = torch.matmul(query[b, hs, rows], key[b, hs, :hi].transpose(-1, -2), out=kept)
         s = s.mul_(scaling) if kept is not None else s * scaling
         target = probs_out[0, at, rows] if probs_out is not None else (None if probs is None else probs[b, hs, rows])
+        if target is not None and hi < shape[-1]:
+            target[..., hi:] = 0.0                                    # (scores there: -inf, set by `_record`)
+        target = None if target is None else target[..., :hi]
         if swap is None:
-            mask = _pick(attention_mask, b, hs, rows)
-            target = torch.softmax(s + mask if mask is not None else s, dim=-1, out=target)
+            target = torch.softmax(s + mask[..., :hi] if mask is not None else s, dim=-1, out=target)
         else:
             w = swap(s, _pick(visible, b, hs, rows))
             target = w if target is None else target.copy_(w)
         if output is not None:
             p = torch.nn.functional.dropout(target, p=dropout, training=module.training)
-            torch.matmul(p, value[b, hs], out=output[b, hs, rows])
+            torch.matmul(p, value[b, hs, :hi], out=output[b, hs, rows])
     if recording:
         _record(state, layer, query, key, value, scores, probs, attention_mask, direct=scores_out is not None)
         if last:
@@ -213,6 +227,14 @@ def attention_blocks(shape, heads: list[int], device, elements: Optional[int] = 
         j = k
     return [(b, at, hs, slice(r, min(r + step, n_q))) for b in range(shape[0]) for at, hs in runs
             for r in range(0, n_q, step)]
+
+
+def seen_keys(mask: torch.Tensor) -> int:
+    """The last key any row of mask [..., rows, K] (additive float, 0 = visible, or bool) lets through, + 1: the keys
+    past it are hidden from every row (K when no key is visible: such rows keep every key, as without this)."""
+    vis = visible_from_mask(mask, 0, 0).reshape(-1, mask.shape[-1]).any(0)               # [K]
+    K = vis.shape[0]
+    return K - int(vis.flip(0).to(torch.uint8).argmax()) if bool(vis.any()) else K
 
 
 def _pick(mask: Optional[torch.Tensor], b: int, heads: slice, rows: slice) -> Optional[torch.Tensor]:
