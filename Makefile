@@ -69,8 +69,9 @@ npm: node_modules/.installed
 vendor: npm
 	python3 scripts/vendor_assets.py
 
-# The site, from nothing: vendoring, then a strict build (executes the chapters; the execution
-# cache in _build/.jupyter_cache is kept per model and device). Site: _build/html.
+# The site, from nothing: vendoring, then a strict build (executes the chapters; their execution cache,
+# ~/.cache/attnlab/book-execution, is kept per model, device, package sources and library versions, so a fresh
+# clone of the same sources reuses it: scripts/attnlab_book.py). Site: _build/html.
 book: install vendor
 	rm -rf _build/html _build/.doctrees
 	$(MAKE) --no-print-directory book-html

@@ -1,9 +1,11 @@
 """Sphinx extension for the attnlab book (loaded by _config.yml: sphinx.local_extensions).
 
-- One jupyter-cache per model, device and version of the package sources
-  (``_build/.jupyter_cache/<ATTNLAB_MODEL>-<ATTNLAB_DEVICE>-<hash of attnlab/*.py>``): jupyter-cache
-  keys notebooks by their code cells only, so without this a build with ATTNLAB_MODEL=gpt2, or after
-  a change in attnlab/, would reuse outputs computed with another model or older code.
+- One jupyter-cache per model, device, version of the package sources and of the libraries the chapters run
+  on (``<ATTNLAB_CACHE_DIR, default ~/.cache/attnlab>/book-execution/<ATTNLAB_MODEL>-<ATTNLAB_DEVICE>-<hash>``,
+  beside the Results): jupyter-cache keys notebooks by their code cells only, so without this a build with
+  ATTNLAB_MODEL=gpt2, or after a change in attnlab/ or an upgrade of torch, would reuse outputs computed with
+  another model, older code or other libraries. Outside the clone, so that a fresh clone of the same sources (as
+  CI makes) reuses the chapters' executions; delete the folder to run every chapter again.
 - The footer says which model setting built the site.
 - MPLBACKEND=Agg (exported by the Makefile for the CLI) is dropped, so notebook kernels keep the
   inline backend and show their figures.
@@ -31,19 +33,43 @@ def _setting() -> tuple[str, str]:
     return os.environ.get("ATTNLAB_MODEL", "auto"), os.environ.get("ATTNLAB_DEVICE", "cpu")
 
 
+# the libraries whose version can change what a chapter prints or draws (with Python's own version)
+_LIBRARIES = ("torch", "transformers", "numpy", "scipy", "matplotlib", "numba", "entmax", "gguf", "accelerate",
+              "tokenizers", "safetensors", "ipywidgets", "ipykernel", "myst-nb", "jupyter-cache")
+
+
+def _environment() -> str:
+    """Python's version and those of `_LIBRARIES` ("-" where one is not installed), one line."""
+    from importlib import metadata
+
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "-"
+
+    return " ".join([sys.version.split()[0], *(f"{name}={version(name)}" for name in _LIBRARIES)])
+
+
 def _package_digest(root: Path) -> str:
-    """Short hash of the attnlab package sources: chapter outputs depend on them too."""
-    digest = hashlib.sha256()
+    """Short hash of the attnlab package sources and `_environment`: chapter outputs depend on them too."""
+    digest = hashlib.sha256(_environment().encode() + b"\0")
     for path in sorted((root / "attnlab").rglob("*.py")):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
+
+
+def _execution_caches() -> Path:
+    """The folder of the chapters' execution caches: book-execution/ in attnlab's cache folder (ATTNLAB_CACHE_DIR,
+    default ~/.cache/attnlab: `attnlab.core.text.cache_dir`, not imported here so the build does not load torch)."""
+    return Path(os.environ.get("ATTNLAB_CACHE_DIR", Path.home() / ".cache" / "attnlab")).expanduser() / "book-execution"
 
 
 def _config_inited(app, config) -> None:
     model, device = _setting()
     if not config.nb_execution_cache_path:
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{model}-{device}")
-        caches = Path(app.outdir).parent / ".jupyter_cache"
+        caches = _execution_caches()
         current = caches / f"{slug}-{_package_digest(Path(app.srcdir))}"
         # Caches of older package versions for this model/device are stale: drop them.
         for old in caches.glob(f"{glob.escape(slug)}-*"):

@@ -83,3 +83,26 @@ def test_embedded_pngs_become_files_a_browser_fetches_when_shown(tmp_path):
     assert len(files) == 1 and files[0].read_bytes() == png                  # one file per distinct image
     link = f"../{ext.IMAGES}/{files[0].name}"
     assert "data:image" not in text and text.count(link) == 3 and f'srcset="{link} 1.25x"' in text
+
+
+def test_the_execution_cache_lives_outside_the_clone_keyed_by_sources_and_libraries(monkeypatch, tmp_path):
+    """A fresh clone of the same sources finds the chapters' executions (ATTNLAB_CACHE_DIR/book-execution); another
+    model, package source or library version gets its own cache, and a stale one of the same setting is dropped."""
+    monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("ATTNLAB_MODEL", "auto")
+    monkeypatch.setattr(ext, "_reachable", lambda url, timeout=4.0: True)
+    app = SimpleNamespace(srcdir=str(ROOT))
+
+    def path():
+        config = SimpleNamespace(nb_execution_cache_path="", myst_substitutions={}, html_theme_options={})
+        ext._config_inited(app, config)
+        return Path(config.nb_execution_cache_path)
+
+    stale = tmp_path / "book-execution" / "auto-cpu-0123456789ab"
+    stale.mkdir(parents=True)
+    first = path()
+    assert first.parent == tmp_path / "book-execution" and first.name.startswith("auto-cpu-")
+    assert path() == first and not stale.exists()
+    monkeypatch.setattr(ext, "_environment", lambda: "3.11.7 torch=9.9")
+    assert path() != first                                          # another torch: other outputs
+    assert "torch" in ext._LIBRARIES and "transformers" in ext._LIBRARIES
