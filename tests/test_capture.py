@@ -174,6 +174,22 @@ def test_query_row_blocks_give_the_same_capture(tiny, monkeypatch):
     assert all(torch.allclose(a[0], b[0], atol=1e-5) for a, b in zip(record.outputs, again.outputs))
 
 
+def test_captures_into_a_storage_reuse_its_memory_and_give_the_same_trace(tiny):
+    """`capture(storage=...)`: block after block in the same memory (grown when a block needs more), same numbers."""
+    ids = torch.arange(500, 540)
+    storage = {}
+    first = tiny.capture(ids, layers=[1], heads=[0, 1], keep=("probs", "scores"), storage=storage)
+    ptr = storage["probs"].data_ptr()
+    assert first.probs.data_ptr() == ptr
+    del first
+    second = tiny.capture(ids, layers=[0], heads=[2], keep=("probs", "scores"), storage=storage)
+    assert second.probs.data_ptr() == ptr                            # the smaller block: the same memory
+    alone = tiny.capture(ids, layers=[0], heads=[2], keep=("probs", "scores"))
+    assert torch.equal(second.probs, alone.probs) and torch.equal(second.scores, alone.scores)
+    bigger = tiny.capture(ids, layers=[0, 1], keep=("probs",), storage=storage)
+    assert storage["probs"].numel() == bigger.probs.numel() and torch.equal(bigger.probs[0, 2], alone.probs[0, 0])
+
+
 def test_a_block_of_causal_rows_leaves_out_only_the_keys_its_mask_hides():
     """`seen_keys`: the last key any row of the block may see, + 1, from an additive or a bool mask; every key when
     a row sees none (such rows then come out as they would without the cut)."""

@@ -240,11 +240,17 @@ def test_long_windows_stream_the_layers_with_the_same_rows(tiny, monkeypatch):
     by_heads = ex.run_figures(tiny, ids, **kw)
     _same_rows(whole, streamed, names, 2)
     _same_rows(whole, by_heads, names, 4)
+    # two windows: each keeps its own capture memory from block to block (`Captures.storage`)
+    other = torch.randint(0, 1000, (64,), generator=torch.Generator().manual_seed(4))
+    two = dict(kw, figures=["fig1", "fig2a"])
+    streamed_two = ex.run_figures(tiny, ids, [other], **two)
+    monkeypatch.setattr(ex.streaming, "CAPTURE_BUDGET", 1 << 40)
+    _same_rows(ex.run_figures(tiny, ids, [other], **two), streamed_two, ["fig1", "fig2a"], 4)
 
 
 def _same_rows(whole, streamed, names, blocks):
     for name in names:
-        key = lambda r: tuple(str(r.get(k)) for k in ("L", "N", "T", "eps", "layer", "head"))   # noqa: E731
+        key = lambda r: tuple(str(r.get(k)) for k in ("window", "L", "N", "T", "eps", "layer", "head"))   # noqa: E731
         a, b = sorted(whole[name].rows, key=key), sorted(streamed[name].rows, key=key)
         assert len(a) == len(b) > 0
         for ra, rb in zip(a, b):

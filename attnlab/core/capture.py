@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -101,11 +102,13 @@ class CaptureState:
         self.normalizers: dict[int, object] = {}
         self.mask_seen: Optional[torch.Tensor] = None
         self.buffers: dict[str, torch.Tensor] = {}   # name -> [layer, head, query, key], written in place
+        self.storage: Optional[dict[str, torch.Tensor]] = None   # name -> flat memory the buffers may reuse
         self.stop_after: Optional[int] = None        # raise StopCapture once this layer is recorded
         self.weights_unused = False                  # the pass reads no attention weights: return None for them
 
-    def start(self, keep: set[str], layers: list[int], heads: Optional[list[int]]) -> None:
-        self.records, self.buffers, self.keep = {}, {}, set(keep)
+    def start(self, keep: set[str], layers: list[int], heads: Optional[list[int]],
+              storage: Optional[dict[str, torch.Tensor]] = None) -> None:
+        self.records, self.buffers, self.keep, self.storage = {}, {}, set(keep), storage
         self.layers, self.heads, self.layer_order = set(layers), heads, {l: i for i, l in enumerate(layers)}
         self.recording = True
 
@@ -121,9 +124,21 @@ class CaptureState:
             return None
         if name not in self.buffers:
             n_heads = len(self.heads) if subset else shape[1]
-            self.buffers[name] = torch.empty((len(self.layer_order), n_heads, *shape[2:]), dtype=torch.float32)
+            self.buffers[name] = self._memory(name, (len(self.layer_order), n_heads, *shape[2:]))
         i = self.layer_order[layer]
         return self.buffers[name][i:i + 1]
+
+    def _memory(self, name: str, shape: tuple) -> torch.Tensor:
+        """An uninitialised float32 tensor of `shape`: the front of `storage[name]` when a storage is given (grown
+        when too small), so that a caller capturing block after block writes into memory it already has (a fresh
+        GB-sized tensor costs a page fault per 4 KiB, about a second of system time per block at L = 8192)."""
+        n = math.prod(shape)
+        if self.storage is None:
+            return torch.empty(shape, dtype=torch.float32)
+        if name not in self.storage or self.storage[name].numel() < n:
+            self.storage.pop(name, None)                                 # (free the smaller one first)
+            self.storage[name] = torch.empty(n, dtype=torch.float32)
+        return self.storage[name][:n].view(shape)
 
 
 def visible_from_mask(mask: Optional[torch.Tensor], q_len: int, k_len: int) -> torch.Tensor:

@@ -127,12 +127,16 @@ class AttnModel:
     # ------------------------------------------------------------ capture
     def capture(self, ids, *, layers: Optional[Sequence[int]] = None, heads: Optional[Sequence[int]] = None,
                 keep: Iterable[str] = ("probs",), text_sha256: Optional[str] = None,
-                reuse: Optional[tuple[cap.LayerOutputs, int]] = None) -> Trace:
+                reuse: Optional[tuple[cap.LayerOutputs, int]] = None,
+                storage: Optional[dict[str, torch.Tensor]] = None) -> Trace:
         """One forward pass of a single sequence `ids` [token]; returns the kept tensors as a Trace.
 
         keep: subset of ("q", "k", "v", "scores", "probs", "hidden"). Memory grows with
         layers x heads x L^2 for scores/probs: choose layers/heads at long L. The pass stops after the
         last recorded layer. reuse: (`layer_outputs(ids)`, n): layers 0..n-1 are not computed again.
+        storage: a dict the caller keeps between captures (`experiments.run_figures`' blocks): the scores and probs
+        are written into its memory instead of fresh memory, so the previous Trace made with it must no longer be
+        used (its tensors are overwritten).
         """
         ids = self._check_ids(ids)
         keep = set(keep)
@@ -145,7 +149,7 @@ class AttnModel:
         if any(not 0 <= h < self.n_heads for h in head_list) or not head_list:
             raise ValueError(f"heads must be in [0, {self.n_heads}), got {head_list}")
         st = self.state
-        st.start(keep, layer_list, None if heads is None else head_list)
+        st.start(keep, layer_list, None if heads is None else head_list, storage)
         st.stop_after = max(layer_list)
         try:
             with torch.no_grad(), self._reusing(reuse, ids[None]):

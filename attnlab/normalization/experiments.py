@@ -126,12 +126,13 @@ class Captures:
     """
 
     def __init__(self, model, ids: torch.Tensor, keep: Iterable[str], layers: Optional[Sequence[int]] = None,
-                 outputs=None, heads: Optional[Sequence[int]] = None):
+                 outputs=None, heads: Optional[Sequence[int]] = None, storage: Optional[dict] = None):
         self.model = model
         self.ids = torch.as_tensor(ids).long()
         self.keep = tuple(sorted(set(keep)))
         self.layers, self.outputs = (None if layers is None else list(layers)), outputs
         self.heads = None if heads is None else list(heads)
+        self.storage = storage        # `AttnModel.capture`'s: the full-window pass of a causal model writes into it
         self.traces: dict = {}
         self.n_passes = 0
         self.seconds = 0.0
@@ -148,6 +149,8 @@ class Captures:
                 more["reuse"] = (self.outputs, min(self.layers))
             if self.heads is not None:
                 more["heads"] = self.heads
+            if self.storage is not None and self.model.causal and L == len(self.ids):   # (the one pass made)
+                more["storage"] = self.storage
             ids = window_prefix(self.ids, L, sep_token_id(self.model))
             self.traces[L] = self.model.capture(ids, keep=self.keep, layers=self.layers, **more)
             self.seconds += time.perf_counter() - t0
@@ -587,12 +590,14 @@ def run_figures(model, ids, ids_list=None, *, quick: bool = False, progress: boo
         streaming.check_pooled_fits(model, len(windows[0]), keep)
     streamed = blocks != [None] and any(n not in pooled for n in names)
     outputs = [model.layer_outputs(w) if streamed else None for w in windows]
+    storages = [{} for _ in windows]          # per window: each block's capture reuses the last block's memory
     parts: dict[str, list[Result]] = {n: [] for n in names}
     steps = [(b, group) for b_list, group in plan if group for b in b_list]
     label = "figures (blocks of layers or heads)" if len(steps) > 1 else "figures"
     for block, group in progress_bar(steps, progress, label):
         layers, heads = block or (None, None)
-        caps = [Captures(model, w, keep, layers=layers, heads=heads, outputs=o) for w, o in zip(windows, outputs)]
+        caps = [Captures(model, w, keep, layers=layers, heads=heads, outputs=o, storage=s if block else None)
+                for w, o, s in zip(windows, outputs, storages)]
         for name in group:
             recheck_threads()                  # the CPUs free now, before each figure and block (auto only)
             parts[name].append(FIGURE_FUNCS[name](model, None, quick=quick, progress=progress and len(steps) == 1,
