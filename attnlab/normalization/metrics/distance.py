@@ -25,6 +25,7 @@ from attnlab.normalization.metrics.engine import (
     nan_rows,
     prefix_lengths,
     root_sum,
+    row_lengths,
     same_x,
     span_blocks,
     unique_x,
@@ -278,7 +279,7 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     order = _check_order(order, probs, ns, stats, B, Q)
     out = torch.empty(len(stats), len(ns), B, Q, dtype=torch.float64)    # one write per (N, block)
     need = set(stats)
-    lengths = vis.sum(-1)                                                # (once, not per block)
+    lengths = row_lengths(vis)                                           # (once, not per block)
     prefix = prefix_lengths(vis, lengths) is not None
     far_cache: dict = {}                                                 # `_far_tables`' H and far2, per distinct x
     for bs, qs, hi in row_blocks(B, Q, K, chunk, lengths, ns, last_keys(vis)):

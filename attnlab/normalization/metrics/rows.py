@@ -13,6 +13,7 @@ from attnlab.normalization.metrics.engine import (
     check_inputs,
     cpu_kernels,
     last_keys,
+    row_lengths,
     span_blocks,
     visible_scores,
 )
@@ -121,7 +122,7 @@ def row_summary(scores: torch.Tensor, probs: torch.Tensor, q: torch.Tensor, k: t
     if out is None:
         vis = check_inputs(probs, None, visible) & visible_scores(scores, visible)
         out = _block_stats(S, P, Qv, Kv, scaling, vis, chunk, checked=True)
-    Lt_all = vis.sum(-1).double()                                        # [Q]
+    Lt_all = row_lengths(vis).double()                                   # [Q]
     delta_all = bounds.corollary1_delta(Qv, Kv, vis)                    # ||q_t|| max_i ||k_i|| [B, Q]
     Lt = Lt_all.cpu().expand(B, Q)
     ent, nls, lo, hi = out.pop("entropy"), out.pop("neg_log_sum"), out.pop("score_min"), out.pop("score_max")
