@@ -200,11 +200,11 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
             if part not in spans:
                 spans[part] = seen_keys(mask)
             hi = spans[part]
-        kept = scores_out[0, at, rows] if scores_out is not None else (None if scores is None else scores[b, hs, rows])
+        kept = _part(scores_out, scores, b, at, hs, rows)
         kept = None if kept is None else kept[..., :hi]
         s = torch.matmul(query[b, hs, rows], key[b, hs, :hi].transpose(-1, -2), out=kept)
         s = s.mul_(scaling) if kept is not None else s * scaling
-        target = probs_out[0, at, rows] if probs_out is not None else (None if probs is None else probs[b, hs, rows])
+        target = _part(probs_out, probs, b, at, hs, rows)
         if target is not None and hi < shape[-1]:
             target[..., hi:] = 0.0                                    # (scores there: -inf, set by `_record`)
         target = None if target is None else target[..., :hi]
@@ -242,6 +242,16 @@ def attention_blocks(shape, heads: list[int], device, elements: Optional[int] = 
         j = k
     return [(b, at, hs, slice(r, min(r + step, n_q))) for b in range(shape[0]) for at, hs in runs
             for r in range(0, n_q, step)]
+
+
+def _part(slot: Optional[torch.Tensor], full: Optional[torch.Tensor], b: int, at: slice, hs: slice,
+          rows: slice) -> Optional[torch.Tensor]:
+    """Where a block's [head, row, key] values go: its part of a buffer slot [1, position in the recorded heads, query,
+    key] (indexed by `at`), else of a full [batch, head, query, key] tensor (indexed by b and the model heads `hs`),
+    else None."""
+    if slot is not None:
+        return slot[0, at, rows]
+    return None if full is None else full[b, hs, rows]
 
 
 def seen_keys(mask: torch.Tensor) -> int:

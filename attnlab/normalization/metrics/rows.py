@@ -149,8 +149,8 @@ def temperature_row_stats(scores: torch.Tensor, q: torch.Tensor, k: torch.Tensor
     lo, hi = bounds.corollary1_log_band(Lt, bounds.corollary1_delta(q, k, vis), tau / scaling)
     lead, Q, K = scores.shape[:-2], scores.shape[-2], scores.shape[-1]
     S, lo, hi = scores.reshape(-1, Q, K), lo.reshape(-1, Q), hi.reshape(-1, Q)
-    mw, hn = torch.empty(S.shape[:2], dtype=torch.float64), torch.empty(S.shape[:2], dtype=torch.float64)
-    inside = torch.empty(S.shape[:2], dtype=torch.bool)
+    mw = torch.empty(S.shape[:2], dtype=torch.float64, device=scores.device)
+    hn, inside = torch.empty_like(mw), torch.empty(S.shape[:2], dtype=torch.bool, device=scores.device)
     log_len = Lt.log().clamp_min(1e-12)
     for bs, qs in blocks(S.shape[0], Q, K, ROW_CHUNK):
         v = vis[qs]
