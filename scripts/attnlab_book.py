@@ -60,9 +60,11 @@ def _package_digest(root: Path) -> str:
 
 
 def _execution_caches() -> Path:
-    """The folder of the chapters' execution caches: book-execution/ in attnlab's cache folder (ATTNLAB_CACHE_DIR,
-    default ~/.cache/attnlab: `attnlab.core.text.cache_dir`, not imported here so the build does not load torch)."""
-    return Path(os.environ.get("ATTNLAB_CACHE_DIR", Path.home() / ".cache" / "attnlab")).expanduser() / "book-execution"
+    """The folder of the chapters' execution caches: book-execution/ in attnlab's cache folder
+    (`attnlab.core.text.cache_dir`: ATTNLAB_CACHE_DIR, default ~/.cache/attnlab; importing it loads no torch)."""
+    from attnlab.core.text import cache_dir
+
+    return cache_dir() / "book-execution"
 
 
 def _config_inited(app, config) -> None:
