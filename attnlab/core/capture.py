@@ -12,6 +12,8 @@ from typing import Optional, Sequence
 
 import torch
 
+from attnlab.core.util import last_visible
+
 KEEPABLE = ("q", "k", "v", "scores", "probs", "hidden")
 
 
@@ -258,8 +260,7 @@ def seen_keys(mask: torch.Tensor) -> int:
     """The last key any row of mask [..., rows, K] (additive float, 0 = visible, or bool) lets through, + 1: the keys
     past it are hidden from every row (K when no key is visible: such rows keep every key, as without this)."""
     vis = visible_from_mask(mask, 0, 0).reshape(-1, mask.shape[-1]).any(0)               # [K]
-    K = vis.shape[0]
-    return K - int(vis.flip(0).to(torch.uint8).argmax()) if bool(vis.any()) else K
+    return int(last_visible(vis)) or vis.shape[0]
 
 
 def _pick(mask: Optional[torch.Tensor], b: int, heads: slice, rows: slice) -> Optional[torch.Tensor]:

@@ -23,6 +23,16 @@ def as_float64(x, *, dtype=torch.float64, device=None) -> torch.Tensor:
     return torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=dtype, device=device)
 
 
+def last_visible(vis: torch.Tensor) -> torch.Tensor:
+    """Each row's last visible key + 1 (0 where a row sees none), vis bool [..., K] -> long [...]: the keys past it are
+    hidden from the row. The one place for this fact (the metric engine, the capture, the normalizers use it)."""
+    K = vis.shape[-1]
+    if K == 0:
+        return torch.zeros(vis.shape[:-1], dtype=torch.long, device=vis.device)
+    last = K - vis.flip(-1).view(torch.uint8).argmax(-1)                 # the first True from the end
+    return torch.where(vis.gather(-1, (last - 1).unsqueeze(-1)).squeeze(-1), last, 0)
+
+
 def atomic_write(path: Path, data: bytes) -> str:
     """Write bytes so that readers never see a half-written file: a unique temporary file in the same
     folder, then `os.replace` (atomic). Two writers never share a temporary file; the last replace wins.

@@ -17,6 +17,8 @@ from typing import Callable, Optional
 import torch
 from entmax import entmax15, entmax_bisect, sparsemax
 
+from attnlab.core.util import last_visible
+
 Normalizer = Callable[[torch.Tensor, Optional[torch.Tensor]], torch.Tensor]
 TOPK = 16             # sparsemax / 1.5-entmax sort at least each row's top 16 (the library doubles it where needed)
 MIN_BLOCK_ROWS = 64   # `row_blocks`: at least this many query rows per block
@@ -70,7 +72,7 @@ def row_blocks(visible: torch.Tensor, n_rows: int, n_keys: int) -> list[tuple[sl
     the rows (about half the keys in all); a mask whose rows all see their last key gives one block."""
     vis = visible if visible.ndim >= 2 else visible[None]
     vis = torch.broadcast_to(vis.reshape(-1, *vis.shape[-2:]).any(0), (n_rows, n_keys))   # [Q, K]: seen by any
-    last = torch.where(vis.any(-1), n_keys - vis.flip(-1).int().argmax(-1), 0)          # [Q]: 1 + last visible key
+    last = last_visible(vis)                                                            # [Q]
     if bool((last == n_keys).all()):
         return [(slice(0, n_rows), n_keys)]
     size = max(MIN_BLOCK_ROWS, -(-n_rows // MAX_BLOCKS))

@@ -10,6 +10,7 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 import torch
 
+from attnlab.core.util import last_visible
 from attnlab.normalization.metrics.distance import distance_stats
 from attnlab.normalization.metrics.engine import (
     DEFAULT_CHUNK,
@@ -248,7 +249,7 @@ class RunningTopN:
         self.xn2 = (self.Xu * self.Xu).sum(-1)
         B, Q, K = P.shape
         self.Lt = vis.sum(-1).double()
-        self.hi = (vis * torch.arange(1, K + 1)).amax(-1)                # last visible key + 1
+        self.hi = last_visible(vis)
         self.o, self.SA, self.Syn = self.kernels.row_sums(self.P, self.Xu, self.xn2, self.inv, self.hi, self.vis_k)
         self.o2 = (self.o * self.o).sum(-1)
         self.dots = {}

@@ -22,8 +22,8 @@ from attnlab.normalization.metrics.engine import (
     cpu_kernels,
     flatten_heads,
     last_keys,
+    last_visible,
     nan_rows,
-    prefix_lengths,
     root_sum,
     row_lengths,
     same_x,
@@ -280,9 +280,10 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     out = torch.empty(len(stats), len(ns), B, Q, dtype=torch.float64)    # one write per (N, block)
     need = set(stats)
     lengths = row_lengths(vis)                                           # (once, not per block)
-    prefix = prefix_lengths(vis, lengths) is not None
+    last = last_visible(vis)
+    prefix = bool(torch.equal(last, lengths))                            # (`prefix_lengths`)
     far_cache: dict = {}                                                 # `_far_tables`' H and far2, per distinct x
-    for bs, qs, hi in row_blocks(B, Q, K, chunk, lengths, ns, last_keys(vis)):
+    for bs, qs, hi in row_blocks(B, Q, K, chunk, lengths, ns, last_keys(vis, last)):
         Xu, inv, key = unique_x(X, xmap, bs, dtype)                      # (keys past hi: seen by no row of the block)
         rows = RowBlock(P[bs, qs, :hi], vis[qs, :hi], Xu[:, :hi], inv, min(ns[-1], hi), dtype, lengths[qs], prefix,
                         order=None if order is None else order[bs, qs])

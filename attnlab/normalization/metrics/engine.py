@@ -38,6 +38,8 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 import torch
 
+from attnlab.core.util import last_visible
+
 DEFAULT_CHUNK = 1 << 20          # elements of one [heads, rows, K] block (8 MiB in float64)
 # CPU: the hot loops run as the numba kernels of `normalization.kernels.metrics`; False (or ATTNLAB_KERNELS=0): plain
 # torch everywhere, the path GPUs take (the tests check both against the oracle)
@@ -145,19 +147,10 @@ def row_lengths(vis: torch.Tensor) -> torch.Tensor:
     return vis.view(torch.uint8).sum(-1, dtype=torch.int32).long()
 
 
-def last_visible(vis: torch.Tensor) -> torch.Tensor:
-    """Each row's last visible key + 1 (0 where a row sees none), vis bool [..., Q, K] -> long [..., Q]."""
-    K = vis.shape[-1]
-    if K == 0:
-        return torch.zeros(vis.shape[:-1], dtype=torch.long, device=vis.device)
-    last = K - vis.flip(-1).view(torch.uint8).argmax(-1)                 # the first True from the end
-    return torch.where(vis.gather(-1, (last - 1).unsqueeze(-1)).squeeze(-1), last, 0)
-
-
-def last_keys(vis: torch.Tensor) -> Optional[list[int]]:
-    """Each row's last visible key + 1, for vis bool [Q, K] whose rows see more keys as they go (causal rows:
-    non-decreasing, the first below K); None otherwise (no keys to leave out)."""
-    last = last_visible(vis).cpu()
+def last_keys(vis: torch.Tensor, last: Optional[torch.Tensor] = None) -> Optional[list[int]]:
+    """Each row's last visible key + 1 (`last_visible`, if the caller has it), for vis bool [Q, K] whose rows see
+    more keys as they go (causal rows: non-decreasing, the first below K); None otherwise (no keys to leave out)."""
+    last = (last_visible(vis) if last is None else last).cpu()
     if len(last) < 2 or int(last[0]) >= vis.shape[-1] or not bool((last[1:] >= last[:-1]).all()):
         return None
     return last.tolist()
@@ -189,7 +182,7 @@ def key_spans(vis: torch.Tensor, pieces: int = 8) -> list[tuple[slice, int]]:
     the keys past it (invisible to all of them) can be left out. Causal rows (the visible keys grow with the row)
     are cut into `pieces` spans (about half the keys left out); other visibility is one span."""
     q, K = vis.shape
-    last = (vis * torch.arange(1, K + 1, device=vis.device)).amax(-1)            # last visible key + 1 per row
+    last = last_visible(vis)
     if q >= 2 * pieces and bool((last[1:] >= last[:-1]).all()) and int(last[0]) < K:
         cuts = [round(i * q / pieces) for i in range(pieces + 1)]
         return [(slice(a, b), int(last[b - 1])) for a, b in zip(cuts, cuts[1:])]
