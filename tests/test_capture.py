@@ -214,3 +214,21 @@ def test_a_native_pass_for_layer_outputs_forms_no_attention_weights(tiny):
             h.remove()
     assert seen[:tiny.n_layers] == [None] * tiny.n_layers           # layer_outputs: weights not formed
     assert all(w is not None and w.shape[-1] == 20 for w in seen[tiny.n_layers:]) and len(weights) == tiny.n_layers
+
+
+def test_per_head_masks_give_each_head_block_its_own_key_cut(monkeypatch):
+    """A mask with one part per head: each head block's `seen_keys` comes from its own part (the cut is remembered
+    per head, not shared): head 0 sees the first 3 keys, head 1 every earlier key, head 2 all; the attention equals
+    softmax(q k^T s + mask) v head by head (a cut remembered from head 0 would hide keys from head 1)."""
+    monkeypatch.setattr(cap, "CHUNK_ELEMENTS", 12 * 12)                 # one head per block
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 3, 12, 4, generator=g) for _ in range(3))
+    vis = torch.stack([torch.zeros(12, 12, dtype=torch.bool).index_fill_(1, torch.arange(3), True),
+                       torch.ones(12, 12, dtype=torch.bool).tril(), torch.ones(12, 12, dtype=torch.bool)])[None]
+    mask = torch.zeros(vis.shape).masked_fill(~vis, torch.finfo(torch.float32).min)
+    module = torch.nn.Module()
+    out, probs = cap.attnlab_attention(module, q, k, v, mask, scaling=0.5)
+    want = torch.softmax(q @ k.transpose(-1, -2) * 0.5 + mask, dim=-1)
+    assert torch.allclose(probs, want, atol=1e-6)
+    assert torch.allclose(out, (want @ v).transpose(1, 2), atol=1e-6)
+    assert float(probs[0, 0, :, 3:].abs().max()) == 0.0 and float(probs[0, 1, -1, 3:].min()) > 0
