@@ -306,6 +306,9 @@ def test_equal_x_share_one_table_and_give_the_same_stats():
     x = torch.randn(1, 2, K, 8, generator=g).repeat_interleave(2, dim=1)
     _, _, X, xmap = engine.flatten_heads(p, x)
     assert engine.same_x(X, xmap).tolist() == [0, 0, 2, 2]
+    z = torch.zeros(3, 2, 1)
+    z[1, 0, 0] = -0.0                                   # 0.0 and -0.0: equal numbers, not the same bits
+    assert engine.same_x(z, torch.arange(3)).tolist() == [0, 1, 0]
     both = distance.distance_stats(p, x, [3], vis, stats=distance.DISTANCE_STATS, chunk=K * 8)
     for h in range(4):
         one = distance.distance_stats(p[:, h:h + 1], x[:, h:h + 1], [3], vis, stats=distance.DISTANCE_STATS,

@@ -367,17 +367,10 @@ def unique_x(
 def same_x(X: torch.Tensor, xmap: torch.Tensor) -> torch.Tensor:
     """xmap long [B] with each x of X [Bx, K, D] that equals an earlier one bit for bit (the value vectors of the
     query heads of one GQA group, repeated per head) mapped to that one, so that `unique_x` and the per-x tables
-    made from it see one x. O(Bx^2 D) for the first keys, O(K D) more per match."""
-    first: list[int] = []
-    same = list(range(X.shape[0]))
-    for i in range(X.shape[0]):
-        for j in first:
-            if torch.equal(X[j, 0], X[i, 0]) and torch.equal(X[j], X[i]) and \
-                    torch.equal(X[j].signbit(), X[i].signbit()):
-                same[i] = j
-                break
-        else:
-            first.append(i)
+    made from it see one x. One pass over X's bytes (each x's bytes are its dict key)."""
+    raw = X.detach().cpu().contiguous().view(torch.uint8).reshape(X.shape[0], -1)
+    first: dict[bytes, int] = {}
+    same = [first.setdefault(raw[i].numpy().tobytes(), i) for i in range(X.shape[0])]
     return torch.tensor(same, dtype=torch.long, device=xmap.device)[xmap]
 
 
