@@ -120,10 +120,15 @@ class Inputs:
             self._corpus = load_corpus(self.text_name)
         return self._corpus
 
+    @property
+    def window_length(self) -> int:
+        """L of the largest window the figures use: `max_length` (the paper's 1024 when None), at most the model's
+        positions (loads the model)."""
+        return min(self.model.max_positions, self.max_length or 1024)
+
     def ids(self, length: Optional[int] = None):
-        """Token ids of the largest window the figures use: `max_length` (the paper's 1024 when None), at most
-        the model's positions."""
-        L = length or min(self.model.max_positions, self.max_length or 1024)
+        """Token ids of the largest window the figures use (`window_length`), or of the first `length` tokens."""
+        L = length or self.window_length
         if self.max_length is not None and self.max_length > self.model.max_positions:
             raise ValueError(f"--max-length {self.max_length} exceeds {self.model.name}'s {self.model.max_positions} "
                              "positions")
@@ -194,8 +199,8 @@ def _cache_key(fig_id: str, inputs: Inputs, quick: bool) -> dict:
     key = {"figure": fig_id, "quick": quick, "device": inputs.device, "max_length": inputs.max_length,
            "text_start": inputs.start,
            "code": code, "registry": _registry_sha256()}
-    if spec.needs == "model+text":
-        key.update(model_key(inputs.model), text=inputs.corpus.sha256)
+    if spec.needs == "model+text":          # (the window's length, not how it was asked: MiniLM's None and 512 agree)
+        key.update(model_key(inputs.model), text=inputs.corpus.sha256, max_length=inputs.window_length)
     elif spec.needs == "encoder":
         key.update(model_key(inputs.encoder))
     return key

