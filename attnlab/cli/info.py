@@ -28,6 +28,11 @@ def describe_model(name: str, device: str) -> int:
     if m.note:
         print(f"note          {m.note}")
     print(f"weights       sha256 {m.weights_sha256}")
+    print(f"identity      {m.identity} (weights, the files that shape its numbers, config and tokenizer as loaded)")
+    for name, sha in m.files.items():
+        print(f"  file        {name}  sha256 {sha}")
+    for check in m.checks:
+        print(f"  checked     {check}")
     if m.causal and not m.random_weights:
         r = cached_perplexity(m, text.load_corpus("wikitext2", allow_download=False))
         row = r.rows[0]

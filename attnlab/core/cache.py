@@ -86,8 +86,9 @@ def source_hash(roots: tuple[str, ...] | None = None) -> str:
 
 
 def model_key(model) -> dict:
-    """The key parts that name a model: its name and weights checksum."""
-    return {"model": model.name, "weights": model.weights_sha256}
+    """The key parts that name a model: its name and identity (`AttnModel.identity`: weights, the files that
+    shape its numbers, its config and tokenizer as loaded)."""
+    return {"model": model.name, "identity": model.identity}
 
 
 def full_key(key: dict) -> dict:

