@@ -78,6 +78,7 @@ def _config_inited(app, config) -> None:
             if old != current and old.is_dir() and re.fullmatch(r"[0-9a-f]{12}", old.name[len(slug) + 1:]):
                 shutil.rmtree(old, ignore_errors=True)
         config.nb_execution_cache_path = str(current)
+    _results_for_the_site(Path(config.nb_execution_cache_path))
     options = dict(config.html_theme_options or {})
     # the models' full names replace the setting once the pages are built (`_name_models`)
     note = (f'Figures computed with <span class="attnlab-footer-models">ATTNLAB_MODEL=<code>{model}</code></span> '
@@ -100,6 +101,26 @@ def _config_inited(app, config) -> None:
         f"`{repo}`, which this build could not reach: if it does not answer, download each chapter with its "
         "download button, or ask whoever gave you this site for a copy")
     config.myst_substitutions = {**(config.myst_substitutions or {}), "repository": shown}
+
+
+def _results_for_the_site(execution_cache: Path) -> None:
+    """The chapters' kernels (they inherit this process's environment) log the Results they read or write
+    beside their execution cache, so a build that reuses the executions still knows which Results it shows
+    (`_build_finished` publishes them); a build computes, it never fetches, unless ATTNLAB_RESULTS_URL is set."""
+    from attnlab.core import published
+
+    execution_cache.mkdir(parents=True, exist_ok=True)
+    os.environ[published.LOG_ENV] = str(execution_cache / "results-used.txt")
+    os.environ.setdefault(published.URL_ENV, "off")
+
+
+def _publish_results(outdir: Path) -> None:
+    """Copy the Results the chapters used into the site (`attnlab.core.published`), and say how much."""
+    from attnlab.core import published
+
+    log = os.environ.get(published.LOG_ENV)
+    if log:
+        published.main([log, str(outdir)])
 
 
 def _reachable(url: str, timeout: float = 4.0) -> bool:
@@ -156,6 +177,7 @@ def _build_finished(app, exception) -> None:
     static = outdir / "_static"
     static.mkdir(exist_ok=True)
     (static / "attnlab-build.json").write_text(json.dumps(info, indent=1) + "\n")
+    _publish_results(outdir)
 
 
 _CAPTION = '<figcaption class="attnlab-caption">'

@@ -19,12 +19,15 @@ CELL_ID = "attnlab-setup"
 
 
 def setup_source() -> str:
-    repo = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    repo, results = config["repository"], config["attnlab"]["results_url"]
     url, branch = repo["url"].rstrip("/"), repo.get("branch", "main")
     return (
         "# Setup for Colab, Binder or a fresh Jupyter: installs attnlab when it is missing, keeping your torch;\n"
         "# does nothing when attnlab is installed. ATTNLAB_INSTALL may name a wheel or a folder instead.\n"
+        "# Results the published site holds are fetched (sha256-checked) instead of computed: ATTNLAB_RESULTS_URL.\n"
         "import importlib.util, os, subprocess, sys\n"
+        f"os.environ.setdefault(\"ATTNLAB_RESULTS_URL\", \"{results}\")\n"
         "if importlib.util.find_spec(\"attnlab\") is None:\n"
         f"    source = os.environ.get(\"ATTNLAB_INSTALL\", \"attnlab @ git+{url}@{branch}\")\n"
         "    subprocess.run([sys.executable, \"-m\", \"pip\", \"install\", \"-q\", source], check=True)"

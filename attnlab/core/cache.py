@@ -111,15 +111,21 @@ def stored(name: str, key: dict) -> Result | None:
     """The Result stored under (name, key) (provenance `loaded_from_cache`), or None. One that fails
     verification (`Result.load`: missing, truncated, edited files, or stored under another key) is a
     miss: one warning, then None. An unreadable cache folder is a miss as well."""
+    from attnlab.core import published
+
     folder = _folder(name, key)
+    fetched = False
     try:
         if not ((folder / f"{name}.json").exists() or (folder / f"{name}.csv").exists()):
-            return None
+            fetched = published.fetch(folder.name, results_dir())
+            if not fetched:
+                return None
         result = Result.load(folder, name, key=key_hash(key))
     except (CorruptResult, OSError) as exc:
         warnings.warn(f"attnlab cache: {exc}; recomputing", stacklevel=3)
         return None
-    result.provenance = dict(result.provenance, loaded_from_cache=True)
+    published.log_use(folder.name)
+    result.provenance = dict(result.provenance, loaded_from_cache=True, fetched_from_site=fetched)
     return result
 
 
@@ -127,8 +133,11 @@ def store(name: str, key: dict, result: Result) -> Result:
     """Store `result` under (name, key), replacing what was there; returns it. The cache is an
     optimisation: where it cannot be written (a full disk, a read-only or misplaced folder), one warning
     and the Result is returned all the same."""
+    from attnlab.core import published
+
     try:
         result.save(_folder(name, key), key=key_hash(key))
+        published.log_use(_folder(name, key).name)
     except OSError as exc:
         where = exc.filename or results_dir()
         warnings.warn(f"attnlab cache: cannot store {name} in {where} ({exc.strerror or exc}); the result is "
