@@ -171,9 +171,11 @@ def run_check(args) -> int:
     results = claim_results(Inputs(args.model, args.device), quick=args.quick, paper=args.paper,
                             readings=args.readings == "all", refresh=args.refresh)
     every = [r for res in results.values() for r in res.values()]
-    stored = sum(bool(r.provenance.get("loaded_from_cache")) for r in every)
+    site = sum(bool(r.provenance.get("fetched_from_site")) for r in every)
+    stored = sum(bool(r.provenance.get("loaded_from_cache")) for r in every) - site
     _progress_print(f"[check] {len(every)} Results: {stored} from the results cache ({results_dir()}), "
-                    f"{len(every) - stored} computed now" + ("" if args.refresh else "; --refresh recomputes all"))
+                    f"{site} from the site, {len(every) - stored - site} computed now"
+                    + ("" if args.refresh else "; --refresh recomputes all"))
     rows = claim_table(results)
     model = next((r.provenance.get("model_info") for res in results.values() for r in res.values()
                   if r.provenance.get("model_info")), None)
