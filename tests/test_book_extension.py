@@ -106,3 +106,28 @@ def test_the_execution_cache_lives_outside_the_clone_keyed_by_sources_and_librar
     monkeypatch.setattr(ext, "_environment", lambda: "3.11.7 torch=9.9")
     assert path() != first                                          # another torch: other outputs
     assert "torch" in ext._LIBRARIES and "transformers" in ext._LIBRARIES
+
+
+def test_the_build_relays_each_computed_result_to_its_terminal_and_not_to_the_kernels_stderr(tmp_path, monkeypatch):
+    """A notebook kernel's stderr lands in its page: announce() writes to the relayed file instead."""
+    import io
+    import os
+    import subprocess
+    import sys
+
+    from attnlab.core import cache
+
+    assert ext.PROGRESS_ENV == cache.PROGRESS_ENV
+    monkeypatch.delenv(ext.PROGRESS_ENV, raising=False)
+    out = io.StringIO()
+    stop = ext._relay_progress(tmp_path / "progress.log", out, interval=0.05)
+    try:
+        kernel = subprocess.run(          # a kernel: a child process that inherits the build's environment
+            [sys.executable, "-c", "from attnlab.core.cache import announce; announce('fig2a', {'model': 'smollm2', "
+             "'max_length': 512}, 41.23)"], capture_output=True, text=True, check=True,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    finally:
+        stop()
+        os.environ.pop(ext.PROGRESS_ENV, None)
+    assert kernel.stderr == ""
+    assert out.getvalue() == "attnlab: computed fig2a (smollm2, L=512) in 41.2 s\n"
