@@ -190,12 +190,23 @@ def _cache_key(fig_id: str, inputs: Inputs, quick: bool) -> dict:
 
     spec = FIGURES[fig_id]
     key = {"figure": fig_id, "version": spec.version, "quick": quick, "device": inputs.device,
-           "max_length": inputs.max_length, "text_start": inputs.start}
+           "max_length": inputs.max_length, "text_name": inputs.text_name, "text_start": inputs.start}
     if spec.needs == "model+text":          # (the window's length, not how it was asked: MiniLM's None and 512 agree)
         key.update(model_key(inputs.model), text=inputs.corpus.sha256, max_length=inputs.window_length)
     elif spec.needs == "encoder":
         key.update(model_key(inputs.encoder))
     return key
+
+
+def recompute(name: str, key: dict) -> Optional[Result]:
+    """The figure stored as (name, key) (`_cache_key`) computed again, or None when the key is not a figure's
+    (`core.cache.verify`)."""
+    if key.get("figure") != name or name not in FIGURES:
+        return None
+    model = key.get("model") or "tiny-gpt2"      # a synthetic figure's key names no model: it loads none
+    inputs = Inputs(model, key["device"], text=key["text_name"], max_length=key["max_length"],
+                    start=key["text_start"])
+    return compute_figures([name], inputs, quick=key["quick"], progress=False)[name]
 
 
 def cached_figures(fig_ids, inputs: Inputs, *, quick: bool = False, refresh: bool = False,

@@ -65,3 +65,33 @@ def test_each_computed_result_is_announced_once_on_stderr_or_in_the_progress_log
     cache.cached("other", {}, lambda: Result("other", [{"a": 1}]), version=1)
     assert capfd.readouterr().err == ""
     assert log.read_text().startswith("attnlab: computed other in ")
+
+
+def test_verify_results_computes_each_stored_result_again_and_names_what_moved(tmp_path, monkeypatch, capsys):
+    """`attnlab verify-results` on a tiny cache: a figure and a chapter 9 experiment as stored are "same"; a stored
+    Result whose numbers differ from what its code computes now is "differs" (exit 1); a chapter's own experiment
+    is "not recomputable"; one stored under other library versions is not compared."""
+    from attnlab import figures
+    from attnlab.cli import main
+    from attnlab.views import tokens
+
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    figures.cached_figures(["tsc_hardmax"], figures.Inputs("tiny-gpt2", "cpu"), quick=True)
+    tokens.run("uniform_map", "cpu", quick=True)
+    cache.cached("chapter_own", {}, lambda: Result("chapter_own", [{"a": 1.0}]), version=1)
+    assert main(["verify-results"]) == 0
+    out = capsys.readouterr().out
+    assert sorted(out.splitlines()) == ["chapter_own: not recomputable", "tsc_hardmax: same", "tsc_uniform: same"]
+
+    key = figures._cache_key("tsc_hardmax", figures.Inputs("tiny-gpt2", "cpu"), True)
+    stored = cache.stored("tsc_hardmax", key)
+    rows = [dict(r, slope=r["slope"] + 0.01) if r.get("slope") is not None else r for r in stored.rows]
+    cache.store("tsc_hardmax", key, Result("tsc_hardmax", rows, stored.provenance))
+    monkeypatch.setattr(cache, "library_versions", lambda: {"torch": "0.0"})
+    cache.cached("old_torch", {}, lambda: Result("old_torch", [{"a": 1.0}]), version=1)
+    monkeypatch.undo()
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    assert main(["verify-results"]) == 1
+    lines = sorted(capsys.readouterr().out.splitlines())
+    assert lines[1] == "old_torch: other environment"
+    assert lines[2].startswith("tsc_hardmax: differs (") and ".slope: " in lines[2]

@@ -4,15 +4,15 @@ version gave, stored in tests/golden/<name>@v<version>.json. Append-only: a chan
 version, which adds a file (`pytest tests/test_golden.py --update-golden` writes a missing one); an old file is
 never edited. A comment, docstring or refactor that moves no number passes, and reuses every stored Result.
 
-Tolerance: rtol 1e-5, atol 1e-7 (float32 work). Measured on the 2-core CPU (2026-11-27): 1 thread
-(OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1) against the goldens written with 2 moves nothing but tsc_real, by 7e-15
-relative; ATTNLAB_KERNELS=0 (torch instead of numba) moves numbers by up to 4e-8 relative, except thm1_readings
-(up to 9e-2: another key, since the switch is in it). Columns that are timings are left out (`TIMINGS`)."""
+Tolerance: `core.result.differences`, rtol 1e-5, atol 1e-7 (float32 work). Measured on the 2-core CPU
+(2026-11-27): 1 thread (OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1) against the goldens written with 2 moves nothing
+but tsc_real, by 7e-15 relative; ATTNLAB_KERNELS=0 (torch instead of numba) moves numbers by up to 4e-8 relative,
+except thm1_readings (up to 9e-2: another key, since the switch is in it). Columns that are timings are left out
+(`core.result.TIMINGS`)."""
 from __future__ import annotations
 
 import ast
 import json
-import math
 import warnings
 from functools import lru_cache
 from pathlib import Path
@@ -21,13 +21,10 @@ import pytest
 
 import attnlab
 from attnlab import figures
-from attnlab.core.result import Result, to_plain
+from attnlab.core.result import Result, differences, numbers
 
 ROOT = Path(attnlab.__file__).parent.parent
 GOLDEN = ROOT / "tests" / "golden"
-RTOL, ATOL = 1e-5, 1e-7
-#: columns that measure time, not numbers of the computation
-TIMINGS = {"seconds", "ratio_softmax", "ratio_sort", "runtime_s", "ms", "ms_per_pass", "seconds_per_pass"}
 CALLERS = ("cached", "cached_result")          # the functions a computation's version is declared to
 
 
@@ -156,34 +153,6 @@ def _minilm():
 PROBED = sorted(set(figures.FIGURES) | {"tsc_sample_reference_effect", "tsc_authors_sphere_reference",
                                         "compare_normalizers", "compare_normalizers_each", "bench_normalizers",
                                         "diagnose", "perplexity", "pooled_ks", "reading_windows"})
-
-
-# ------------------------------------------------------------------ numbers and their comparison
-
-
-def numbers(result: Result) -> list[dict]:
-    """The rows of `result` as JSON values, without the timing columns (`TIMINGS`)."""
-    return [{k: to_plain(v) for k, v in row.items() if k not in TIMINGS} for row in result.rows]
-
-
-def differences(got, want, where: str = "") -> list[str]:
-    """Where `got` and `want` (JSON values) differ beyond RTOL/ATOL (NaN equals NaN; ints, bools and text
-    exactly), one line each."""
-    if isinstance(want, bool) or isinstance(got, bool) or isinstance(want, str) or want is None or got is None:
-        return [] if got == want else [f"{where}: {got!r} != {want!r}"]
-    if isinstance(want, (int, float)) and isinstance(got, (int, float)):
-        if math.isnan(want) and math.isnan(got) or math.isclose(got, want, rel_tol=RTOL, abs_tol=ATOL):
-            return []
-        return [f"{where}: {got!r} != {want!r}"]
-    if isinstance(want, dict) and isinstance(got, dict):
-        if set(got) != set(want):
-            return [f"{where}: columns {sorted(got)} != {sorted(want)}"]
-        return [d for k in want for d in differences(got[k], want[k], f"{where}.{k}")]
-    if isinstance(want, list) and isinstance(got, list):
-        if len(got) != len(want):
-            return [f"{where}: {len(got)} items != {len(want)}"]
-        return [d for i, (g, w) in enumerate(zip(got, want)) for d in differences(g, w, f"{where}[{i}]")]
-    return [f"{where}: {got!r} != {want!r}"]
 
 
 def golden_path(name: str, version: int) -> Path:

@@ -20,12 +20,12 @@ import time
 import warnings
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import attnlab
-from attnlab.core.result import CorruptResult, Result, to_plain
+from attnlab.core.result import CorruptResult, Result, differences, numbers, to_plain
 from attnlab.core.text import cache_dir
-from attnlab.core.util import kernels_on
+from attnlab.core.util import atomic_write, kernels_on
 
 PACKAGE_DIR = Path(attnlab.__file__).parent
 
@@ -76,6 +76,10 @@ def key_hash(key: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+#: the file beside a stored Result that holds its key (`full_key`), so that `verify` can compute it again
+KEY_FILE = "key.json"
+
+
 def _folder(name: str, key: dict) -> Path:
     return results_dir() / f"{name}-{key_hash(key)}"
 
@@ -106,6 +110,8 @@ def store(name: str, key: dict, result: Result) -> Result:
                          f"{result.name!r}: store it under its own name")
     try:
         result.save(_folder(name, key), key=key_hash(key))
+        atomic_write(_folder(name, key) / KEY_FILE, json.dumps(to_plain(full_key(key)), sort_keys=True,
+                                                                default=str).encode())
     except OSError as exc:
         where = exc.filename or results_dir()
         warnings.warn(f"attnlab cache: cannot store {name} in {where} ({exc.strerror or exc}); the result is "
@@ -125,6 +131,40 @@ def cached(name: str, key: dict, compute: Callable[[], Result], *, version: int,
     result = compute()
     announce(name, key, time.perf_counter() - t0)
     return store(name, key, result)
+
+
+def entries() -> list[tuple[str, dict]]:
+    """(name, key) of every Result stored in `results_dir` with its key file, sorted by folder."""
+    out = []
+    for folder in sorted(results_dir().glob("*-*")):
+        try:
+            key = json.loads((folder / KEY_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        out.append((folder.name.rsplit("-", 1)[0], key))
+    return out
+
+
+def verify(recompute: Callable[[str, dict], Result | None]) -> Iterator[tuple[str, str, list[str]]]:
+    """Compute every stored Result (`entries`) again and compare its numbers with the stored ones
+    (`core.result.differences`): yields (name, status, differences), status "same", "differs", "damaged" (the
+    stored Result fails verification), "other environment" (stored by other library versions or kernels: not
+    comparable here) or "not recomputable" (`recompute(name, key)` returned None: a chapter's own experiment)."""
+    for name, key in entries():
+        if key.get("environment") != environment():
+            yield name, "other environment", []
+            continue
+        try:
+            old = Result.load(_folder(name, key), name, key=key_hash(key))
+        except (CorruptResult, OSError) as exc:
+            yield name, "damaged", [str(exc)]
+            continue
+        new = recompute(name, key)
+        if new is None:
+            yield name, "not recomputable", []
+            continue
+        moved = differences(numbers(new), numbers(old), name)
+        yield name, "differs" if moved else "same", moved
 
 
 #: where `announce` writes: this file (appended to) when set, else stderr
