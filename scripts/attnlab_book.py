@@ -1,7 +1,7 @@
 """Sphinx extension for the attnlab book (loaded by _config.yml: sphinx.local_extensions).
 
-- One jupyter-cache per model, device, version of the package sources and of the libraries the chapters run
-  on (``<ATTNLAB_CACHE_DIR, default ~/.cache/attnlab>/book-execution/<ATTNLAB_MODEL>-<ATTNLAB_DEVICE>-<hash>``,
+- One jupyter-cache per model, device, version of the package's code (comments and docstrings aside:
+  `_code_digest`) and of the libraries the chapters run on (``<ATTNLAB_CACHE_DIR, default ~/.cache/attnlab>/book-execution/<ATTNLAB_MODEL>-<ATTNLAB_DEVICE>-<hash>``,
   beside the Results): jupyter-cache keys notebooks by their code cells only, so without this a build with
   ATTNLAB_MODEL=gpt2, or after a change in attnlab/ or an upgrade of torch, would reuse outputs computed with
   another model, older code or other libraries. Outside the clone, so that a fresh clone of the same sources (as
@@ -21,6 +21,7 @@
 """
 from __future__ import annotations
 
+import ast
 import glob
 import hashlib
 import json
@@ -91,11 +92,25 @@ def _environment() -> str:
     return " ".join([sys.version.split()[0], *(f"{name}={version(name)}" for name in _LIBRARIES)])
 
 
+def _code_digest(path: Path) -> bytes:
+    """sha256 of a module's code: its syntax tree (`ast.dump`, which leaves out line numbers) without docstrings.
+    A comment, a docstring, blank lines or a reformat keep it; any change to what the code does changes it."""
+    tree = ast.parse(path.read_bytes())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree).encode()).digest()
+
+
 def _package_digest(root: Path) -> str:
-    """Short hash of the attnlab package sources and `_environment`: chapter outputs depend on them too."""
+    """Short hash of `_environment` and of the code of every attnlab module (path and `_code_digest`): chapter
+    outputs depend on them, not on comments and docstrings (which no page shows)."""
     digest = hashlib.sha256(_environment().encode() + b"\0")
     for path in sorted((root / "attnlab").rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + _code_digest(path))
     return digest.hexdigest()[:12]
 
 

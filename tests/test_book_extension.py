@@ -131,3 +131,20 @@ def test_the_build_relays_each_computed_result_to_its_terminal_and_not_to_the_ke
         os.environ.pop(ext.PROGRESS_ENV, None)
     assert kernel.stderr == ""
     assert out.getvalue() == "attnlab: computed fig2a (smollm2, L=512) in 41.2 s\n"
+
+
+def test_the_execution_cache_survives_a_comment_or_docstring_but_not_a_code_change(tmp_path):
+    """Keyed by every source byte, a comment re-executed every chapter (620 s on the 2-core CPU)."""
+    pkg = tmp_path / "attnlab"
+    pkg.mkdir()
+    module = pkg / "engine.py"
+    module.write_text('"""Blocks."""\nimport math\n\n\ndef f(x):\n    """Twice x."""\n    return 2 * x\n')
+    base = ext._package_digest(tmp_path)
+    module.write_text('"""Blocks, reworded."""\nimport math\n\n\n# a comment\ndef f(x):\n    """Two x."""\n\n'
+                      '    return 2 * x  # twice\n')
+    assert ext._package_digest(tmp_path) == base
+    module.write_text('"""Blocks."""\nimport math\n\n\ndef f(x):\n    """Twice x."""\n    return 3 * x\n')
+    assert ext._package_digest(tmp_path) != base
+    module.write_text('"""Blocks."""\nimport math\n\n\ndef f(x):\n    """Twice x."""\n    return 2 * x\n')
+    (pkg / "new.py").write_text("y = 1\n")
+    assert ext._package_digest(tmp_path) != base
