@@ -172,8 +172,12 @@ PROGRESS_ENV = "ATTNLAB_PROGRESS_LOG"
 
 
 def describe(key: dict) -> str:
-    """The few key parts a person recognises, "smollm2, L=1024, quick": model, window length, quick."""
+    """The few key parts a person recognises, "smollm2, wikitext2 from character 5000, L=512, quick": model, text
+    (where a figure names one), window length, quick."""
     parts = [str(key["model"])] if key.get("model") else []
+    if key.get("model") and key.get("text_name"):
+        start = key.get("text_start") or 0
+        parts.append(key["text_name"] + (f" from character {start}" if start else ""))
     if key.get("max_length"):
         parts.append(f"L={key['max_length']}")
     if key.get("quick"):
