@@ -1,7 +1,8 @@
 """Sphinx extension for the attnlab book (loaded by _config.yml: sphinx.local_extensions).
 
 - One jupyter-cache per model, device, version of the package's code (comments and docstrings aside:
-  `_code_digest`) and of the libraries the chapters run on (``<ATTNLAB_CACHE_DIR, default ~/.cache/attnlab>/book-execution/<ATTNLAB_MODEL>-<ATTNLAB_DEVICE>-<hash>``,
+  `_code_digest`) and of the libraries the chapters run on
+  (``<ATTNLAB_CACHE_DIR, default ~/.cache/attnlab>/book-execution/<ATTNLAB_MODEL>-<ATTNLAB_DEVICE>-<hash>``,
   beside the Results): jupyter-cache keys notebooks by their code cells only, so without this a build with
   ATTNLAB_MODEL=gpt2, or after a change in attnlab/ or an upgrade of torch, would reuse outputs computed with
   another model, older code or other libraries. Outside the clone, so that a fresh clone of the same sources (as
