@@ -1,12 +1,12 @@
 """A small on-disk cache of Results, so chapters and the CLI do not recompute a figure they already have.
 
-One key recipe for every cached Result (`full_key`): the computation's name, the version its caller declares
-(`version`: an integer, 1 at first, bumped by whoever changes the numbers the computation returns; the golden
-probes of tests/test_golden.py fail when numbers move without a bump), the caller's inputs (model + weights
-checksum, text checksum, grids, protocol switches; `model_key` and `text_key` build the usual parts) and the
-versions of the libraries that compute it with the kernels switch (`environment`). Not the bytes of the package's
-sources: a comment, a docstring or a refactor that moves no number reuses every Result. The folder name carries
-the key's hash.
+One key recipe for every cached Result (`full_key`): the version its caller declares (`version`: an integer, 1 at
+first, bumped by whoever changes the numbers the computation returns; the golden probes of tests/test_golden.py
+fail when numbers move without a bump), the caller's inputs (model + weights checksum, text checksum, grids,
+protocol switches; `model_key` builds the model's part) and the versions of the libraries that compute it with
+the kernels switch (`environment`). Not the bytes of the package's sources: a comment, a docstring or a refactor
+that moves no number reuses every Result. A Result is stored in the folder `<name>-<hash of the key>`, its key
+beside it (`KEY_FILE`, read by `verify`).
 
 Every Result computed here is announced on one line, "attnlab: computed NAME (...) in S s" (`announce`).
 """
@@ -22,12 +22,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterator
 
-import attnlab
 from attnlab.core.result import CorruptResult, Result, differences, numbers, to_plain
 from attnlab.core.text import cache_dir
 from attnlab.core.util import atomic_write, kernels_on
-
-PACKAGE_DIR = Path(attnlab.__file__).parent
 
 #: the libraries whose version can change a Result's numbers
 LIBRARIES = ("torch", "transformers", "numpy", "scipy", "numba")
