@@ -190,7 +190,8 @@ def test_numbers_match_the_golden_of_the_declared_version(name, request):
         if not request.config.getoption("--update-golden"):
             pytest.fail(f"no golden for {name}@v{version}: run pytest tests/test_golden.py --update-golden")
         path.parent.mkdir(exist_ok=True)
-        path.write_text(json.dumps({"computation": name, "version": version, "rows": got}, indent=1) + "\n")
+        rows = ",\n".join(json.dumps(r) for r in got)          # one row a line: a diff shows what moved
+        path.write_text(f'{{"computation": "{name}", "version": {version}, "rows": [\n{rows}\n]}}\n')
     want = json.loads(path.read_text())["rows"]
     moved = differences(got, want, name)
     assert not moved, (f"numbers of {name} moved: bump the version of {name} ({', '.join(places)}); "
