@@ -15,7 +15,7 @@ DEVICE ?= cpu
 export ATTNLAB_MODEL  ?= $(MODEL)
 export ATTNLAB_DEVICE ?= $(DEVICE)
 
-.PHONY: install test unit lint colab book figures check info clean npm vendor book-html nbval notebooks browser chromium lint-workflows
+.PHONY: install test unit lint colab book figures check verify-results info clean npm vendor book-html nbval notebooks browser chromium lint-workflows
 
 $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -54,6 +54,11 @@ figures: install
 
 check: install
 	$(VENV)/bin/attnlab check --model $(MODEL)
+
+# Before a release: compute every stored Result of the results cache again and compare it with the stored one
+# (what the golden probes of tests/test_golden.py cannot see); exit 1 when one differs.
+verify-results: install
+	$(VENV)/bin/attnlab verify-results
 
 info: install
 	$(VENV)/bin/attnlab info

@@ -4,10 +4,10 @@ cached on disk (shared by every chapter and by rebuilds), and traces for live sl
     from attnlab import book
     inputs = book.inputs()                       # ATTNLAB_MODEL / ATTNLAB_DEVICE, War and Peace
     res = book.figure_results(["fig2a", "fig2b"], inputs)   # {id: Result}, from the cache when present
-    res = book.cached_result("compare", {"lengths": [64, 128]}, compute, model=inputs.model)
+    res = book.cached_result("compare", {"lengths": [64, 128]}, compute, version=1, model=inputs.model)
 
-Every cached Result goes through `attnlab.core.cache` (one key recipe: the package's sources,
-model + weights checksum, text checksum, grids and protocol).
+Every cached Result goes through `attnlab.core.cache` (one key recipe: the computation's declared version,
+model + weights checksum, text checksum, grids and protocol, the libraries' versions).
 """
 from __future__ import annotations
 
@@ -94,20 +94,18 @@ def trace(length: int, model: Optional[str] = None, device: Optional[str] = None
         return inp.model.capture(ids, keep=keep, text_sha256=inp.corpus.sha256)
 
 
-def cached_result(name: str, key: dict, compute, *, model=None, text_sha256: Optional[str] = None,
-                  refresh: bool = False, code: Optional[Sequence[str]] = None) -> Result:
+def cached_result(name: str, key: dict, compute, *, version: int, model=None, text_sha256: Optional[str] = None,
+                  refresh: bool = False) -> Result:
     """A chapter's own experiment, cached like the figures: `key` names its grids and protocol; the
-    model (name + weights checksum) and the text checksum are added when given. `code`: the package modules
-    `compute` runs (`core.cache` then hashes those and their imports, not every source file)."""
+    model (name + weights checksum) and the text checksum are added when given. `version`: the version of the
+    numbers `compute` returns (1 at first; bump it when they change: `core.cache`)."""
     full = dict(key)
-    if code is not None:
-        full["code"] = sorted(code)
     if model is not None:
         full.update(model_key(model))
     if text_sha256 is not None:
         full["text"] = text_sha256
     with _heavy():
-        return cached(name, full, compute, refresh=refresh)
+        return cached(name, full, compute, version=version, refresh=refresh)
 
 
 # ------------------------------------------------------------------------- helpers every chapter uses

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -36,40 +35,44 @@ class FigureSpec:
     plot: Callable          # Result -> matplotlib Figure
     needs: str              # one of NEEDS
     title: str              # the id (the key of FIGURES) is also the Result's name and the claims' key
+    version: int            # of the numbers compute returns: bump it when they change (the cache key holds it;
+                            # tests/test_golden.py fails when they move without a bump), never for a refactor
 
 
 FIGURES: dict[str, FigureSpec] = {
     "fig1": FigureSpec("normalization", normalization.fig1, normalization_plots.plot_fig1, "model+text",
-                       "Vanishing attention: max weight and entropy against L (Corollary 1)"),
+                       "Vanishing attention: max weight and entropy against L (Corollary 1)", version=1),
     "fig2a": FigureSpec("normalization", normalization.fig2a, normalization_plots.plot_fig2a, "model+text",
-                        "Distance against L at N=5 (Theorem 1)"),
+                        "Distance against L at N=5 (Theorem 1)", version=1),
     "fig2b": FigureSpec("normalization", normalization.fig2b, normalization_plots.plot_fig2b, "model+text",
-                        "Distance against N at the largest L (Theorem 1)"),
+                        "Distance against N at the largest L (Theorem 1)", version=1),
     "fig2c": FigureSpec("normalization", normalization.fig2c, normalization_plots.plot_fig2c, "model+text",
-                        "Critical N against L (the 6% rule)"),
+                        "Critical N against L (the 6% rule)", version=1),
     "fig3": FigureSpec("normalization", normalization.fig3, normalization_plots.plot_fig3, "model+text",
-                       "Geometric separability N_s/N (Theorem 2)"),
+                       "Geometric separability N_s/N (Theorem 2)", version=1),
     "fig4": FigureSpec("normalization", normalization.fig4, normalization_plots.plot_fig4, "model+text",
-                       "Gradient sensitivity against T (Lemma 2)"),
+                       "Gradient sensitivity against T (Lemma 2)", version=1),
     "thm1_readings": FigureSpec("normalization", theorem1.thm1_readings, normalization_plots.plot_thm1_readings,
-                                "model+text", "Theorem 1 under every reading: Fig. 2a's curves and the critical N"),
+                                "model+text", "Theorem 1 under every reading: Fig. 2a's curves and the critical N",
+                                version=1),
     "separability_readings": FigureSpec("normalization", theorem2.separability_readings,
                                         theorem2.plot_separability_readings, "model+text",
-                                        "Theorem 2 under every reading: N_s/N per vectors, radius and rows"),
+                                        "Theorem 2 under every reading: N_s/N per vectors, radius and rows", version=1),
     "gradient_readings": FigureSpec("normalization", lemma2.gradient_readings,
                                     lemma2.plot_gradient_readings, "model+text",
-                                    "Fig. 4 under every reading: g(T, eps) per aggregate and direction, T -> 0"),
+                                    "Fig. 4 under every reading: g(T, eps) per aggregate and direction, T -> 0",
+                                    version=1),
     "tsc_uniform": FigureSpec("sample-complexity", sample_complexity.uniform_map,
                               sample_complexity_plots.plot_uniform_map, "none",
-                              "Uniform convergence of the attention map (C(R)/sqrt n)"),
+                              "Uniform convergence of the attention map (C(R)/sqrt n)", version=1),
     "tsc_moments": FigureSpec("sample-complexity", sample_complexity.moment_convergence,
                               sample_complexity_plots.plot_moment_convergence, "none",
-                              "Moment convergence: fitted |beta| against the horizon H"),
+                              "Moment convergence: fitted |beta| against the horizon H", version=1),
     "tsc_hardmax": FigureSpec("sample-complexity", sphere.hardmax, sample_complexity_plots.plot_hardmax,
-                              "none", "The hardmax regime: slower than any power law"),
+                              "none", "The hardmax regime: slower than any power law", version=1),
     "tsc_real": FigureSpec("sample-complexity", real_tokens.real_encoder,
                            sample_complexity_plots.plot_real_encoder, "encoder",
-                           "Real tokens: a pretrained encoder on WikiText-2"),
+                           "Real tokens: a pretrained encoder on WikiText-2", version=1),
 }
 
 def paper1_all_claims(results: dict) -> list[dict]:
@@ -180,25 +183,14 @@ def compute_figures(fig_ids, inputs: Inputs, *, quick: bool = False, progress: b
     return {i: out[i] for i in fig_ids}
 
 
-@lru_cache(maxsize=1)
-def _registry_sha256() -> str:
-    from attnlab.core.model_files import file_sha256
-
-    return file_sha256(Path(__file__))
-
-
 def _cache_key(fig_id: str, inputs: Inputs, quick: bool) -> dict:
-    """What a figure's Result depends on: its inputs, and the code that computes it (`core.cache` hashes
-    the files of "code" and of every package module they import; "registry" is this file's sha256, which
-    chooses the windows and calls the compute)."""
+    """What a figure's Result depends on besides the libraries (`core.cache.full_key` adds them): its id, its
+    declared version (`FigureSpec.version`) and its inputs."""
     from attnlab.core.cache import model_key
 
     spec = FIGURES[fig_id]
-    code = sorted({spec.compute.__module__, "attnlab.core.models", "attnlab.core.text"}
-                  | ({"attnlab.normalization.experiments"} if spec.paper == "normalization" else set()))
-    key = {"figure": fig_id, "quick": quick, "device": inputs.device, "max_length": inputs.max_length,
-           "text_start": inputs.start,
-           "code": code, "registry": _registry_sha256()}
+    key = {"figure": fig_id, "version": spec.version, "quick": quick, "device": inputs.device,
+           "max_length": inputs.max_length, "text_name": inputs.text_name, "text_start": inputs.start}
     if spec.needs == "model+text":          # (the window's length, not how it was asked: MiniLM's None and 512 agree)
         key.update(model_key(inputs.model), text=inputs.corpus.sha256, max_length=inputs.window_length)
     elif spec.needs == "encoder":
@@ -206,18 +198,33 @@ def _cache_key(fig_id: str, inputs: Inputs, quick: bool) -> dict:
     return key
 
 
+def recompute(name: str, key: dict) -> Optional[Result]:
+    """The figure stored as (name, key) (`_cache_key`) computed again, or None when the key is not a figure's
+    (`core.cache.verify`)."""
+    if key.get("figure") != name or name not in FIGURES:
+        return None
+    model = key.get("model") or "tiny-gpt2"      # a synthetic figure's key names no model: it loads none
+    inputs = Inputs(model, key["device"], text=key["text_name"], max_length=key["max_length"],
+                    start=key["text_start"])
+    return compute_figures([name], inputs, quick=key["quick"], progress=False)[name]
+
+
 def cached_figures(fig_ids, inputs: Inputs, *, quick: bool = False, refresh: bool = False,
                    progress: bool = False) -> dict[str, Result]:
-    """Like `compute_figures`, from the results cache when a Result is there (`core.cache`: same sources,
-    model weights, text, grids; provenance says `loaded_from_cache`); the missing ones are computed
-    together (sharing forward passes) and stored. refresh=True: compute all and store."""
-    from attnlab.core.cache import store, stored
+    """Like `compute_figures`, from the results cache when a Result is there (`core.cache`: same declared
+    version, model weights, text, grids, libraries; provenance says `loaded_from_cache`); the missing ones are
+    computed together (sharing forward passes), announced (`core.cache.announce`) and stored. refresh=True:
+    compute all and store."""
+    from attnlab.core.cache import announce, store, stored
 
     out = {} if refresh else {i: stored(i, _cache_key(i, inputs, quick)) for i in fig_ids}
     missing = [i for i in fig_ids if out.get(i) is None]
     if missing:
         fresh = compute_figures(missing, inputs, quick=quick, progress=progress)
-        out.update({i: store(i, _cache_key(i, inputs, quick), r) for i, r in fresh.items()})
+        for i, r in fresh.items():
+            key = _cache_key(i, inputs, quick)
+            announce(i, key, r.provenance.get("runtime_s", 0.0))
+            out[i] = store(i, key, r)
     return {i: out[i] for i in fig_ids}
 
 

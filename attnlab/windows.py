@@ -246,8 +246,8 @@ def fragile(summaries: dict[str, list[dict]]) -> dict[str, list[str]]:
 def pooled_result(model, windows: Sequence[TextWindow], *, device: str = "cpu") -> Result:
     """`pooled_critical_n` at BOOK_LENGTHS as a cached Result "pooled_ks" (`model`: a loaded AttnModel)."""
     key = {"windows": [(w.corpus, w.start) for w in windows], "lengths": list(BOOK_LENGTHS),
-           "max_length": BOOK_MAX_LENGTH, "code": ["attnlab.windows"], **model_key(model)}
-    return cached("pooled_ks", key, lambda: Result(
+           "max_length": BOOK_MAX_LENGTH, **model_key(model)}
+    return cached("pooled_ks", key, version=1, compute=lambda: Result(
         "pooled_ks", pooled_critical_n(model.name, windows, BOOK_LENGTHS, device=device, progress=False),
         {"model": model.name, "windows": [w.label for w in windows], "test": "KS, alpha 0.01, heads pooled"}))
 
@@ -255,8 +255,8 @@ def pooled_result(model, windows: Sequence[TextWindow], *, device: str = "cpu") 
 def reading_result(model, windows: Sequence[TextWindow], reading: str, *, device: str = "cpu") -> Result:
     """`reading_critical_over_windows` at BOOK_LENGTHS as a cached Result "reading_windows"."""
     key = {"reading": reading, "windows": [(w.corpus, w.start) for w in windows], "lengths": list(BOOK_LENGTHS),
-           "code": ["attnlab.windows", "attnlab.normalization.readings.theorem1"], **model_key(model)}
-    return cached("reading_windows", key, lambda: Result(
+           **model_key(model)}
+    return cached("reading_windows", key, version=1, compute=lambda: Result(
         "reading_windows", reading_critical_over_windows(model.name, windows, reading, device=device,
                                                          lengths=BOOK_LENGTHS),
         {"model": model.name, "reading": reading}))

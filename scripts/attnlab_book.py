@@ -1,7 +1,8 @@
 """Sphinx extension for the attnlab book (loaded by _config.yml: sphinx.local_extensions).
 
-- One jupyter-cache per model, device, version of the package sources and of the libraries the chapters run
-  on (``<ATTNLAB_CACHE_DIR, default ~/.cache/attnlab>/book-execution/<ATTNLAB_MODEL>-<ATTNLAB_DEVICE>-<hash>``,
+- One jupyter-cache per model, device, version of the package's code (comments and docstrings aside:
+  `_code_digest`) and of the libraries the chapters run on
+  (``<ATTNLAB_CACHE_DIR, default ~/.cache/attnlab>/book-execution/<ATTNLAB_MODEL>-<ATTNLAB_DEVICE>-<hash>``,
   beside the Results): jupyter-cache keys notebooks by their code cells only, so without this a build with
   ATTNLAB_MODEL=gpt2, or after a change in attnlab/ or an upgrade of torch, would reuse outputs computed with
   another model, older code or other libraries. Outside the clone, so that a fresh clone of the same sources (as
@@ -11,12 +12,17 @@
   inline backend and show their figures.
 - Launch buttons (Colab, Binder) only on pages that are notebooks (.ipynb): Colab cannot open the MyST
   markdown pages (the landing page, the closing chapter), which keep their download button.
+- Progress in the terminal, not in the pages: a notebook kernel's stderr lands in its page, so the build points
+  ``ATTNLAB_PROGRESS_LOG`` (which kernels inherit) at a file where ``attnlab.core.cache.announce`` writes one line
+  per computed Result, and a thread copies the file's lines to this process's stderr (`_relay_progress`): it
+  works without a terminal (CI), and a user who set ATTNLAB_PROGRESS_LOG follows that file instead.
 - After the build, ``_static/attnlab-build.json`` records the setting and the models the chapters
   reported (``attnlab.widgets.model_note`` tags pages with ``data-attnlab-model``);
   ``python scripts/book_info.py`` prints it.
 """
 from __future__ import annotations
 
+import ast
 import glob
 import hashlib
 import json
@@ -24,9 +30,45 @@ import os
 import re
 import shutil
 import sys
+import tempfile
+import threading
 from pathlib import Path
 
 _TAG = re.compile(r'data-attnlab-model="([^"]*)"')
+
+
+#: `attnlab.core.cache.PROGRESS_ENV` (not imported: that module loads torch; tests check they agree)
+PROGRESS_ENV = "ATTNLAB_PROGRESS_LOG"
+
+
+def _relay_progress(log: Path, out=None, interval: float = 0.5):
+    """Point PROGRESS_ENV at `log` (emptied) for this process and the kernels it starts, and copy each line
+    written there to `out` (default stderr) from a daemon thread. Returns stop(): copies what is left, stops."""
+    out = out or sys.stderr
+    log.write_text("", encoding="utf-8")
+    os.environ[PROGRESS_ENV] = str(log)
+    done = threading.Event()
+    src = open(log, encoding="utf-8")
+
+    def copy() -> None:
+        for line in iter(src.readline, ""):
+            out.write(line)
+        out.flush()
+
+    def run() -> None:
+        while not done.wait(interval):
+            copy()
+
+    thread = threading.Thread(target=run, name="attnlab-progress", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        done.set()
+        thread.join()
+        copy()
+        src.close()
+
+    return stop
 
 
 def _setting() -> tuple[str, str]:
@@ -51,11 +93,25 @@ def _environment() -> str:
     return " ".join([sys.version.split()[0], *(f"{name}={version(name)}" for name in _LIBRARIES)])
 
 
+def _code_digest(path: Path) -> bytes:
+    """sha256 of a module's code: its syntax tree (`ast.dump`, which leaves out line numbers) without docstrings.
+    A comment, a docstring, blank lines or a reformat keep it; any change to what the code does changes it."""
+    tree = ast.parse(path.read_bytes())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree).encode()).digest()
+
+
 def _package_digest(root: Path) -> str:
-    """Short hash of the attnlab package sources and `_environment`: chapter outputs depend on them too."""
+    """Short hash of `_environment` and of the code of every attnlab module (path and `_code_digest`): chapter
+    outputs depend on them, not on comments and docstrings (which no page shows)."""
     digest = hashlib.sha256(_environment().encode() + b"\0")
     for path in sorted((root / "attnlab").rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + _code_digest(path))
     return digest.hexdigest()[:12]
 
 
@@ -150,6 +206,18 @@ def _lighten(page: Path) -> None:
     light = _HEAVY.sub("", text)
     if light != text:
         page.write_text(light, encoding="utf-8")
+
+
+_PROGRESS: dict = {}
+
+
+def _stop_progress(app, exception) -> None:
+    """Copy the last progress lines, stop the relay and remove its file."""
+    stop, log = _PROGRESS.pop("stop", None), _PROGRESS.pop("log", None)
+    if stop is not None:
+        stop()
+        os.environ.pop(PROGRESS_ENV, None)
+        Path(log).unlink(missing_ok=True)
 
 
 def _build_finished(app, exception) -> None:
@@ -267,7 +335,12 @@ def setup(app):
     # from showing figures; kernels started by myst-nb inherit this process's environment.
     if os.environ.get("MPLBACKEND", "").lower() == "agg":
         del os.environ["MPLBACKEND"]
+    if not os.environ.get(PROGRESS_ENV):
+        fd, log = tempfile.mkstemp(prefix="attnlab-progress-", suffix=".log")
+        os.close(fd)
+        _PROGRESS.update(log=log, stop=_relay_progress(Path(log)))
     app.connect("config-inited", _config_inited)
+    app.connect("build-finished", _stop_progress, priority=100)
     app.connect("build-finished", _build_finished)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     app.connect("html-page-context", _launch_only_notebooks, priority=502)     # after the theme's (501)

@@ -72,3 +72,9 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true",
+                     help="tests/test_golden.py: write the golden file of a computation's version when it is missing "
+                          "(never rewrites one that exists)")

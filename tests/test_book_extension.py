@@ -106,3 +106,45 @@ def test_the_execution_cache_lives_outside_the_clone_keyed_by_sources_and_librar
     monkeypatch.setattr(ext, "_environment", lambda: "3.11.7 torch=9.9")
     assert path() != first                                          # another torch: other outputs
     assert "torch" in ext._LIBRARIES and "transformers" in ext._LIBRARIES
+
+
+def test_the_build_relays_each_computed_result_to_its_terminal_and_not_to_the_kernels_stderr(tmp_path, monkeypatch):
+    """A notebook kernel's stderr lands in its page: announce() writes to the relayed file instead."""
+    import io
+    import os
+    import subprocess
+    import sys
+
+    from attnlab.core import cache
+
+    assert ext.PROGRESS_ENV == cache.PROGRESS_ENV
+    monkeypatch.delenv(ext.PROGRESS_ENV, raising=False)
+    out = io.StringIO()
+    stop = ext._relay_progress(tmp_path / "progress.log", out, interval=0.05)
+    try:
+        kernel = subprocess.run(          # a kernel: a child process that inherits the build's environment
+            [sys.executable, "-c", "from attnlab.core.cache import announce; announce('fig2a', {'model': 'smollm2', "
+             "'max_length': 512}, 41.23)"], capture_output=True, text=True, check=True,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    finally:
+        stop()
+        os.environ.pop(ext.PROGRESS_ENV, None)
+    assert kernel.stderr == ""
+    assert out.getvalue() == "attnlab: computed fig2a (smollm2, L=512) in 41.2 s\n"
+
+
+def test_the_execution_cache_survives_a_comment_or_docstring_but_not_a_code_change(tmp_path):
+    """Keyed by every source byte, a comment re-executed every chapter (620 s on the 2-core CPU)."""
+    pkg = tmp_path / "attnlab"
+    pkg.mkdir()
+    module = pkg / "engine.py"
+    module.write_text('"""Blocks."""\nimport math\n\n\ndef f(x):\n    """Twice x."""\n    return 2 * x\n')
+    base = ext._package_digest(tmp_path)
+    module.write_text('"""Blocks, reworded."""\nimport math\n\n\n# a comment\ndef f(x):\n    """Two x."""\n\n'
+                      '    return 2 * x  # twice\n')
+    assert ext._package_digest(tmp_path) == base
+    module.write_text('"""Blocks."""\nimport math\n\n\ndef f(x):\n    """Twice x."""\n    return 3 * x\n')
+    assert ext._package_digest(tmp_path) != base
+    module.write_text('"""Blocks."""\nimport math\n\n\ndef f(x):\n    """Twice x."""\n    return 2 * x\n')
+    (pkg / "new.py").write_text("y = 1\n")
+    assert ext._package_digest(tmp_path) != base

@@ -102,7 +102,7 @@ def test_a_cache_that_cannot_be_written_gives_the_answer_and_one_warning(tmp_pat
     monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(a_file))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert cache.cached("demo", key, lambda: computed) is computed
+        assert cache.cached("demo", key, lambda: computed, version=1) is computed
     assert [str(w.message) for w in caught if "attnlab cache" in str(w.message)][0].count("cannot store demo") == 1
 
     def full_disk(path, data):
@@ -112,7 +112,7 @@ def test_a_cache_that_cannot_be_written_gives_the_answer_and_one_warning(tmp_pat
     monkeypatch.setattr(result_module, "atomic_write", full_disk)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert cache.cached("demo", key, lambda: computed) is computed
+        assert cache.cached("demo", key, lambda: computed, version=1) is computed
     messages = [str(w.message) for w in caught if "attnlab cache" in str(w.message)]
     assert len(messages) == 1 and "No space left on device" in messages[0]
 
@@ -303,14 +303,14 @@ def test_a_cached_result_stored_under_another_key_is_a_miss(tmp_path, monkeypatc
     import shutil
 
     monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
-    other = cache.store("demo", {"figure": "A"}, Result("demo", [{"a": 1}], {}))
-    a, b = (tmp_path / f"demo-{cache.key_hash({'figure': f})}" for f in "AB")
+    other = cache.store("demo", {"figure": "A", "version": 1}, Result("demo", [{"a": 1}], {}))
+    a, b = (tmp_path / f"demo-{cache.key_hash({'figure': f, 'version': 1})}" for f in "AB")
     shutil.copytree(a, b)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert cache.stored("demo", {"figure": "B"}) is None
+        assert cache.stored("demo", {"figure": "B", "version": 1}) is None
     assert any("another key" in str(w.message) for w in caught)
-    assert cache.stored("demo", {"figure": "A"}).rows == other.rows
+    assert cache.stored("demo", {"figure": "A", "version": 1}).rows == other.rows
 
 
 def test_finite_scores_that_overflow_are_errors_not_nan():

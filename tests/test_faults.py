@@ -18,13 +18,13 @@ def stored(tmp_path, monkeypatch):
     """A Result stored in an empty results cache; returns (folder, key, calls to compute)."""
     monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
     calls = []
-    key = {"figure": "demo"}
+    key = {"figure": "demo", "version": 1}
 
     def compute():
         calls.append(1)
         return _result()
 
-    cache.cached("demo", key, compute)
+    cache.cached("demo", key, compute, version=1)
     folder = tmp_path / f"demo-{cache.key_hash(key)}"
     assert calls == [1] and (folder / "demo.csv").is_file()
     return folder, key, compute, calls
@@ -55,7 +55,7 @@ def test_a_damaged_cached_result_is_a_miss_with_one_warning(stored, how):
             Result.load(folder, "demo")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        again = cache.cached("demo", key, compute)
+        again = cache.cached("demo", key, compute, version=1)
     assert calls == [1, 1], "recomputed"
     assert not again.provenance.get("loaded_from_cache") and len(again.rows) == 24
     assert len([w for w in caught if "attnlab cache" in str(w.message)]) == 1

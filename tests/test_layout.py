@@ -1,5 +1,5 @@
-"""The package's architecture: one figure registry seen by every consumer, one cache-key recipe over every
-source file, imports that only run downward, no private names across modules, and the book's helpers."""
+"""The package's architecture: one figure registry seen by every consumer, imports that only run downward, no
+private names across modules, and the book's helpers (the cache-key recipe: tests/test_cache_keys.py)."""
 import ast
 import math
 from pathlib import Path
@@ -11,7 +11,6 @@ import attnlab
 from attnlab import book, figures
 from attnlab.cli import bench as cli_bench
 from attnlab.cli import build_parser
-from attnlab.core import cache
 from attnlab.core.result import Result
 
 PKG = Path(attnlab.__file__).parent
@@ -159,66 +158,6 @@ def test_registry_is_complete_and_shared():
         figures.compute_figures(["fig9"], figures.Inputs("tiny-gpt2", "cpu"))
 
 
-def test_cache_key_covers_every_source_file(tmp_path, monkeypatch):
-    key = {"figure": "fig1", "model": "m", "weights": "w"}
-    base = cache.key_hash(key)
-    assert cache.key_hash(dict(key, model="other")) != base
-    # a file deep in a subpackage counts: pretend one changed
-    files = sorted(PKG.rglob("*.py"))
-    assert any(len(f.relative_to(PKG).parts) > 1 for f in files)
-    deep = next(f for f in files if f.relative_to(PKG).parts[0] == "normalization")
-    real = Path.read_bytes
-
-    def edited(self):
-        data = real(self)
-        return data + b"# edited\n" if self == deep else data
-
-    cache.source_hash.cache_clear()
-    monkeypatch.setattr(Path, "read_bytes", edited)
-    try:
-        assert cache.key_hash(key) != base
-    finally:
-        monkeypatch.undo()
-        cache.source_hash.cache_clear()
-    assert cache.key_hash(key) == base
-
-
-def _edit_one(monkeypatch, target: Path):
-    """Path.read_bytes returns `target`'s bytes with a comment appended (an edit of that file only)."""
-    real = Path.read_bytes
-    monkeypatch.setattr(Path, "read_bytes", lambda self: real(self) + (b"# edited\n" if self == target else b""))
-    cache.source_hash.cache_clear()
-
-
-def test_figure_cache_key_covers_the_code_it_runs_and_nothing_else(monkeypatch):
-    """A figure's key hashes the modules its compute imports (transitively, relative imports and imports
-    inside functions too): an edit there recomputes it; an edit to a plot, the book or the CLI does not."""
-    files = {p.relative_to(PKG).as_posix() for p in cache.module_files(("attnlab.normalization.experiments",))}
-    assert {"normalization/metrics/engine.py", "normalization/metrics/distance.py", "core/capture.py",
-            "core/result.py", "__init__.py", "normalization/__init__.py", "normalization/metrics/__init__.py"} <= files
-    assert not files & {"normalization/plots.py", "book.py", "cli/__init__.py", "figures.py", "widgets.py"}
-    key = {"figure": "fig1", "code": ["attnlab.normalization.experiments", "attnlab.core.models"]}
-    cache.source_hash.cache_clear()
-    base = cache.key_hash(key)
-    try:
-        for rel, changes in (("normalization/metrics/engine.py", True), ("core/capture.py", True),
-                             ("normalization/plots.py", False), ("book.py", False)):
-            _edit_one(monkeypatch, PKG / rel)
-            assert (cache.key_hash(key) != base) is changes, rel
-            monkeypatch.undo()
-    finally:
-        monkeypatch.undo()
-        cache.source_hash.cache_clear()
-    assert cache.key_hash(key) == base
-    # the registry's keys name their code; the paper-2 real-token figure does not read paper 1's modules
-    from attnlab.figures import _cache_key
-
-    class Inp:
-        device, max_length, start = "cpu", None, 0
-
-    assert "attnlab.normalization.experiments" not in _cache_key("tsc_uniform", Inp(), True)["code"]
-
-
 def test_cached_result_recomputes_only_for_a_new_key(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
     calls = []
@@ -230,9 +169,9 @@ def test_cached_result_recomputes_only_for_a_new_key(tmp_path, monkeypatch):
     class M:
         name, weights_sha256 = "model-x", "abc"
 
-    first = book.cached_result("demo", {"grid": [1, 2]}, compute, model=M(), text_sha256="t")
-    again = book.cached_result("demo", {"grid": [1, 2]}, compute, model=M(), text_sha256="t")
-    other = book.cached_result("demo", {"grid": [1, 3]}, compute, model=M(), text_sha256="t")
+    first = book.cached_result("demo", {"grid": [1, 2]}, compute, version=1, model=M(), text_sha256="t")
+    again = book.cached_result("demo", {"grid": [1, 2]}, compute, version=1, model=M(), text_sha256="t")
+    other = book.cached_result("demo", {"grid": [1, 3]}, compute, version=1, model=M(), text_sha256="t")
     assert len(calls) == 2 and again.rows == first.rows and again.provenance.get("loaded_from_cache")
     assert not other.provenance.get("loaded_from_cache")
 

@@ -24,7 +24,7 @@ def test_cache_computes_once(tmp_path, monkeypatch):
         calls.append(1)
         return Result("c", [{"a": 1}], {"model": "m"})
 
-    first = cached("c", {"model": "m", "L": 3}, compute)
-    second = cached("c", {"model": "m", "L": 3}, compute)
-    cached("c", {"model": "m", "L": 4}, compute)
+    first = cached("c", {"model": "m", "L": 3}, compute, version=1)
+    second = cached("c", {"model": "m", "L": 3}, compute, version=1)
+    cached("c", {"model": "m", "L": 4}, compute, version=1)
     assert len(calls) == 2 and first.rows == second.rows and second.provenance["loaded_from_cache"]

@@ -30,11 +30,23 @@ def test_run_caches_each_experiment_and_passes_the_device(tmp_path, monkeypatch)
         calls.append((device, k))
         return Result("tsc_hardmax", [{"k": k}])
 
-    monkeypatch.setitem(views.EXPERIMENTS, "hardmax", fake)
+    monkeypatch.setitem(views.EXPERIMENTS, "hardmax", ("tsc_hardmax", fake, 1))
     assert views.run("hardmax", "cpu", k=3).rows == [{"k": 3}]
     assert views.run("hardmax", "cpu", k=3).rows == [{"k": 3}]          # from the cache: not computed again
     views.run("hardmax", "cpu", k=4)
     assert calls == [("cpu", 3), ("cpu", 4)]
+
+
+@pytest.mark.parametrize("experiment", ["uniform_map", "moment_convergence"])
+def test_a_second_run_of_a_chapter_9_experiment_is_a_cache_hit(tmp_path, monkeypatch, experiment):
+    """They were stored as tsc_uniform_map / tsc_moment_convergence while their Results are named tsc_uniform /
+    tsc_moments, so the lookup never hit: recomputed on every build."""
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    first = views.run(experiment, "cpu", quick=True)
+    again = views.run(experiment, "cpu", quick=True)
+    assert not first.provenance.get("loaded_from_cache")
+    assert again.provenance.get("loaded_from_cache") and again.name == first.name
+    assert [r.get("slope") for r in again.rows] == [r.get("slope") for r in first.rows]
 
 
 def test_map_frame_draws_three_sets_against_the_limit():

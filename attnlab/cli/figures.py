@@ -52,7 +52,7 @@ def add_cli(sub) -> None:
                    help="with --windows: the longest window (default 512)")
     c.add_argument("--refresh", action="store_true",
                    help="recompute every Result (default: the results cache's, where the book or an earlier check "
-                        "stored one for the same sources, model weights and text)")
+                        "stored one for the same versions, model weights, text and libraries)")
     c.set_defaults(func=run_check)
 
 

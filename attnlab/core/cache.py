@@ -1,88 +1,57 @@
 """A small on-disk cache of Results, so chapters and the CLI do not recompute a figure they already have.
 
-One key recipe for every cached Result: the caller's key (experiment, model + weights checksum, text
-checksum, grids, protocol switches; `model_key` and `text_key` build the usual parts) plus, always,
-the attnlab version and the sha256 of source files of the package: by default every file (subpackages
-included), so that any code change recomputes; a key with "code": (module, ...) covers only those
-modules and every package module they import, directly or not (`module_files`: the figures of the
-registry use it, so an edit to a plot, the book or the CLI reuses their Results). The folder name
-carries the key's hash.
+One key recipe for every cached Result (`full_key`): the version its caller declares (`version`: an integer, 1 at
+first, bumped by whoever changes the numbers the computation returns; the golden probes of tests/test_golden.py
+fail when numbers move without a bump), the caller's inputs (model + weights checksum, text checksum, grids,
+protocol switches; `model_key` builds the model's part) and the versions of the libraries that compute it with
+the kernels switch (`environment`). Not the bytes of the package's sources: a comment, a docstring or a refactor
+that moves no number reuses every Result. A Result is stored in the folder `<name>-<hash of the key>`, its key
+beside it (`KEY_FILE`, read by `verify`).
+
+Every Result computed here is announced on one line, "attnlab: computed NAME (...) in S s" (`announce`).
 """
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
+import sys
+import time
 import warnings
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
-import attnlab
-from attnlab.core.result import CorruptResult, Result, to_plain
+from attnlab.core.result import CorruptResult, Result, differences, numbers, to_plain
 from attnlab.core.text import cache_dir
+from attnlab.core.util import atomic_write, kernels_on
 
-PACKAGE_DIR = Path(attnlab.__file__).parent
+#: the libraries whose version can change a Result's numbers
+LIBRARIES = ("torch", "transformers", "numpy", "scipy", "numba")
 
 
 def results_dir() -> Path:
     return Path(os.environ.get("ATTNLAB_RESULTS_DIR", cache_dir() / "results")).expanduser()
 
 
-def _module_path(name: str) -> Path | None:
-    """The file of package module `name` ("attnlab.core.models"), or None (not a module of the package)."""
-    base = PACKAGE_DIR.parent.joinpath(*name.split("."))
-    for path in (base / "__init__.py", base.with_suffix(".py")):
-        if path.is_file():
-            return path
-    return None
+@lru_cache(maxsize=1)
+def library_versions() -> dict:
+    """{library: installed version ("-" where not installed)} for `LIBRARIES`."""
+    from importlib import metadata
+
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "-"
+
+    return {name: version(name) for name in LIBRARIES}
 
 
-def _imported(path: Path, name: str) -> set[str]:
-    """Module names of the package that the file imports anywhere (functions included), as written:
-    "from attnlab.x import y" gives attnlab.x and attnlab.x.y (y may be a module)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_bytes())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:                       # relative: from . import x, from ..core import y
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(parts + ([base] if base else []))
-            found |= {base} | {f"{base}.{alias.name}" for alias in node.names}
-    return {m for m in found if m.split(".")[0] == PACKAGE_DIR.name}
-
-
-@lru_cache(maxsize=64)
-def module_files(roots: tuple[str, ...]) -> tuple[Path, ...]:
-    """The package files that modules `roots` run when imported: theirs, every package module they import
-    (a static reading of every import statement, those inside functions too), transitively, and the
-    parent packages' __init__ files. Sorted."""
-    seen: dict[str, Path] = {}
-    todo = list(roots)
-    while todo:
-        name = todo.pop()
-        path = None if name in seen else _module_path(name)
-        if path is None:
-            continue
-        seen[name] = path
-        todo += _imported(path, name)
-        todo.append(name.rpartition(".")[0])
-    return tuple(sorted(set(seen.values())))
-
-
-@lru_cache(maxsize=64)
-def source_hash(roots: tuple[str, ...] | None = None) -> str:
-    """sha256 of .py files of the package (path and bytes), 16 hex digits: every file (roots None), or
-    those that modules `roots` import (`module_files`)."""
-    files = sorted(PACKAGE_DIR.rglob("*.py")) if roots is None else module_files(roots)
-    h = hashlib.sha256()
-    for path in files:
-        h.update(path.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()[:16]
+def environment() -> dict:
+    """What computes a Result besides attnlab's code: `library_versions` and the kernels switch (numba loops or
+    torch operations: `core.util.kernels_on`, ATTNLAB_KERNELS)."""
+    return {"libraries": library_versions(), "kernels": kernels_on()}
 
 
 def model_key(model) -> dict:
@@ -92,15 +61,21 @@ def model_key(model) -> dict:
 
 
 def full_key(key: dict) -> dict:
-    """The caller's key with the package version and sources added (what the hash is taken of): the
-    files of the modules named by key["code"] and their imports, else every file."""
-    code = key.get("code")
-    return {**key, "attnlab": attnlab.__version__, "sources": source_hash(None if code is None else tuple(code))}
+    """The caller's key (with its "version", a positive int) and `environment`: what the hash is taken of.
+    ValueError when the key declares no version."""
+    version = key.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"a cached Result's key needs a version (an int >= 1), got {version!r}")
+    return {**key, "environment": environment()}
 
 
 def key_hash(key: dict) -> str:
     text = json.dumps(to_plain(full_key(key)), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+#: the file beside a stored Result that holds its key (`full_key`), so that `verify` can compute it again
+KEY_FILE = "key.json"
 
 
 def _folder(name: str, key: dict) -> Path:
@@ -130,14 +105,20 @@ def stored(name: str, key: dict) -> Result | None:
 
 
 def store(name: str, key: dict, result: Result) -> Result:
-    """Store `result` under (name, key), replacing what was there; returns it. The cache is an
-    optimisation: where it cannot be written (a full disk, a read-only or misplaced folder), one warning
-    and the Result is returned all the same."""
+    """Store `result` under (name, key), replacing what was there; returns it. ValueError when the Result is
+    named otherwise (it would be saved where `stored` never looks). The cache is an optimisation: where it
+    cannot be written (a full disk, a read-only or misplaced folder), one warning and the Result is returned
+    all the same."""
+    if result.name != name:
+        raise ValueError(f"attnlab cache: the computation stored as {name!r} returned a Result named "
+                         f"{result.name!r}: store it under its own name")
     from attnlab.core import published
 
     try:
         result.save(_folder(name, key), key=key_hash(key))
         published.log_use(_folder(name, key).name)
+        atomic_write(_folder(name, key) / KEY_FILE, json.dumps(to_plain(full_key(key)), sort_keys=True,
+                                                                default=str).encode())
     except OSError as exc:
         where = exc.filename or results_dir()
         warnings.warn(f"attnlab cache: cannot store {name} in {where} ({exc.strerror or exc}); the result is "
@@ -145,8 +126,85 @@ def store(name: str, key: dict, result: Result) -> Result:
     return result
 
 
-def cached(name: str, key: dict, compute: Callable[[], Result], *, refresh: bool = False) -> Result:
-    """Load the Result stored under (name, key) (`stored`), or compute, store and return it (refresh=True:
-    always compute)."""
+def cached(name: str, key: dict, compute: Callable[[], Result], *, version: int, refresh: bool = False) -> Result:
+    """Load the Result stored under (name, key + `version`) (`stored`), or compute, announce (`announce`),
+    store and return it (refresh=True: always compute). `version`: the computation's declared version (see the
+    module doc)."""
+    key = dict(key, version=version)
     result = None if refresh else stored(name, key)
-    return result if result is not None else store(name, key, compute())
+    if result is not None:
+        return result
+    t0 = time.perf_counter()
+    result = compute()
+    announce(name, key, time.perf_counter() - t0)
+    return store(name, key, result)
+
+
+def entries() -> list[tuple[str, dict]]:
+    """(name, key) of every Result stored in `results_dir` with its key file, sorted by folder."""
+    out = []
+    for folder in sorted(results_dir().glob("*-*")):
+        try:
+            key = json.loads((folder / KEY_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        out.append((folder.name.rsplit("-", 1)[0], key))
+    return out
+
+
+def verify(recompute: Callable[[str, dict], Result | None]) -> Iterator[tuple[str, str, list[str]]]:
+    """Compute every stored Result (`entries`) again and compare its numbers with the stored ones
+    (`core.result.differences`): yields (name, status, differences), status "same", "differs", "damaged" (the
+    stored Result fails verification), "other environment" (stored by other library versions or kernels: not
+    comparable here) or "not recomputable" (`recompute(name, key)` returned None: a chapter's own experiment)."""
+    for name, key in entries():
+        if key.get("environment") != environment():
+            yield name, "other environment", []
+            continue
+        try:
+            old = Result.load(_folder(name, key), name, key=key_hash(key))
+        except (CorruptResult, OSError) as exc:
+            yield name, "damaged", [str(exc)]
+            continue
+        new = recompute(name, key)
+        if new is None:
+            yield name, "not recomputable", []
+            continue
+        moved = differences(numbers(new), numbers(old), name)
+        yield name, "differs" if moved else "same", moved
+
+
+#: where `announce` writes: this file (appended to) when set, else stderr
+PROGRESS_ENV = "ATTNLAB_PROGRESS_LOG"
+
+
+def describe(key: dict) -> str:
+    """The few key parts a person recognises, "smollm2, wikitext2 from character 5000, L=512, quick": model, text
+    (where a figure names one), window length, quick."""
+    parts = [str(key["model"])] if key.get("model") else []
+    if key.get("model") and key.get("text_name"):
+        start = key.get("text_start") or 0
+        parts.append(key["text_name"] + (f" from character {start}" if start else ""))
+    if key.get("max_length"):
+        parts.append(f"L={key['max_length']}")
+    if key.get("quick"):
+        parts.append("quick")
+    return ", ".join(parts)
+
+
+def announce(name: str, key: dict, seconds: float) -> None:
+    """One line, "attnlab: computed NAME (model, L=...) in S s", to the file named by ATTNLAB_PROGRESS_LOG (the
+    book build sets it and copies the lines to its terminal: a notebook kernel's stderr would land in the page),
+    else to stderr."""
+    what = describe(key)
+    line = f"attnlab: computed {name}{f' ({what})' if what else ''} in {seconds:.1f} s\n"
+    path = os.environ.get(PROGRESS_ENV)
+    if not path:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line)
+    except OSError:
+        pass            # a progress line is not worth a traceback, nor a line in a page

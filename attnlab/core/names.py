@@ -1,5 +1,5 @@
-"""What a reader is told a short model name means (chapter boxes, the site's footer): one place for it.
-Not imported by `core.models` on purpose: the results cache keys hash that module and its imports."""
+"""What a reader is told a short model name means (chapter boxes, the site's footer): one place for it. A module
+of its own so that the book's Sphinx extension reads it without importing torch."""
 from __future__ import annotations
 
 DISPLAY_NAMES = {

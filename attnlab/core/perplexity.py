@@ -61,6 +61,5 @@ def cached_perplexity(model, text, **options) -> Result:
     """`perplexity` from the results cache (model weights, text and options in the key)."""
     from attnlab.core.cache import cached, model_key
 
-    key = {"experiment": "perplexity", **model_key(model), "text": text.sha256, **options,
-           "code": ["attnlab.core.perplexity"]}          # its sources and imports, not every file of the package
-    return cached("perplexity", key, lambda: perplexity(model, text, **options))
+    key = {"experiment": "perplexity", **model_key(model), "text": text.sha256, **options}
+    return cached("perplexity", key, lambda: perplexity(model, text, **options), version=1)

@@ -6,6 +6,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 import os
 import platform
 import time
@@ -29,6 +30,38 @@ def to_plain(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     return value
+
+
+#: columns that measure time, not the numbers of a computation (left out when Results are compared)
+TIMINGS = frozenset({"seconds", "ratio_softmax", "ratio_sort", "runtime_s"})
+#: the tolerance two computations of one Result agree to (float32 work, 1 or 2 threads: tests/test_golden.py)
+RTOL, ATOL = 1e-5, 1e-7
+
+
+def numbers(result: "Result") -> list[dict]:
+    """The rows of `result` as JSON values, without the timing columns (`TIMINGS`) and empty cells (None: a
+    loaded Result has every column in every row)."""
+    return [{k: to_plain(v) for k, v in row.items() if k not in TIMINGS and v is not None} for row in result.rows]
+
+
+def differences(got: Any, want: Any, where: str = "") -> list[str]:
+    """Where JSON values `got` and `want` differ beyond RTOL/ATOL (NaN equals NaN; ints, bools and text exactly),
+    one line each ([]: they agree)."""
+    if isinstance(want, (bool, str)) or isinstance(got, (bool, str)) or want is None or got is None:
+        return [] if got == want else [f"{where}: {got!r} != {want!r}"]
+    if isinstance(want, (int, float)) and isinstance(got, (int, float)):
+        if math.isnan(want) and math.isnan(got) or math.isclose(got, want, rel_tol=RTOL, abs_tol=ATOL):
+            return []
+        return [f"{where}: {got!r} != {want!r}"]
+    if isinstance(want, dict) and isinstance(got, dict):
+        if set(got) != set(want):
+            return [f"{where}: columns {sorted(got)} != {sorted(want)}"]
+        return [d for k in want for d in differences(got[k], want[k], f"{where}.{k}")]
+    if isinstance(want, list) and isinstance(got, list):
+        if len(got) != len(want):
+            return [f"{where}: {len(got)} items != {len(want)}"]
+        return [d for i, (g, w) in enumerate(zip(got, want)) for d in differences(g, w, f"{where}[{i}]")]
+    return [f"{where}: {got!r} != {want!r}"]
 
 
 def provenance(**fields: Any) -> dict:

@@ -16,6 +16,12 @@ import numpy as np
 import torch
 
 
+def kernels_on() -> bool:
+    """Whether the numba kernels may run (`normalization.metrics.engine.FUSED` starts from it): ATTNLAB_KERNELS
+    unset or not "0"."""
+    return os.environ.get("ATTNLAB_KERNELS", "1") != "0"
+
+
 def as_float64(x, *, dtype=torch.float64, device=None) -> torch.Tensor:
     """Any array-like -> torch tensor of `dtype` on `device` (a tensor keeps its device if None)."""
     if isinstance(x, torch.Tensor):

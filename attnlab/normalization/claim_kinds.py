@@ -1,6 +1,5 @@
 """What kind of statement each paper-1 claim is, and what a failure of it means: the one table chapter 6 reads
-(the claim rows themselves come from `claims.paper1_claims`). Not imported by any figure's compute, so an edit
-here recomputes nothing."""
+(the claim rows themselves come from `claims.paper1_claims`)."""
 from __future__ import annotations
 
 from typing import Sequence

@@ -10,21 +10,34 @@ import numpy as np
 import torch
 
 from attnlab import book
+from attnlab.figures import FIGURES
 from attnlab.sample_complexity import experiments as te
 from attnlab.sample_complexity import montecarlo as mc
 from attnlab.sample_complexity import sphere, theory
 
-EXPERIMENTS = {"uniform_map": te.uniform_map, "moment_convergence": te.moment_convergence,
-               "sample_reference_effect": te.sample_reference_effect, "hardmax": sphere.hardmax}
+#: experiment -> (the name of the Result it returns, which is its cache name; its function; its version: the
+#: registry's where it is a figure)
+EXPERIMENTS = {"uniform_map": ("tsc_uniform", te.uniform_map, FIGURES["tsc_uniform"].version),
+               "moment_convergence": ("tsc_moments", te.moment_convergence, FIGURES["tsc_moments"].version),
+               "sample_reference_effect": ("tsc_sample_reference_effect", te.sample_reference_effect, 1),
+               "hardmax": ("tsc_hardmax", sphere.hardmax, FIGURES["tsc_hardmax"].version)}
 QUERIES = torch.linspace(-4, 4, 161, dtype=torch.float64)[:, None]       # queries of the map frame [161, 1]
 
 
 def run(experiment: str, device: str, **params):
-    """An experiment's Result, cached on disk (book.cached_result: keyed by every parameter, the device and the
-    sources of the experiment's module and its imports), so a rebuild reuses it."""
-    fn = EXPERIMENTS[experiment]
+    """An experiment's Result, cached on disk under its own name (book.cached_result: keyed by its version, every
+    parameter and the device), so a rebuild reuses it."""
+    name, fn, version = EXPERIMENTS[experiment]
     key = {"experiment": experiment, "params": params, "device": device}
-    return book.cached_result(f"tsc_{experiment}", key, lambda: fn(device=device, **params), code=[fn.__module__])
+    return book.cached_result(name, key, lambda: fn(device=device, **params), version=version)
+
+
+def recompute(name: str, key: dict):
+    """The experiment stored by `run` as (name, key) computed again, or None when the key is not one of `run`'s."""
+    entry = EXPERIMENTS.get(key.get("experiment"))
+    if entry is None or entry[0] != name or not {"params", "device"} <= set(key):
+        return None
+    return entry[1](device=key["device"], **key["params"])
 
 
 def map_frame(H: float, n: int, R: float = 4.0, draws: int = 3, figsize=(4.6, 2.7)):

@@ -33,17 +33,16 @@ per-row outputs come back on the CPU.
 from __future__ import annotations
 
 import bisect
-import os
 from typing import Iterable, Iterator, Optional, Sequence
 
 import torch
 
-from attnlab.core.util import last_visible
+from attnlab.core.util import kernels_on, last_visible
 
 DEFAULT_CHUNK = 1 << 20          # elements of one [heads, rows, K] block (8 MiB in float64)
 # CPU: the hot loops run as the numba kernels of `normalization.kernels.metrics`; False (or ATTNLAB_KERNELS=0): plain
 # torch everywhere, the path GPUs take (the tests check both against the oracle)
-FUSED = os.environ.get("ATTNLAB_KERNELS", "1") != "0"
+FUSED = kernels_on()
 SMALL_N = 16                     # N <= SMALL_N: d1 from each key's farthest visible key (else candidates),
                                  # x_i.s from the d1 table, top-k by insertion (CPU)
 

@@ -1,0 +1,198 @@
+"""Golden probes: every cached computation (each figure of the registry, each `cache.cached` / `book.cached_result`
+name of the package, the views and the chapters) run on a tiny input and compared with the numbers its declared
+version gave, stored in tests/golden/<name>@v<version>.json. Append-only: a change that moves numbers bumps the
+version, which adds a file (`pytest tests/test_golden.py --update-golden` writes a missing one); an old file is
+never edited. A comment, docstring or refactor that moves no number passes, and reuses every stored Result.
+
+Tolerance: `core.result.differences`, rtol 1e-5, atol 1e-7 (float32 work). Measured on the 2-core CPU
+(2026-11-27): 1 thread (OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1) against the goldens written with 2 moves nothing
+but tsc_real, by 7e-15 relative; ATTNLAB_KERNELS=0 (torch instead of numba) moves numbers by up to 4e-8 relative,
+except thm1_readings (up to 9e-2: another key, since the switch is in it). Columns that are timings are left out
+(`core.result.TIMINGS`)."""
+from __future__ import annotations
+
+import ast
+import json
+import warnings
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+import attnlab
+from attnlab import figures
+from attnlab.core.result import Result, differences, numbers
+
+ROOT = Path(attnlab.__file__).parent.parent
+GOLDEN = ROOT / "tests" / "golden"
+CALLERS = ("cached", "cached_result")          # the functions a computation's version is declared to
+
+
+# ------------------------------------------------------------------ every declared computation, from the code
+
+
+def _calls(tree: ast.AST, where: str):
+    """(name, version, where:line) of each call `cached("name", ..., version=N)` / `cached_result(...)` in `tree`
+    whose name and version are literals."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        fn = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+        version = next((k.value for k in node.keywords if k.arg == "version"), None)
+        if (fn in CALLERS and node.args and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)):
+            assert isinstance(version, ast.Constant), f"{where}:{node.lineno}: {fn}({node.args[0].value!r}) " \
+                                                      "declares no literal version="
+            yield node.args[0].value, version.value, f"{where}:{node.lineno}"
+
+
+def _sources():
+    """(path, parsed code) of every package module and every chapter's code cells."""
+    for path in sorted((ROOT / "attnlab").rglob("*.py")):
+        yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(encoding="utf-8"))
+    for path in sorted((ROOT / "book").glob("*.ipynb")):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        for i, cell in enumerate(cells):
+            if cell["cell_type"] == "code":
+                code = "\n".join(line for line in "".join(cell["source"]).splitlines()
+                                 if not line.lstrip().startswith(("%", "!")))
+                yield f"{path.relative_to(ROOT).as_posix()} cell {i}", ast.parse(code)
+
+
+@lru_cache(maxsize=1)
+def declared() -> dict[str, tuple[int, list[str]]]:
+    """{computation: (version, [where it is declared])}: the registry's figures, chapter 9's experiments and every
+    literal call of `CALLERS`. AssertionError when two places declare one computation with different versions."""
+    from attnlab.views import tokens
+
+    found = [(i, s.version, f"attnlab/figures.py FIGURES[{i!r}]") for i, s in figures.FIGURES.items()]
+    found += [(name, v, f"attnlab/views/tokens.py EXPERIMENTS[{e!r}]")
+              for e, (name, _, v) in tokens.EXPERIMENTS.items()]
+    for where, tree in _sources():
+        found += list(_calls(tree, where))
+    out: dict[str, tuple[int, list[str]]] = {}
+    for name, version, where in found:
+        v, places = out.setdefault(name, (version, []))
+        assert v == version, f"{name} is declared as version {v} in {places} and {version} in {where}"
+        places.append(where)
+    return out
+
+
+# ------------------------------------------------------------------ the probes: a tiny input each, seconds
+
+
+@lru_cache(maxsize=1)
+def _tiny():
+    from attnlab.core.models import load_model
+
+    return load_model("tiny-gpt2")
+
+
+@lru_cache(maxsize=1)
+def _text():
+    from attnlab.core.text import load_corpus
+
+    return load_corpus("war_and_peace", allow_download=False)
+
+
+@lru_cache(maxsize=1)
+def _paper1() -> dict[str, Result]:
+    """Every paper-1 figure on tiny-gpt2's first 64 tokens of War and Peace, quick grids (one shared pass)."""
+    inp = figures.Inputs("tiny-gpt2", "cpu", max_length=64)
+    inp._model = _tiny()
+    return figures.compute_figures(figures.figure_ids("normalization"), inp, quick=True, progress=False)
+
+
+def _windows_probe(name: str) -> Result:
+    from attnlab import windows
+
+    ws = windows.text_windows(1)                                 # one window of each corpus
+    if name == "pooled_ks":
+        return Result(name, windows.pooled_critical_n("tiny-gpt2", ws, [32, 64], max_length=64, progress=False))
+    return Result(name, windows.reading_critical_over_windows("tiny-gpt2", ws, "E1 / b / v", max_length=64,
+                                                              lengths=(64,)))
+
+
+def _probe(name: str) -> Result:
+    """`name`'s computation on its tiny probe input."""
+    from attnlab import benchmarks
+    from attnlab.core import perplexity
+    from attnlab.sample_complexity import experiments, real_tokens, sphere
+    from attnlab.tools import compare, diagnose
+
+    if name in figures.figure_ids("normalization"):
+        return _paper1()[name]
+    probes = {
+        "tsc_real": lambda: real_tokens.real_encoder(_minilm(), quick=True),
+        "tsc_sample_reference_effect": lambda: experiments.sample_reference_effect(quick=True),
+        "tsc_authors_sphere_reference": lambda: sphere.authors_sphere_reference(quick=True),
+        "compare_normalizers": lambda: compare.compare_normalizers(_tiny(), _text(), quick=True, progress=False),
+        "compare_normalizers_each": lambda: compare.compare_normalizers(_tiny(), _text(), quick=True, swap="each",
+                                                                        progress=False),
+        "bench_normalizers": lambda: benchmarks.bench_normalizers(_tiny(), _text(), quick=True, repeats=1,
+                                                                  progress=False),
+        "diagnose": lambda: diagnose.diagnose(_tiny(), _text(), lengths=[64], progress=False),
+        "perplexity": lambda: perplexity.perplexity(_tiny(), _text(), tokens=256, window=64, stride=32),
+        "pooled_ks": lambda: _windows_probe("pooled_ks"),
+        "reading_windows": lambda: _windows_probe("reading_windows"),
+    }
+    if name in probes:
+        return probes[name]()
+    if name in figures.FIGURES:                                  # the synthetic figures of paper 2
+        return figures.FIGURES[name].compute(quick=True, device="cpu")
+    raise KeyError(name)
+
+
+@lru_cache(maxsize=1)
+def _minilm():
+    from attnlab.core.models import load_model
+
+    return load_model("minilm")
+
+
+PROBED = sorted(set(figures.FIGURES) | {"tsc_sample_reference_effect", "tsc_authors_sphere_reference",
+                                        "compare_normalizers", "compare_normalizers_each", "bench_normalizers",
+                                        "diagnose", "perplexity", "pooled_ks", "reading_windows"})
+
+
+def golden_path(name: str, version: int) -> Path:
+    return GOLDEN / f"{name}@v{version}.json"
+
+
+# ------------------------------------------------------------------ the tests
+
+
+def test_differences_allow_the_tolerance_and_nothing_more():
+    want = [{"x": 1.0, "n": 3, "s": "a", "nan": float("nan"), "v": [0.5, None]}]
+    assert differences([{"x": 1.0 + 5e-6, "n": 3, "s": "a", "nan": float("nan"), "v": [0.5, None]}], want) == []
+    assert differences([{"x": 1.0 + 5e-5, "n": 3, "s": "a", "nan": float("nan"), "v": [0.5, None]}], want)
+    assert differences([{"x": 1.0, "n": 4, "s": "a", "nan": float("nan"), "v": [0.5, None]}], want)
+    assert differences([{"x": 1.0, "n": 3, "s": "a", "nan": 0.0, "v": [0.5, None]}], want)
+    assert differences([{"x": 1.0, "n": 3, "s": "a", "nan": float("nan"), "v": [0.5]}], want)
+    assert differences([], want)
+
+
+def test_every_declared_computation_has_a_probe():
+    """A new cached computation (a figure, a `cached`/`cached_result` call) needs a probe here and a golden file."""
+    missing = sorted(set(declared()) - set(PROBED))
+    assert not missing, f"no golden probe for {missing}: add one to tests/test_golden.py (_probe, PROBED)"
+    assert not sorted(set(PROBED) - set(declared())), "a probe of a computation that no longer exists"
+
+
+@pytest.mark.parametrize("name", PROBED)
+def test_numbers_match_the_golden_of_the_declared_version(name, request):
+    version, places = declared()[name]
+    path = golden_path(name, version)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = numbers(_probe(name))
+    if not path.exists():
+        if not request.config.getoption("--update-golden"):
+            pytest.fail(f"no golden for {name}@v{version}: run pytest tests/test_golden.py --update-golden")
+        path.parent.mkdir(exist_ok=True)
+        rows = ",\n".join(json.dumps(r) for r in got)          # one row a line: a diff shows what moved
+        path.write_text(f'{{"computation": "{name}", "version": {version}, "rows": [\n{rows}\n]}}\n')
+    want = json.loads(path.read_text())["rows"]
+    moved = differences(got, want, name)
+    assert not moved, (f"numbers of {name} moved: bump the version of {name} ({', '.join(places)}); "
+                       f"{len(moved)} differ, first: {moved[:3]}")
