@@ -2,6 +2,7 @@
 fetches a missing one by key from a site served on 127.0.0.1, sha256-checked, instead of computing it."""
 import functools
 import http.server
+import shutil
 import socket
 import threading
 
@@ -48,25 +49,34 @@ def publish_one(results, site_root, tmp_path, monkeypatch):
     """Compute and store the probe Result with the build's log on, publish it, then empty the cache."""
     log = tmp_path / "used.txt"
     monkeypatch.setenv(published.LOG_ENV, str(log))
-    cache.cached("probe", KEY, computed)
+    cache.cached("probe", KEY, computed, version=1)
     monkeypatch.delenv(published.LOG_ENV)
     done = published.publish(log.read_text().split(), results, site_root)
-    assert done["entries"] == 1 and done["files"] == 2 and not done["missing"]
-    for entry in list(results.iterdir()):
-        for f in entry.iterdir():
-            f.unlink()
-        entry.rmdir()
+    assert done["entries"] == 1 and done["files"] == 3 and not done["missing"]
+    shutil.rmtree(results)
 
 
 def test_a_published_result_is_fetched_and_verified_not_computed(results, site, tmp_path, monkeypatch):
     root, url = site
     publish_one(results, root, tmp_path, monkeypatch)
     monkeypatch.setenv(published.URL_ENV, url)
-    got = cache.cached("probe", KEY, never)
+    got = cache.cached("probe", KEY, never, version=1)
     assert got.rows == computed().rows
-    assert got.provenance["fetched_from_site"] is True
-    again = cache.cached("probe", KEY, never)                 # now in the local cache
-    assert again.provenance["fetched_from_site"] is False
+    assert got.provenance["fetched_from_site"] is True and got.provenance["published_by"] == url
+    again = cache.cached("probe", KEY, never, version=1)                 # now in the local cache
+    assert "fetched_from_site" not in again.provenance and again.provenance["published_by"] == url
+
+
+def test_another_torch_still_finds_the_published_result_and_says_so(results, site, tmp_path, monkeypatch):
+    """The site's Result was computed with the build's libraries; a reader with another torch gets it by the key
+    without the environment, and its provenance names the environment it was computed in."""
+    root, url = site
+    publish_one(results, root, tmp_path, monkeypatch)
+    built = dict(cache.library_versions())
+    monkeypatch.setattr(cache, "library_versions", lambda: {**built, "torch": "0.0-other"})
+    monkeypatch.setenv(published.URL_ENV, url)
+    got = cache.cached("probe", KEY, never, version=1)
+    assert got.provenance["published_environment"]["libraries"] == built
 
 
 def test_a_file_edited_on_the_site_is_refused_and_computed(results, site, tmp_path, monkeypatch, capsys):
@@ -75,8 +85,8 @@ def test_a_file_edited_on_the_site_is_refused_and_computed(results, site, tmp_pa
     victim = next((root / "results" / "files").iterdir())
     victim.write_bytes(victim.read_bytes() + b" ")
     monkeypatch.setenv(published.URL_ENV, url)
-    got = cache.cached("probe", KEY, computed)
-    assert got.provenance.get("fetched_from_site") is None       # computed here
+    got = cache.cached("probe", KEY, computed, version=1)
+    assert "published_by" not in got.provenance                  # computed here
     assert "could not fetch" in capsys.readouterr().err
     assert not [p for p in results.glob(".*")]                    # no half-fetched folder left
 
@@ -84,13 +94,13 @@ def test_a_file_edited_on_the_site_is_refused_and_computed(results, site, tmp_pa
 def test_a_site_without_the_result_or_unreachable_means_compute(results, site, monkeypatch, capsys):
     root, url = site
     monkeypatch.setenv(published.URL_ENV, url)                  # serves no registry
-    assert cache.cached("probe", KEY, computed).rows == computed().rows
+    assert cache.cached("probe", KEY, computed, version=1).rows == computed().rows
     with socket.socket() as s:                                   # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     published._registry.cache_clear()
     monkeypatch.setenv(published.URL_ENV, f"http://127.0.0.1:{port}")
-    assert published.fetch("probe-0000", results) is False
+    assert published.fetch("probe", "0" * 16) is None
     assert "no published Results" in capsys.readouterr().err
 
 

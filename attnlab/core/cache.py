@@ -89,18 +89,28 @@ def stored(name: str, key: dict) -> Result | None:
     from attnlab.core import published
 
     folder = _folder(name, key)
-    fetched = False
     try:
         if not ((folder / f"{name}.json").exists() or (folder / f"{name}.csv").exists()):
-            fetched = published.fetch(folder.name, results_dir())
-            if not fetched:
-                return None
+            return _from_site(name, key)
         result = Result.load(folder, name, key=key_hash(key))
     except (CorruptResult, OSError) as exc:
         warnings.warn(f"attnlab cache: {exc}; recomputing", stacklevel=3)
         return None
     published.log_use(folder.name)
-    result.provenance = dict(result.provenance, loaded_from_cache=True, fetched_from_site=fetched)
+    result.provenance = dict(result.provenance, loaded_from_cache=True)
+    return result
+
+
+def _from_site(name: str, key: dict) -> Result | None:
+    """The Result the published site holds for (name, key) (`core.published`: by the key without the
+    environment), stored in the local cache under this key; provenance `fetched_from_site` on this call only."""
+    from attnlab.core import published
+
+    result = published.fetch(name, published.portable_key(to_plain(full_key(key))))
+    if result is None:
+        return None
+    store(name, key, result)
+    result.provenance = dict(result.provenance, loaded_from_cache=True, fetched_from_site=True)
     return result
 
 

@@ -3,13 +3,17 @@ Result by its key, sha256-checked, instead of computing it (issue #38, item 2).
 
 On the site (under its root, `SITE_FOLDER`):
 
-    results/registry.json     {"format": 1, "results": {"<name>-<key hash>": {"<file>": "<sha256>", ...}}}
+    results/registry.json     {"format": 2, "results": {"<portable key>": {"name": ..., "files": {"<file>": "<sha256>"},
+                                                                          "environment": {...}}}}
     results/files/<sha256>    each file's bytes under its sha256 (content-addressed: equal files stored once)
 
-An entry is a results-cache folder (`core.cache`: `<name>-<key hash>/` with `<name>.csv` and `<name>.json`). The
-book build logs the entries it reads or writes (`ATTNLAB_RESULTS_LOG`) and `publish` copies them into the site.
-`fetch` downloads an entry with pooch (the fetcher scientific Python uses: a known sha256 per file, retries,
-atomic downloads) into the results cache, where `Result.load` verifies it like any stored Result.
+An entry is a results-cache folder (`core.cache`: `<name>-<key hash>/` with `<name>.csv`, `<name>.json` and the
+key, `key.json`). Its portable key (`portable_key`) is the hash of that key without the environment (library
+versions, kernels switch): a reader whose torch is not the build's still finds the site's Result, and the
+Result says so (provenance `published_by`, `published_environment`); the local cache stores it under the
+reader's own key. The book build logs the entries its chapters read or write (`ATTNLAB_RESULTS_LOG`) and
+`publish` copies them into the site. `fetch` downloads an entry with pooch (the fetcher scientific Python uses:
+a known sha256 per file, atomic downloads) and `Result.load` verifies it like any stored Result.
 
 Where: `ATTNLAB_RESULTS_URL` (the site's root; "" or "off": never fetch), else `DEFAULT_URL` (the site set in
 _config.yml's `results: url`, written into the chapters' setup cells). An unreachable site costs one short
@@ -17,6 +21,7 @@ timeout per process, then nothing: every Result is computed as before.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -31,7 +36,8 @@ from attnlab.core.model_files import file_sha256
 URL_ENV, LOG_ENV = "ATTNLAB_RESULTS_URL", "ATTNLAB_RESULTS_LOG"
 DEFAULT_URL = ""                  # no site by default for the package; the chapters' setup cell sets URL_ENV
 SITE_FOLDER = "results"
-FORMAT = 1
+FORMAT = 2
+KEY_FILE = "key.json"              # beside every stored Result (core.cache.KEY_FILE)
 TIMEOUT_S = 5.0
 
 
@@ -53,30 +59,41 @@ def log_use(entry: str) -> None:
 
 # --------------------------------------------------------------------------- publishing (the book build)
 
+def portable_key(full_key: dict) -> str:
+    """16 hex digits of sha256 over a Result's full key (`core.cache.full_key`, as plain data) without its
+    "environment": the same computation on the same inputs at the same declared version."""
+    text = json.dumps({k: v for k, v in full_key.items() if k != "environment"}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def publish(entries: Iterable[str], results_dir: Path, site: Path) -> dict:
     """Copy the results-cache `entries` (folder names under `results_dir`) into `site`/results: each file under its
-    sha256, and registry.json naming them. Entries missing from the cache are left out (listed in the return).
-    Returns {"entries": n, "files": n, "bytes": n, "missing": [...]}."""
+    sha256, and registry.json naming them by portable key. Entries missing from the cache (or without their key)
+    are left out and listed. Returns {"entries": n, "files": n, "bytes": n, "missing": [...]}."""
     target = Path(site) / SITE_FOLDER
     files = target / "files"
     files.mkdir(parents=True, exist_ok=True)
     registry, missing, size = {}, [], 0
     for entry in sorted(set(entries)):
         folder = Path(results_dir) / entry
-        parts = sorted(p for p in folder.glob("*") if p.is_file()) if folder.is_dir() else []
-        if not parts:
+        try:
+            key = json.loads((folder / KEY_FILE).read_text())
+            parts = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+        except (OSError, ValueError):
             missing.append(entry)
             continue
-        registry[entry] = {}
+        record = {"name": entry.rsplit("-", 1)[0], "files": {}, "environment": key.get("environment")}
         for path in parts:
             sha = file_sha256(path)
-            registry[entry][path.name] = sha
+            record["files"][path.name] = sha
             if not (files / sha).exists():
                 shutil.copyfile(path, files / sha)
                 size += path.stat().st_size
+        registry[portable_key(key)] = record
     text = json.dumps({"format": FORMAT, "results": registry}, indent=1, sort_keys=True)
     (target / "registry.json").write_text(text)
-    return {"entries": len(registry), "files": sum(map(len, registry.values())), "bytes": size, "missing": missing}
+    return {"entries": len(registry), "files": sum(len(r["files"]) for r in registry.values()), "bytes": size,
+            "missing": missing}
 
 
 # --------------------------------------------------------------------------- fetching (a reader's kernel)
@@ -101,38 +118,33 @@ def _registry(url: str) -> dict:
     return data["results"]
 
 
-def fetch(entry: str, results_dir: Path) -> bool:
-    """Download the published results-cache `entry` into `results_dir`/entry (each file checked against the
-    registry's sha256, the folder moved into place whole). True when it is there now; False when fetching is off,
-    the site does not have it, or a download fails (then nothing is written)."""
+def fetch(name: str, portable: str):
+    """The Result `name` the site publishes under portable key `portable` (`portable_key`), downloaded (each file
+    checked against the registry's sha256) and verified (`Result.load`, its key's portable part equal to
+    `portable`), with provenance `published_by` (the site) and `published_environment`; None when fetching is
+    off, the site does not have it, or a download or check fails."""
+    from attnlab.core.result import CorruptResult, Result
+
     url = results_url()
-    if url is None:
-        return False
-    files = _registry(url).get(entry)
-    if not files:
-        return False
+    record = _registry(url).get(portable) if url is not None else None
+    if not isinstance(record, dict) or record.get("name") != name or not record.get("files"):
+        return None
     import pooch
 
-    results_dir = Path(results_dir)
-    try:
-        results_dir.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=results_dir, prefix=f".{entry}.fetch-"))
-    except OSError:
-        return False
-    try:
-        for name, sha in files.items():
-            pooch.retrieve(url + f"{SITE_FOLDER}/files/{sha}", known_hash=f"sha256:{sha}", path=tmp, fname=name,
-                           progressbar=False, downloader=pooch.HTTPDownloader(timeout=TIMEOUT_S))
+    with tempfile.TemporaryDirectory() as tmp:
         try:
-            os.replace(tmp, results_dir / entry)
-        except OSError:                      # another process placed it first
-            pass
-        return (results_dir / entry).is_dir()
-    except Exception as exc:  # noqa: BLE001 - a failed download means: compute instead
-        print(f"attnlab: could not fetch {entry} from {url} ({type(exc).__name__}); computing it", file=sys.stderr)
-        return False
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            for fname, sha in record["files"].items():
+                pooch.retrieve(url + f"{SITE_FOLDER}/files/{sha}", known_hash=f"sha256:{sha}", path=tmp,
+                               fname=Path(fname).name, progressbar=False,
+                               downloader=pooch.HTTPDownloader(timeout=TIMEOUT_S))
+            if portable_key(json.loads((Path(tmp) / KEY_FILE).read_text())) != portable:
+                raise CorruptResult(f"{name}: the published key is not the one asked for")
+            result = Result.load(tmp, name)
+        except Exception as exc:  # noqa: BLE001 - a failed download or check means: compute instead
+            print(f"attnlab: could not fetch {name} from {url} ({type(exc).__name__}); computing it", file=sys.stderr)
+            return None
+    result.provenance = dict(result.provenance, published_by=url, published_environment=record.get("environment"))
+    return result
 
 
 def main(argv: Optional[list[str]] = None) -> int:
