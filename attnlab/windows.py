@@ -16,6 +16,7 @@ import numpy as np
 from attnlab.core.cache import cached, model_key
 from attnlab.core.result import Result
 from attnlab.core.util import progress as progress_bar
+from attnlab.core.verdicts import holds_le
 from attnlab.figures import Inputs, claim_rows, model_kind
 
 #: the corpora every window set draws from: the paper's novel, and a second corpus of another kind
@@ -166,7 +167,7 @@ def reading_critical_over_windows(model: str, windows: Sequence[TextWindow], rea
             if r["kind"] == "critical":
                 rows.append({"window": w.label, "corpus": w.corpus, "start": w.start, "L": r["L"],
                              "critical_n": r["critical_n"], "critical_frac": r["critical_frac"],
-                             "holds": 0 < r["critical_n"] <= CRITICAL_FRAC * r["L"]})
+                             "holds": 0 < r["critical_n"] and holds_le(r["critical_n"], CRITICAL_FRAC * r["L"])})
     return rows
 
 
