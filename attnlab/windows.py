@@ -16,7 +16,9 @@ import numpy as np
 from attnlab.core.cache import cached, model_key
 from attnlab.core.result import Result
 from attnlab.core.util import progress as progress_bar
+from attnlab.core.verdicts import holds_le
 from attnlab.figures import Inputs, claim_rows, model_kind
+from attnlab.normalization.claim_kinds import thresholds
 
 #: the corpora every window set draws from: the paper's novel, and a second corpus of another kind
 WINDOW_CORPORA = ("war_and_peace", "wikitext2")
@@ -166,7 +168,7 @@ def reading_critical_over_windows(model: str, windows: Sequence[TextWindow], rea
             if r["kind"] == "critical":
                 rows.append({"window": w.label, "corpus": w.corpus, "start": w.start, "L": r["L"],
                              "critical_n": r["critical_n"], "critical_frac": r["critical_frac"],
-                             "holds": 0 < r["critical_n"] <= CRITICAL_FRAC * r["L"]})
+                             "holds": 0 < r["critical_n"] and holds_le(r["critical_n"], CRITICAL_FRAC * r["L"])})
     return rows
 
 
@@ -262,20 +264,10 @@ def reading_result(model, windows: Sequence[TextWindow], reading: str, *, device
         {"model": model.name, "reading": reading}))
 
 
-def claim_thresholds() -> dict[str, list[float]]:
-    """The paper's value (or band) each plotted claim is judged against (the constants of `normalization.claims`)."""
-    from attnlab.normalization.claims import DROP_FACTOR, LINEAR_R2, PLATEAU_REL, SLOPE_TOL
-    from attnlab.normalization.paper import CRITICAL_FRAC, SEPARABILITY_BAND
-
-    return {"p1-fig2a-linear": [LINEAR_R2], "p1-fig2b-plateau": [PLATEAU_REL], "p1-fig2c-critical": [CRITICAL_FRAC],
-            "p1-fig3-saturation": list(SEPARABILITY_BAND), "p1-fig4-slope": [-1 - SLOPE_TOL, -1 + SLOPE_TOL],
-            "p1-fig4-drop": [DROP_FACTOR]}
-
-
 def plot_strip(summaries: dict[str, list[dict]], claim_ids: Sequence[str]):
     """One panel per claim (stacked, for a phone's column): each window's number as a point per model (circles War
     and Peace, squares WikiText-2; filled where the claim holds in that window, hollow where it does not), and the
-    paper's value or band (`claim_thresholds`) dashed."""
+    paper's value or band (`claim_kinds.thresholds`) dashed."""
     import matplotlib.pyplot as plt
 
     names = list(summaries)
@@ -295,7 +287,7 @@ def plot_strip(summaries: dict[str, list[dict]], claim_ids: Sequence[str]):
                 color = "tab:blue" if wp else "tab:orange"
                 ax.plot([v], [y + (-0.12 if wp else 0.12)], marker="o" if wp else "s", ms=7, ls="", color=color,
                         mfc=color if s["verdicts"][lab] == "holds" else "white", alpha=0.85)
-        for x in claim_thresholds().get(cid, []):
+        for x in thresholds().get(cid, []):
             ax.axvline(x, color="k", ls="--", lw=1)
         ax.set_yticks(range(len(names)), names)
         ax.set_ylim(-0.6, len(names) - 0.4)

@@ -17,14 +17,14 @@ from attnlab.views import claims as claim_views  # noqa: E402
 
 def test_every_claim_in_the_table_is_one_the_checker_makes():
     source = (Path(claim_kinds.__file__).parent / "claims.py").read_text()
-    for cid in claim_kinds.CLAIM_KINDS:
+    for cid in claim_kinds.CLAIMS:
         assert f'"{cid}"' in source, cid
 
 
 def test_theorems_are_the_ones_the_chapter_map_calls_theorems():
     """book.CHAPTER_CLAIMS labels the same five claims 'theorem': the two views cannot disagree."""
     labelled = {cid for *_, labels in book.CHAPTER_CLAIMS for cid, label in labels.items() if "theorem)" in label}
-    assert labelled == {cid for cid in claim_kinds.CLAIM_KINDS if is_theorem(cid)}
+    assert labelled == {cid for cid in claim_kinds.CLAIMS if is_theorem(cid)}
 
 
 def test_kinds_group_rows_in_order_and_unknown_ids_are_empirical():
@@ -135,3 +135,17 @@ def test_time_updates_draws_n_times_and_reports_the_median(capsys):
 def _close_figures():
     yield
     matplotlib.pyplot.close("all")
+
+
+def test_the_registry_has_one_entry_per_claim_the_checker_makes_and_the_chapter_map_reads_it():
+    """normalization.claim_kinds.CLAIMS is the one table: every default claim id of `paper1_claims` is in it (with a
+    chapter), the chapter map's paper-1 labels are its labels, and its thresholds are the checker's constants."""
+    from attnlab.normalization import claims as checker
+
+    ids = [r["id"] for r in checker.paper1_claims({})]
+    assert sorted(ids) == sorted(claim_kinds.CLAIMS)
+    mapped = {cid: label for _, _, _, labels in book.CHAPTER_CLAIMS for cid, label in labels.items()
+              if cid.startswith("p1-")}
+    assert mapped == {cid: c.label for cid, c in claim_kinds.CLAIMS.items()}
+    assert claim_kinds.thresholds()["p1-fig2c-critical"] == [checker.CRITICAL_FRAC]
+    assert claim_kinds.thresholds()["p1-fig4-slope"] == [-1 - checker.SLOPE_TOL, -1 + checker.SLOPE_TOL]

@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 
 from attnlab.core.result import Result
-from attnlab.core.verdicts import claim_row, percent, verdict
+from attnlab.core.verdicts import claim_row, holds_le, percent, verdict, within
 from attnlab.normalization.paper import CRITICAL_FRAC, ONE_OVER_T_BELOW, PLATEAU_N, SATURATION_N, SEPARABILITY_BAND
 
 LINEAR_R2 = 0.95          # "grows roughly linearly": R^2 of a straight-line fit ...
@@ -68,7 +68,7 @@ def linear_growth(x, y) -> dict:
     x, y = np.asarray(x, float), np.asarray(y, float)
     slope, _, r2 = linear_fit(x, y)
     ratio = float(y[-1] / y[0]) if y[0] > 0 else float("nan")
-    ok = bool(slope > 0 and r2 >= LINEAR_R2 and ratio >= LINEAR_RATIO * x[-1] / x[0])
+    ok = bool(slope > 0 and holds_le(LINEAR_R2, r2) and holds_le(LINEAR_RATIO * x[-1] / x[0], ratio))
     return {"slope": slope, "r2": r2, "ratio": ratio, "ok": ok,
             "text": f"slope {slope:.3g} per token, R^2 = {r2:.3f}, x{ratio:.3g} from L = {int(x[0])} to {int(x[-1])}"}
 
@@ -194,7 +194,7 @@ def _claims_fig2(results) -> list[dict]:
             f"d~ = {', '.join(f'{x:.3g} (N={int(n)})' for n, x in zip(N, d))}; relative change 20 -> "
             f"{int(N[-1])}: {rel:.3f}; d_max[B] {dm[0]:.3g} -> {dm[-1]:.3g} (L={res.rows[0]['L']}, {_model(res)})"
         )
-        out.append(row(cid, claim, paper, measured, _v(rel <= PLATEAU_REL), value=rel, unit="relative change"))
+        out.append(row(cid, claim, paper, measured, _v(holds_le(rel, PLATEAU_REL)), value=rel, unit="relative change"))
     res = _get(results, "fig2c")
     cid = "p1-fig2c-critical"
     claim = f"The critical N (KS, alpha = 0.01) is at most {CRITICAL_FRAC} L for every L"
@@ -210,7 +210,7 @@ def _claims_fig2(results) -> list[dict]:
         ok = True
         for L, vals in sorted(crit.items()):
             for c in vals:
-                if c < 0 or c > CRITICAL_FRAC * L:
+                if c < 0 or not holds_le(c, CRITICAL_FRAC * L):
                     ok = False
             worst.append(
                 f"L={L}: N*={'/'.join(str(c) for c in vals)} "
@@ -237,7 +237,7 @@ def _claims_fig3(results) -> list[dict]:
         for n in ns:
             med[n] = float(np.nanmedian(res.column("ns_frac", N=n)))
         big = {n: m for n, m in med.items() if n >= SATURATION_N}
-        ok = all(lo <= m <= hi for m in big.values())
+        ok = all(within(m, lo, hi) for m in big.values())
         measured = (
             f"median N_s/N: N=1: {med[ns[0]]:.3f}, N=16..{ns[-1]}: {min(big.values()):.3f}..{max(big.values()):.3f} "
             f"(L={res.rows[0]['L']}, {_model(res)})"
@@ -314,7 +314,7 @@ def _fig4_slope(res: Result, T: np.ndarray, g: np.ndarray, e0: float) -> dict:
                f"slope {slope:.3f} (R^2 {r2:.3f}) over {int(small.sum())} temperatures "
                f"{T[small].min():.3g}..{T[small].max():.3g}; "
                f"g = {g[small].min():.3g}..{g[small].max():.3g} ({_model(res)})",
-               _v(abs(slope + 1) <= SLOPE_TOL), value=slope, unit="log-log slope")
+               _v(holds_le(abs(slope + 1), SLOPE_TOL)), value=slope, unit="log-log slope")
 
 
 def _fig4_drop(res: Result, eps: list, T: np.ndarray) -> dict:
@@ -330,7 +330,7 @@ def _fig4_drop(res: Result, eps: list, T: np.ndarray) -> dict:
     r0 = ratios[float(eps[0])]
     return row(FIG4_IDS[1], claim, FIG4_DROP_QUOTE,
                f"g(T={T[i01]:.3g}) / max g(T >= 1): " + ", ".join(f"{r:.3g} (eps={e:g})" for e, r in ratios.items()),
-               _v(r0 >= DROP_FACTOR), value=r0, unit="drop factor")
+               _v(holds_le(DROP_FACTOR, r0)), value=r0, unit="drop factor")
 
 
 def _fig4_eps_order(res: Result, eps: list, T: np.ndarray) -> dict:
@@ -341,7 +341,8 @@ def _fig4_eps_order(res: Result, eps: list, T: np.ndarray) -> dict:
         return _na(FIG4_IDS[2], claim, FIG4_EPS_QUOTE, "one eps or no T < 0.1")
     curves = [_fig4_series(res, e)[1] for e in eps]
     frac = float(
-        np.mean([all(curves[i][j] >= curves[i + 1][j] for i in range(len(eps) - 1)) for j in np.flatnonzero(sm)])
+        np.mean([all(holds_le(curves[i + 1][j], curves[i][j]) for i in range(len(eps) - 1))
+                 for j in np.flatnonzero(sm)])
     )
     return row(FIG4_IDS[2], claim, FIG4_EPS_QUOTE,
                f"ordered at {frac:.0%} of the {int(sm.sum())} temperatures < 0.1 "

@@ -36,6 +36,7 @@ from attnlab.core.result import Result, provenance
 from attnlab.core.text import WINDOW_RULE, window_prefix
 from attnlab.core.util import progress as progress_bar
 from attnlab.core.util import recheck_threads, with_threads
+from attnlab.core.verdicts import holds_le
 from attnlab.normalization import bounds, streaming
 from attnlab.normalization.metrics import critical_n, distance, gradients, rows, separability
 from attnlab.normalization.metrics.engine import DEFAULT_CHUNK, row_mean, visible_scores
@@ -48,9 +49,6 @@ VECTORISED = SimpleNamespace(NAME="vectorised", row_summary=rows.row_summary,
                              separability_stats=separability.separability_stats,
                              fd_grad_norms=gradients.fd_grad_norms,
                              softmax_jacobian_norm=gradients.softmax_jacobian_norm)
-HOLD_RTOL = 1e-6          # a bound "holds" in a row if value <= bound * (1 + rtol) + atol: float32 weights sum
-                          # to 1 only within ~1e-7, and bounds such as Theorem 1 (a) are tight for one-hot rows
-HOLD_ATOL = 1e-12
 
 DEFAULTS = {"x": "v", "keys": "visible", "seed": 0, "alpha": KS_ALPHA, "n_max": None, "jac_rows": 16,
             "lengths": None, "ns": None, "temperatures": None, "epsilons": None, "text": None,
@@ -247,11 +245,22 @@ def head_rows(trace, values: dict, **fixed) -> list[dict]:
     return rows
 
 
-def _hold_frac(value: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
-    """Fraction of (non-NaN) rows where value <= bound (with float tolerance); over the row axis -2."""
+def hold_frac(value: torch.Tensor, bound: torch.Tensor, scale=0.0) -> torch.Tensor:
+    """Fraction of the (non-NaN) rows where value <= bound up to rounding (`core.verdicts.holds_le`, `scale` the
+    magnitude of the terms both are computed from), over the row axis -2: [..., rows, n] -> [..., n]."""
     ok = ~torch.isnan(value)
-    holds = (value <= bound * (1 + HOLD_RTOL) + HOLD_ATOL) & ok
+    holds = holds_le(value, bound, scale) & ok
     return holds.sum(-2).double() / ok.sum(-2).clamp_min(1)
+
+
+def theorem1_holds(st: dict) -> dict[str, torch.Tensor]:
+    """holds_B, holds_R, holds_a: the fraction of rows where each Theorem 1 bound holds, from `distance_stats`
+    [..., rows, n]. The scale of (b) is d_max [R] = (1 - abar) d1 + ((1 - abar) + (L - N) abar) R: the sum of the
+    magnitudes of [B]'s terms and a bound on those of d~ (b), so a [B] bound near zero by cancellation (N = 1, two
+    nearly equal weights on nearly equal x) keeps the tolerance of its terms."""
+    return {"holds_B": hold_frac(st["dtilde_b"], st["dmax_B"], st["dmax_R"]),
+            "holds_R": hold_frac(st["dtilde_b"], st["dmax_R"]),
+            "holds_a": hold_frac(st["dtilde_a"], st["dmax_a"])}
 
 
 def _finish(name: str, model, caps: list[Captures], p: dict, grids: dict, rows: list[dict], t0: float) -> Result:
@@ -300,9 +309,7 @@ def fig1_rows(trace, p: dict, L: int, window: int = 0, st: Optional[dict] = None
     # Corollary 1 is about the row's own (visible) keys
     st = fig1_table(trace, p) if st is None else {k: v[..., :L] for k, v in st.items()}
     ln10 = math.log(10)
-    tol = 1e-9
-    cor_ok = ((st["log_min_w"] >= st["cor1_lo"] - tol) & (st["log_max_w"] <= st["cor1_hi"] + tol)).double()
-    lem_ok = ((st["log_min_w"] >= st["lemma1_lo"] - tol) & (st["log_max_w"] <= st["lemma1_hi"] + tol)).double()
+    cor_ok, lem_ok = (band_holds(st, k).double() for k in ("cor1", "lemma1"))
     values = {
         "max_weight": st["max_weight"].mean(-1), "entropy": st["entropy"].mean(-1),
         "entropy_norm": st["entropy_norm"].mean(-1),
@@ -313,6 +320,14 @@ def fig1_rows(trace, p: dict, L: int, window: int = 0, st: Optional[dict] = None
         "logit_err": st["logit_err"].amax(-1), "mean_row_len": st["L"].mean(-1),
     }
     return head_rows(trace, values, window=window, L=L, uniform=1.0 / L, n_rows=trace.probs.shape[-2])
+
+
+def band_holds(st: dict, band: str) -> torch.Tensor:
+    """Whether every weight of each row lies in the log band `band` ("cor1" or "lemma1") of `fig1_table` st, up to
+    rounding: scale log L + half the band's width (the magnitudes of the terms -log L -+ 2 Delta / T)."""
+    lo, hi = st[f"{band}_lo"], st[f"{band}_hi"]
+    scale = st["L"].log() + (hi - lo) / 2
+    return holds_le(lo, st["log_min_w"], scale) & holds_le(st["log_max_w"], hi, scale)
 
 
 @with_threads
@@ -358,8 +373,7 @@ def distance_rows(trace, p: dict, ns: Sequence[int], L: int, window: int = 0, st
         cols = [c for c, n in enumerate(ns_below(ns, st["dtilde_b"].shape[-2])) if n < L]   # the table's N, below L
         st = {k: v[..., :L, :][..., cols] for k, v in st.items()}
     ns = ns_below(ns, L)
-    hold = {"holds_B": _hold_frac(st["dtilde_b"], st["dmax_B"]), "holds_R": _hold_frac(st["dtilde_b"], st["dmax_R"]),
-            "holds_a": _hold_frac(st["dtilde_a"], st["dmax_a"])}
+    hold = theorem1_holds(st)
     means = {k: row_mean(v, dim=-2) for k, v in st.items()}
     n_rows = (~torch.isnan(st["dtilde_b"])).sum(-2)
     rows = []
@@ -456,10 +470,10 @@ def separability_rows(trace, p: dict, ns: Sequence[int], L: int, window: int = 0
     ns = [n for n in ns if n < L]
     st = impl.separability_stats(trace.probs, _x(trace, p), ns, _visible(trace, p), stats=SEP_STATS,
                                  chunk=p["chunk"])
-    hold = {"lower_holds": _hold_frac(st["lower_row"], st["ns_frac"]),
-            "lower_pair_holds": _hold_frac(st["lower_pair"], st["ns_frac"]),
-            "upper_B_holds": _hold_frac(st["ns_frac"], st["upper_B_row"]),
-            "upper_R_holds": _hold_frac(st["ns_frac"], st["upper_R_row"])}
+    hold = {"lower_holds": hold_frac(st["lower_row"], st["ns_frac"], 1.0),       # shares: terms of magnitude 1
+            "lower_pair_holds": hold_frac(st["lower_pair"], st["ns_frac"], 1.0),
+            "upper_B_holds": hold_frac(st["ns_frac"], st["upper_B_row"], 1.0),
+            "upper_R_holds": hold_frac(st["ns_frac"], st["upper_R_row"], 1.0)}
     means = {k: row_mean(v, dim=-2) for k, v in st.items()}
     rows = []
     for c, N in enumerate(ns):
@@ -527,8 +541,8 @@ def gradient_rows(trace, p: dict, Ts: Sequence[float], Es: Sequence[float], L: i
                 "g_max_layer": int(trace.layers[best // len(trace.heads)]),
                 "g_max_head": int(trace.heads[best % len(trace.heads)]), "g_mean": float(col.mean()),
                 "bound_paper": paper, "bound_exact": exact, "cap_eps": float(bounds.finite_difference_cap(eps)),
-                "holds_exact": float(((gi <= exact * (1 + 1e-9)) & ok).sum()) / n_ok,
-                "holds_paper": float(((gi <= paper * (1 + 1e-9)) & ok).sum()) / n_ok,
+                "holds_exact": float((holds_le(gi, exact) & ok).sum()) / n_ok,
+                "holds_paper": float((holds_le(gi, paper) & ok).sum()) / n_ok,
                 "jac_max": (jac[ti] if jac is not None else float("nan")),
             })
     return rows

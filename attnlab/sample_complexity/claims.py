@@ -6,7 +6,7 @@ from typing import Optional
 import numpy as np
 
 from attnlab.core.result import Result
-from attnlab.core.verdicts import claim_row
+from attnlab.core.verdicts import claim_row, holds_le, within
 
 _row = claim_row
 
@@ -40,13 +40,13 @@ def _claim_uniform(res: Optional[Result]) -> list[dict]:
         return [_row("tsc-uniform-rate", c1, p1, "not run", "not applicable"),
                 _row("tsc-uniform-constant", c2, p2, "not run", "not applicable")]
     fits = sorted(res.select(kind="fit"), key=lambda f: f["R"])
-    ok = all(abs(f["slope"] + 0.5) <= 0.1 for f in fits)
+    ok = all(holds_le(abs(f["slope"] + 0.5), 0.1) for f in fits)
     meas = "; ".join(f"R={f['R']:g}: {f['slope']:.3f}±{f['slope_se']:.3f}" for f in fits)
     rows = [_row("tsc-uniform-rate", c1, p1, meas, "holds" if ok else "does not hold")]
     C = [f["C"] for f in fits]
     ratio = [f["C"] / f["C_pred"] for f in fits]
     grows = all(b > a for a, b in zip(C, C[1:]))
-    tracks = all(0.5 <= r <= 2.0 for r in ratio)
+    tracks = all(within(r, 0.5, 2.0) for r in ratio)
     meas2 = (", ".join(f"C({f['R']:g})={f['C']:.3g}" for f in fits)
              + "; delta-method constant exp(||Sigma^1/2 A x||^2/2)-type [DERIVED]: "
              + ", ".join(f"{f['C_pred']:.3g}" for f in fits)
@@ -59,16 +59,21 @@ BETA_TOL_FLOOR = 0.03  # a WLS se on a few points can be tiny; near H = 0, beta(
                        # rate itself, so |beta| = 0.49 +- 0.003 is a tie, not a violation
 
 
+def beta_at_or_above(beta: float, ref: float, se: float) -> bool:
+    """The test of one fitted rate: beta >= ref - max(2 se, BETA_TOL_FLOOR) (a se that is not finite counts as 0), up to
+    rounding."""
+    se = float(se) if np.isfinite(se) else 0.0
+    return holds_le(ref - max(2 * se, BETA_TOL_FLOOR), beta)
+
+
 def _beta_claim(fits: list[dict], cid: str, claim: str, paper: str) -> dict:
     fits = [f for f in fits if np.isfinite(f["beta"])]
     if not fits:
         return _row(cid, claim, paper, "no finite fits", "not applicable")
-    def above(f, key):
-        se = f["slope_se"] if np.isfinite(f["slope_se"]) else 0.0
-        return f["beta"] >= f[key] - max(2 * se, BETA_TOL_FLOOR)
-    n_ok = sum(above(f, "beta_ref") for f in fits)
-    n_ok_auth = sum(above(f, "beta_ref_authors") for f in fits) if "beta_ref_authors" in fits[0] else None
-    below = [f for f in fits if not above(f, "beta_ref")]
+    n_ok = sum(beta_at_or_above(f["beta"], f["beta_ref"], f["slope_se"]) for f in fits)
+    n_ok_auth = (sum(beta_at_or_above(f["beta"], f["beta_ref_authors"], f["slope_se"]) for f in fits)
+                 if "beta_ref_authors" in fits[0] else None)
+    below = [f for f in fits if not beta_at_or_above(f["beta"], f["beta_ref"], f["slope_se"])]
     lab = "layer" if "layer" in fits[0] else "scale"
     detail = "; ".join(f"{lab} {f[lab]:g} {f['moment']}: |beta|={f['beta']:.3f}±{f['slope_se']:.3f} vs "
                        f"beta(H={f['horizon']:.3g})={f['beta_ref']:.3f}" for f in below[:6])
@@ -135,8 +140,7 @@ def _claim_real_heads(res: Optional[Result]) -> list[dict]:
     parts, ok = [], True
     for mom in ("mean", "cov"):
         fin = [h for h in heads if np.isfinite(h[f"beta_{mom}"])]
-        n_ok = sum(h[f"beta_{mom}"] >= h["beta_ref"] - max(2 * np.nan_to_num(h[f"beta_{mom}_se"]), BETA_TOL_FLOOR)
-                   for h in fin)
+        n_ok = sum(beta_at_or_above(h[f"beta_{mom}"], h["beta_ref"], h[f"beta_{mom}_se"]) for h in fin)
         ok = ok and bool(fin) and n_ok == len(fin)
         b = [h[f"beta_{mom}"] for h in fin]
         parts.append(f"{mom}: {n_ok}/{len(fin)} heads at or above beta(H_j) within max(2 se, {BETA_TOL_FLOOR})"

@@ -78,7 +78,7 @@ def layer_frame(res, layer: int):
 
 def at_or_above(h: dict, mom: str) -> bool:
     """The claim checker's test of one head: |beta| within max(2 se, BETA_TOL_FLOOR) of beta(H_j) or above."""
-    return h[f"beta_{mom}"] >= h["beta_ref"] - max(2 * h[f"beta_{mom}_se"], scc.BETA_TOL_FLOOR)
+    return scc.beta_at_or_above(h[f"beta_{mom}"], h["beta_ref"], h[f"beta_{mom}_se"])
 
 
 def _spread(v) -> str:

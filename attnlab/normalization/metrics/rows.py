@@ -7,6 +7,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from attnlab.core.verdicts import holds_le
 from attnlab.normalization import bounds
 from attnlab.normalization.metrics.engine import (
     blocks,
@@ -158,5 +159,7 @@ def temperature_row_stats(scores: torch.Tensor, q: torch.Tensor, k: torch.Tensor
         p = lw.exp()
         mw[bs, qs] = p.amax(-1)
         hn[bs, qs] = entropy(p, v) / log_len[qs]
-        inside[bs, qs] = (lw.masked_fill(~v, 0).amin(-1) >= lo[bs, qs] - 1e-9) & (lw.amax(-1) <= hi[bs, qs] + 1e-9)
+        b_lo, b_hi = lo[bs, qs], hi[bs, qs]
+        scale = Lt[qs].log() + (b_hi - b_lo) / 2                         # the terms -log L -+ 2 Delta / T
+        inside[bs, qs] = holds_le(b_lo, lw.masked_fill(~v, 0).amin(-1), scale) & holds_le(lw.amax(-1), b_hi, scale)
     return mw.reshape(*lead, Q), hn.reshape(*lead, Q), inside.reshape(*lead, Q)

@@ -20,7 +20,7 @@ import torch
 from attnlab.core.result import Result
 from attnlab.core.util import figure_row, with_threads
 from attnlab.core.util import progress as progress_bar
-from attnlab.core.verdicts import claim_row, verdict
+from attnlab.core.verdicts import claim_row, holds_le, verdict
 from attnlab.normalization import readings
 from attnlab.normalization.claims import SLOPE_TOL, linear_fit
 from attnlab.normalization.experiments import head_rows, temperature_grid, with_defaults
@@ -211,7 +211,8 @@ def _slope_claims(res) -> list[dict]:
                 measured = (f"slope {slope:.3f} (R^2 {r2:.3f}) over {n} temperatures {T[small].min():.3g}.."
                             f"{T[small].max():.3g}; g = {g[small].min():.3g}..{g[small].max():.3g}{plateau} "
                             f"({window_label(res)})")
-                out.append(claim_row(cid, claim, paper, measured, verdict(abs(slope + 1) <= SLOPE_TOL), reading))
+                ok = holds_le(abs(slope + 1), SLOPE_TOL)
+                out.append(claim_row(cid, claim, paper, measured, verdict(ok), reading))
     return out
 
 

@@ -25,7 +25,7 @@ import torch
 from attnlab.core.result import Result, provenance
 from attnlab.core.util import progress as progress_bar
 from attnlab.core.util import with_threads
-from attnlab.core.verdicts import claim_row, verdict
+from attnlab.core.verdicts import claim_row, holds_le, verdict
 from attnlab.normalization import readings as R
 from attnlab.normalization.claims import LINEAR_CLAIM, linear_growth
 from attnlab.normalization.experiments import Captures, as_windows, length_grid
@@ -215,7 +215,7 @@ def reading_claims(results: dict) -> list[dict]:
             rs = sorted((r for r in crit if (r["e"], r["d"], r["vectors"]) == (e, d, vec)), key=lambda r: r["L"])
             if not rs:
                 continue
-            ok = all(0 < r["critical_n"] <= CRITICAL_FRAC * r["L"] for r in rs)
+            ok = all(0 < r["critical_n"] and holds_le(r["critical_n"], CRITICAL_FRAC * r["L"]) for r in rs)
             meas = "; ".join(f"L={r['L']}: " + (f"N*={r['critical_n']} ({r['critical_frac']:.3f} L)"
                                                 if r["critical_n"] > 0 else "none") for r in rs)
             out.append(claim_row("p1-fig2c-critical", f"The critical N (KS, alpha = 0.01) is at most {CRITICAL_FRAC} L "
@@ -254,9 +254,9 @@ def reading_claims(results: dict) -> list[dict]:
                     "the largest L)", "Corollary 2(i): 'the expected distance is dominated by the individual "
                     "contributions ||a_i x_i|| of those low-weight tokens'",
                     f"E = {at[FIG2A_N]:.3g}, sum_i ||a_i x_i|| = {sum_y:.3g} (<= max_i ||x_i|| = {x_max:.3g}), gap "
-                    f"{gap:.0%} at L = {L_top} ({model})", verdict(gap <= COR2_GAP), lab))
+                    f"{gap:.0%} at L = {L_top} ({model})", verdict(holds_le(gap, COR2_GAP)), lab))
                 _, e_L = _head_means(cres, q, vectors=vec)
-                over = [L for L, v, b in zip(Ls, e_L, bound) if v > b]
+                over = [L for L, v, b in zip(Ls, e_L, bound) if not holds_le(v, b)]
                 out.append(claim_row(
                     "p1-cor2-bounded", "E at N = 5 stays below (1 + 2N L/(L-1)) max_i ||x_i|| at every L (bounded in "
                     "L, as Cor. 2(i)'s limit is; a derived consequence [R])",
@@ -270,6 +270,6 @@ def reading_claims(results: dict) -> list[dict]:
                     "(E measured against its value at the smallest N, not against its peak)",
                     "Corollary 2(ii): 'When N -> L, we have E -> 0'",
                     ", ".join(f"E(N={N}) = {v:.3g}" for N, v in at.items()) + f" at L = {L_top}: E(L - 1) / E(1) = "
-                    f"{vanish:.2f} ({model})", verdict(vanish <= COR2_VANISH), lab, value=vanish,
+                    f"{vanish:.2f} ({model})", verdict(holds_le(vanish, COR2_VANISH)), lab, value=vanish,
                     unit="E(L - 1) / E(1)"))
     return out

@@ -19,9 +19,9 @@ import torch
 from attnlab.core.result import Result
 from attnlab.core.util import figure_row, with_threads
 from attnlab.core.util import progress as progress_bar
-from attnlab.core.verdicts import claim_row, percent, verdict
+from attnlab.core.verdicts import RTOL, claim_row, holds_le, percent, verdict, within
 from attnlab.normalization import readings
-from attnlab.normalization.experiments import HOLD_ATOL, HOLD_RTOL, head_rows, with_defaults
+from attnlab.normalization.experiments import head_rows, with_defaults
 from attnlab.normalization.metrics import separability
 from attnlab.normalization.metrics.engine import DEFAULT_CHUNK, row_mean
 from attnlab.normalization.paper import FIG3_NMAX, SATURATION_N, SEPARABILITY_BAND
@@ -40,10 +40,10 @@ _COLORS = {"v": "tab:green", "k": "tab:blue", "hidden_head": "tab:orange", "hidd
 
 
 def _holds(value: torch.Tensor, bound: torch.Tensor) -> torch.Tensor:
-    """Fraction of the rows (axis -2; NaN rows of either left out) where value <= bound (float tolerance of
-    `experiments.HOLD_RTOL`, `HOLD_ATOL`)."""
+    """Fraction of the rows (axis -2; NaN rows of either left out) where value <= bound up to rounding
+    (`core.verdicts.holds_le`; both are shares, from terms of magnitude 1)."""
     ok = ~torch.isnan(value) & ~torch.isnan(bound)
-    holds = (value <= bound * (1 + HOLD_RTOL) + HOLD_ATOL) & ok
+    holds = holds_le(value, bound, 1.0) & ok
     return holds.sum(-2).double() / ok.sum(-2).clamp_min(1)
 
 
@@ -111,7 +111,8 @@ def separability_readings(model, ids, *, quick: bool = False, progress: bool = T
                                       "UPPER_FORMS")},
              "vectors": names, "bounds_on": f"unit readings only (Assumption 1: x on the sphere of radius M = "
                                             f"{p['M']}); the rows reading 'positive_r' (Theorem 2 needs r > 0)",
-             "hold_tolerance": {"rtol": HOLD_RTOL, "atol": HOLD_ATOL}, "default_reading": " / ".join(SEP_DEFAULT)}
+             "hold_tolerance": {"rtol": RTOL, "atol": RTOL, "rule": "value <= bound + rtol * max(|value|, |bound|, 1)"},
+             "default_reading": " / ".join(SEP_DEFAULT)}
     return reading_result(SEP_NAME, model, trace, L, p, extra, rows, t0, cap_s, quick)
 
 
@@ -156,8 +157,8 @@ def _sep_claims(res) -> list[dict]:
                         continue
                     measured = (f"{agg} N_s/N: N={int(ns[0])}: {v[0]:.3f}, N=16..{int(ns[-1])}: "
                                 f"{v[big].min():.3f}..{v[big].max():.3f} ({window_label(res)})")
-                    out.append(claim_row(cid, claim, paper, measured, verdict(bool(np.all((v[big] >= lo)
-                                                                                          & (v[big] <= hi)))), reading))
+                    out.append(claim_row(cid, claim, paper, measured, verdict(bool(np.all(within(v[big], lo, hi)))),
+                                         reading))
     return out
 
 
