@@ -93,8 +93,8 @@ class Result:
 
     def save(self, out_dir: str | os.PathLike, *, key: str | None = None) -> dict[Path, str]:
         """Write <name>.csv, then <name>.json (provenance, columns, row count, the CSV's sha256, `key`, the
-        results cache's key hash, and the sha256 of all of these: `meta_sha256`) into out_dir, each atomically (`atomic_write`). `load` checks the pair, so a
-        reader never takes a truncated, edited or mismatched table (two concurrent writers included) for a
+        results cache's key hash, and the sha256 of all of these: `meta_sha256`) into out_dir, each atomically
+        (`atomic_write`). `load` checks the pair, so a reader never takes a truncated, edited or mismatched table (two concurrent writers included) for a
         Result. Returns {path: sha256 of the bytes this call wrote}."""
         out = Path(out_dir)
         paths = {"csv": out / f"{self.name}.csv", "json": out / f"{self.name}.json"}
@@ -126,7 +126,8 @@ class Result:
             table = read_regular(out / f"{name}.csv", "cached Result", limit=MAX_TABLE_BYTES, error=CorruptResult)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CorruptResult(f"{where.parent}: {name}: cannot read ({type(exc).__name__}: {exc})") from None
-        if not isinstance(meta, dict) or not {"provenance", "n_rows", "columns", "csv_sha256", "meta_sha256"} <= set(meta):
+        fields = {"provenance", "n_rows", "columns", "csv_sha256", "meta_sha256"}
+        if not isinstance(meta, dict) or not fields <= set(meta):
             raise CorruptResult(f"{where}: not a Result written by this version (fields missing)")
         if _meta_sha256(meta) != meta["meta_sha256"]:
             raise CorruptResult(f"{where}: the provenance or table record differs from the one saved (sha256)")
