@@ -94,8 +94,8 @@ class Result:
     def save(self, out_dir: str | os.PathLike, *, key: str | None = None) -> dict[Path, str]:
         """Write <name>.csv, then <name>.json (provenance, columns, row count, the CSV's sha256, `key`, the
         results cache's key hash, and the sha256 of all of these: `meta_sha256`) into out_dir, each atomically
-        (`atomic_write`). `load` checks the pair, so a reader never takes a truncated, edited or mismatched table (two concurrent writers included) for a
-        Result. Returns {path: sha256 of the bytes this call wrote}."""
+        (`atomic_write`). `load` checks the pair, so a reader never takes a truncated, edited or mismatched table
+        (two concurrent writers included) for a Result. Returns {path: sha256 of the bytes this call wrote}."""
         out = Path(out_dir)
         paths = {"csv": out / f"{self.name}.csv", "json": out / f"{self.name}.json"}
         keys = list(dict.fromkeys(k for r in self.rows for k in r))
