@@ -362,3 +362,33 @@ def drop_damaged_numba_cache(folder) -> list[Path]:
         warnings.warn(f"attnlab: dropped {len(dropped)} damaged numba cache file(s) in {folder}; compiling again",
                       stacklevel=2)
     return dropped
+
+
+def tolerate_damaged_numba_cache() -> None:
+    """Make a numba cache entry that cannot be loaded a miss: one warning, that function's index cleared, and
+    numba compiles it again (and stores it anew). `drop_damaged_numba_cache` only sees the files' ends; a file
+    damaged inside (its first and last bytes kept) fails only when numba unpickles or parses it, on every run.
+    Wraps numba's `Cache.load_overload` once per process."""
+    import warnings
+
+    from numba.core import caching
+
+    load = caching.Cache.load_overload
+    if getattr(load, "attnlab_tolerant", False):
+        return
+
+    def load_overload(self, sig, target_context):
+        try:
+            return load(self, sig, target_context)
+        except Exception as exc:  # noqa: BLE001 - any failure to load a cached kernel is damage
+            where = getattr(getattr(self, "_cache_file", None), "_index_path", None) or "the numba cache"
+            warnings.warn(f"attnlab: a damaged numba cache file in {where} ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0][:120] if str(exc) else ''}); compiling again", stacklevel=2)
+            try:
+                self.flush()                        # an empty index: numba compiles and saves this function again
+            except OSError:
+                pass
+            return None
+
+    load_overload.attnlab_tolerant = True
+    caching.Cache.load_overload = load_overload
