@@ -136,3 +136,27 @@ def test_the_cli_refuses_a_fifo_in_a_model_folder_with_one_line(tmp_path):
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
     assert lines[-1].startswith("attnlab figures: error:") and "extra.json" in lines[-1]
     assert "not a regular" in lines[-1]
+
+
+@pytest.mark.parametrize("metadata, says", [
+    ({"attention.head_count": 0}, "llama.attention.head_count is 0 in the GGUF metadata"),  # was: ZeroDivisionError
+    ({"attention.head_count_kv": 0}, "llama.attention.head_count_kv is 0"),                 # was: ZeroDivisionError
+    ({"block_count": None}, "lacks llama.block_count"),          # was: loaded as 32 layers, 30 of them random
+    ({"rope.dimension_count": 0}, "llama.rope.dimension_count is 0"),                      # was: ZeroDivisionError
+    ({"attention.head_count": 8, "attention.head_count_kv": 8, "embedding_length": 36},
+     "The hidden size (36) is not a multiple of the number of attention heads (8)"),       # was: cut off at ':'
+    (None, "NaN or inf (tensor model.layers.1.self_attn.k_proj.weight)"),                 # was: loaded, NaN scores
+])
+def test_a_broken_gguf_is_refused_in_one_complete_line_naming_the_field(tmp_path, monkeypatch, metadata, says):
+    import torch
+    from gguf_writer import TINY_VOCAB_SIZE, write_tiny_gguf
+
+    monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path / "cache"))
+    llama = tiny_llama(vocab=TINY_VOCAB_SIZE)
+    if metadata is None:
+        with torch.no_grad():
+            llama.model.layers[1].self_attn.k_proj.weight[0, 3] = float("nan")
+    path = write_tiny_gguf(tmp_path / "broken.gguf", llama, metadata=metadata)
+    with pytest.raises(models.ModelUnavailable) as caught:
+        models.load_model(str(path))
+    assert str(path) in str(caught.value) and says in str(caught.value) and "\n" not in str(caught.value)
