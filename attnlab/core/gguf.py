@@ -78,8 +78,8 @@ GGUF_OPTIONAL_SHAPE_KEYS = ("rope.dimension_count", "attention.key_length", "att
 def check_gguf_metadata(gguf: Path) -> None:
     """Raise ModelUnavailable (one line naming the file and the field) unless the GGUF's metadata gives every
     GGUF_SHAPE_KEYS field (and any GGUF_OPTIONAL_SHAPE_KEYS field) as a count > 0, head_count_kv (when given)
-    > 0 and dividing head_count, and every other number of its architecture finite: what transformers would otherwise turn into a ZeroDivisionError, a cut-off
-    validation error or a model built on its defaults."""
+    > 0 and dividing head_count, and every other number of its architecture finite: what transformers would
+    otherwise turn into a ZeroDivisionError, a cut-off validation error or a model built on its defaults."""
     import math
 
     from gguf import GGUFReader
