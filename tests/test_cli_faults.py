@@ -361,3 +361,61 @@ def test_auto_threads_are_chosen_again_before_each_figure(monkeypatch, tiny):
     assert seen == [n, 1, n] and torch.get_num_threads() == n
     with util.threads(2):                        # a chosen count is never re-chosen
         assert util.recheck_threads() == 2
+
+
+# ------------------------------------------------------------------------------------------ issue 36, item 6
+
+@pytest.mark.parametrize("argv, says", [
+    (["figures", "fig1", "--out", ""], "--out '' names no folder"),              # was: wrote into the current folder
+    (["figures", "fig1", "--out", "{out}", "--device", ""], "--device must be cpu, cuda or cuda:<n>, got ''"),
+    (["figures", "--out", "{out}", "--max-length", ""], "argument --max-length: invalid int value: ''"),  # was: + usage
+    (["check", "--models", ""], "--models needs two or more"),                    # was: the single-model table
+    (["check", "--windows", "2", "--max-length", "0"], "--max-length must be an integer >= 32, got 0"),  # was: 512
+    (["diagnose", "--out", ""], "--out '' names no folder"),                      # was: diagnose-<model>/
+    (["diagnose", "--out", "{out}", "--n-top", "0"], "n_top (--n-top) must be an integer >= 1"),  # was: after loading
+    (["diagnose", "--out", "{out}", "--max-rows", "-1"], "--max-rows must be an integer >= 0"),   # was: after a capture
+    (["diagnose", "--out", "{out}", "--lengths", "0"], "every L of lengths (--lengths) must be an integer >= 2"),
+    (["diagnose", "--out", "{out}", "--alpha", "nan"], "alpha (--alpha) must be in (0, 1), got nan"),
+    (["bench", "capture", "--model", ""], "--model '' names no model"),           # was: minilm and tiny-gpt2
+    (["bench", "figures", "--device", "nan"], "--device must be cpu, cuda or cuda:<n>, got 'nan'"),
+    (["info", "--device", ""], "--device must be cpu, cuda or cuda:<n>, got ''"),  # was: exit 0
+])
+def test_empty_zero_and_nan_options_are_refused_in_one_line_before_any_model(argv, says, tmp_path, capsys,
+                                                                             no_model_loads):
+    from attnlab.cli import main
+
+    argv = [a.replace("{out}", str(tmp_path / "out")) for a in argv]
+    try:
+        code = main(argv)
+    except SystemExit as exc:                       # argparse's own errors
+        code = exc.code
+    assert code == 2
+    _one_error_line(capsys.readouterr().err, says, argv[0])
+    assert not list(Path.cwd().glob("fig1.*"))
+
+
+def test_the_library_refuses_what_the_cli_refuses(no_model_loads):
+    """One check per input kind, shared: `figures.Inputs` (device, max_length), `book.inputs`, `tools.diagnose`
+    (counts, alpha, max_rows, lengths) refuse before any model loads. Was: max_length=0 meant 1024, device '' went to
+    torch, max_rows=0 failed after a forward pass."""
+    from attnlab import book
+    from attnlab.figures import Inputs
+    from attnlab.tools.diagnose import diagnose
+
+    for kwargs, says in [({"device": ""}, "--device must be"), ({"max_length": 0}, "--max-length must be an integer"),
+                         ({"max_length": 64.5}, "--max-length must be an integer"), ({"start": -1}, "start must be")]:
+        with pytest.raises(ValueError, match=says):
+            Inputs("tiny-gpt2", **{"device": "cpu", **kwargs})
+    with pytest.raises(ValueError, match="--device must be"):
+        book.inputs("tiny-gpt2", "gpu")
+    for kwargs, says in [({"max_rows": 0}, "max_rows"), ({"n_top": True}, "n_top"), ({"lengths": []}, "lengths"),
+                         ({"lengths": [64, 1]}, "every L"), ({"alpha": float("nan")}, "alpha")]:
+        with pytest.raises(ValueError, match=says):
+            diagnose("tiny-gpt2", "some text", **kwargs)
+
+
+def test_load_model_checks_its_device_as_the_cli_does():
+    from attnlab.core.models import load_model
+
+    with pytest.raises(ValueError, match="--device must be cpu, cuda or cuda:<n>, got ''"):
+        load_model("tiny-gpt2", "")                 # was: loaded, then torch's error on ''

@@ -129,9 +129,40 @@ def _size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
+def check_int(value, option: str, *, low: int) -> int:
+    """`value` as an int >= `low` (an int, or text that spells one: "12"); else ValueError in one line naming
+    `option`. A bool, a float with a fraction, NaN and "" are refused, never read as a default. The one check for
+    every count the CLI and the library take (--max-length, --threads, --n-top, ...)."""
+    n = None
+    if not isinstance(value, bool):
+        if isinstance(value, int):
+            n = value
+        elif isinstance(value, float) and value.is_integer():
+            n = int(value)
+        elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            n = int(value.strip())
+    if n is None or n < low:
+        raise ValueError(f"{option} must be an integer >= {low}, got {value!r}")
+    return n
+
+
+def check_device(device, option: str = "--device") -> str:
+    """`device` when it is "cpu", "cuda" or "cuda:<n>" and, for CUDA, available here; else ValueError in one line.
+    The one device check of the CLI and the library (`load_model`, `figures.Inputs`)."""
+    import re
+
+    if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise ValueError(f"{option} must be cpu, cuda or cuda:<n>, got {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available; use --device cpu")
+    return device
+
+
 def writable_dir(path, what: str = "--out") -> Path:
     """`path` as a folder that exists and can be written (created if missing), checked before any work;
-    a ValueError says what is wrong and what to do."""
+    a ValueError says what is wrong and what to do ('' names no folder: refused, never read as '.')."""
+    if not str(path).strip():
+        raise ValueError(f"{what} {str(path)!r} names no folder: pass a directory, or leave {what} out")
     out = Path(path).expanduser()
     if out.exists() and not out.is_dir():
         raise ValueError(f"{what} {str(path)!r} exists and is not a directory: choose another path")
