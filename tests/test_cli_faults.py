@@ -172,6 +172,20 @@ def test_a_damaged_numba_cache_is_dropped_and_rebuilt(tmp_path):
 
 # ------------------------------------------------------------------------------------------ item 5
 
+def test_a_fifo_in_the_numba_cache_is_dropped_not_waited_on(tmp_path):
+    """Was: drop_damaged_numba_cache's open() of a FIFO named like an index blocked every import of the kernels."""
+    fifo = tmp_path / "kernels" / "metrics._top_k-146.py311.nbi"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    dropped = []
+    worker = threading.Thread(target=lambda: dropped.extend(util.drop_damaged_numba_cache(tmp_path)), daemon=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        worker.start()
+        worker.join(20)
+    assert not worker.is_alive() and dropped == [fifo] and not fifo.exists()
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_checkpoints_are_analysed_in_float32(tmp_path, tiny, dtype):
     """Failed with "Expected out tensor to have dtype c10::Half, but got float"."""

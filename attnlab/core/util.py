@@ -362,14 +362,15 @@ def drop_damaged_numba_cache(folder) -> list[Path]:
     compiles those kernels again. Without this, a truncated or garbled index or data file (a full disk, a
     killed write) raises UnpicklingError on every run. Index files (.nbi, small) are read as numba reads
     them; data files (.nbc) must look like whole pickles: the protocol mark first and the STOP opcode last
-    (two bytes read); a damaged one is dropped with its index. Returns the files dropped."""
+    (two bytes read); a damaged one, or one that is not a regular file, is dropped with its index. Returns the
+    files dropped."""
     import pickle
     import warnings
 
     bad = set()
     for path in sorted(Path(folder).rglob("*.nb[ic]")) if Path(folder).is_dir() else []:
         try:
-            with open(path, "rb") as fh:
+            with open_regular(path, "numba cache file", error=OSError) as fh:     # a FIFO there would block open()
                 if path.suffix == ".nbi":
                     pickle.load(fh)                           # numba's version stamp, then the index
                     pickle.loads(fh.read())
