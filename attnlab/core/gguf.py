@@ -88,7 +88,8 @@ def check_gguf_metadata(gguf: Path) -> None:
         fields = GGUFReader(str(gguf)).fields
         arch = str(fields["general.architecture"].contents())
     except Exception as exc:  # noqa: BLE001 - any failure to read the header
-        raise ModelUnavailable(f"{gguf}: not a readable GGUF file ({type(exc).__name__}: {_one_line(exc)})") from None
+        raise ModelUnavailable(f"{gguf}: not a GGUF model that transformers reads (its header: "
+                               f"{type(exc).__name__}: {_one_line(exc)})") from None
 
     def value(key: str):
         field = fields.get(f"{arch}.{key}")

@@ -133,11 +133,13 @@ def check_int(value, option: str, *, low: int) -> int:
     """`value` as an int >= `low` (an int, or text that spells one: "12"); else ValueError in one line naming
     `option`. A bool, a float with a fraction, NaN and "" are refused, never read as a default. The one check for
     every count the CLI and the library take (--max-length, --threads, --n-top, ...)."""
+    import numbers
+
     n = None
-    if not isinstance(value, bool):
-        if isinstance(value, int):
-            n = value
-        elif isinstance(value, float) and value.is_integer():
+    if not isinstance(value, (bool, np.bool_)):
+        if isinstance(value, numbers.Integral):                       # int, numpy integers
+            n = int(value)
+        elif isinstance(value, numbers.Real) and float(value).is_integer():
             n = int(value)
         elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
             n = int(value.strip())
