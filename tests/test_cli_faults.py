@@ -433,3 +433,14 @@ def test_load_model_checks_its_device_as_the_cli_does():
 
     with pytest.raises(ValueError, match="--device must be cpu, cuda or cuda:<n>, got ''"):
         load_model("tiny-gpt2", "")                 # was: loaded, then torch's error on ''
+
+
+def test_compare_normalizers_checks_its_inputs_as_diagnose_does(no_model_loads):
+    """Was: quick=True read lengths=[] and max_rows=0 as its defaults; alpha=nan reached the KS test."""
+    from attnlab.tools.compare import compare_normalizers
+
+    for kwargs, says in [({"lengths": []}, "lengths"), ({"max_rows": 0}, "max_rows"),
+                         ({"alpha": float("nan")}, "alpha"), ({"n_windows": 0}, "n_windows"),
+                         ({"jac_rows": 0}, "jac_rows")]:
+        with pytest.raises(ValueError, match=says):
+            compare_normalizers("tiny-gpt2", "some text", quick=True, progress=False, **kwargs)
