@@ -149,9 +149,16 @@ def _zero_inside(data: bytes, keep: int) -> bytes:
     return data[:keep] + bytes(len(data) - 2 * keep) + data[-keep:]
 
 
+def _zero_at(data: bytes, where: float, n: int = 100) -> bytes:
+    """`data` with n zero bytes at `where` of its length: inside a kernel's object code, which still unpickles."""
+    at = int(len(data) * where)
+    return data[:at] + bytes(n) + data[at + n:]
+
+
 def test_a_damaged_numba_cache_is_dropped_and_rebuilt(tmp_path):
     """A garbled index, a truncated data file, and a data file damaged inside (its first and last 200 bytes kept,
-    so the ends check passes it) raised UnpicklingError / LLVM errors on every run until deleted by hand."""
+    so the ends check passes it) raised UnpicklingError / LLVM errors on every run until deleted by hand; zeros
+    in a kernel's object code (it still unpickles) crashed every run (SIGSEGV)."""
     run = [sys.executable, "-c", "import torch; from attnlab.normalization.kernels import metrics as kernels; "
            "torch.manual_seed(0); print(kernels.top_k(torch.rand(1, 3, 9), None, 2).tolist())"]
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
@@ -162,7 +169,8 @@ def test_a_damaged_numba_cache_is_dropped_and_rebuilt(tmp_path):
     assert index and data
     for damage in (lambda: index[0].write_bytes(b"\x80\x04garbage"),
                    lambda: data[0].write_bytes(data[0].read_bytes()[:100]),
-                   lambda: data[0].write_bytes(_zero_inside(data[0].read_bytes(), 200))):
+                   lambda: data[0].write_bytes(_zero_inside(data[0].read_bytes(), 200)),
+                   lambda: data[0].write_bytes(_zero_at(data[0].read_bytes(), 0.1))):    # was: a crash (SIGSEGV)
         damage()
         again = subprocess.run(run, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         assert again.returncode == 0 and again.stdout == first.stdout, again.stderr

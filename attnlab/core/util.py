@@ -398,11 +398,20 @@ def drop_damaged_numba_cache(folder) -> list[Path]:
     return dropped
 
 
+class _UnverifiedNumbaCache(Exception):
+    """A numba cache data file without attnlab's checksum beside it (written before attnlab kept one): recompiled
+    quietly, never loaded unchecked."""
+
+
 def tolerate_damaged_numba_cache() -> None:
-    """Make a numba cache entry that cannot be loaded a miss: one warning, that function's index cleared, and
-    numba compiles it again (and stores it anew). `drop_damaged_numba_cache` only sees the files' ends; a file
-    damaged inside (its first and last bytes kept) fails only when numba unpickles or parses it, on every run.
-    Wraps numba's `Cache.load_overload` once per process."""
+    """Make a numba cache entry that cannot be trusted a miss: numba then compiles that function again and stores
+    it anew. Each data file numba saves gets its sha256 beside it (<file>.sha256); a data file whose bytes differ
+    (damaged inside, its first and last bytes kept: `drop_damaged_numba_cache` only sees the ends) or that numba
+    cannot unpickle or parse is refused before its machine code is used (unchecked, zeros in the object code
+    crash the process), with one warning; one without a checksum is recompiled quietly. Wraps numba's
+    `Cache.load_overload` and `IndexDataCacheFile._save_data` / `_load_data`, once per process."""
+    import hashlib
+    import pickle
     import warnings
 
     from numba.core import caching
@@ -410,14 +419,37 @@ def tolerate_damaged_numba_cache() -> None:
     load = caching.Cache.load_overload
     if getattr(load, "attnlab_tolerant", False):
         return
+    save_data = caching.IndexDataCacheFile._save_data
+
+    def checksum_path(self, name) -> Path:
+        path = Path(self._data_path(name))
+        return path.with_name(path.name + ".sha256")
+
+    def _save_data(self, name, data):
+        save_data(self, name, data)
+        atomic_write(checksum_path(self, name), hashlib.sha256(Path(self._data_path(name)).read_bytes()).hexdigest()
+                     .encode())
+
+    def _load_data(self, name):
+        try:
+            want = checksum_path(self, name).read_text().strip()
+        except OSError:
+            raise _UnverifiedNumbaCache(name) from None
+        with open_regular(self._data_path(name), "numba cache file", error=OSError) as fh:
+            data = fh.read()
+        if hashlib.sha256(data).hexdigest() != want:
+            raise pickle.UnpicklingError(f"{name}: its sha256 differs from the one saved")
+        return pickle.loads(data)                   # as numba's own _load_data
 
     def load_overload(self, sig, target_context):
         try:
             return load(self, sig, target_context)
         except Exception as exc:  # noqa: BLE001 - any failure to load a cached kernel is damage
-            where = getattr(getattr(self, "_cache_file", None), "_index_path", None) or "the numba cache"
-            warnings.warn(f"attnlab: a damaged numba cache file in {where} ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0][:120] if str(exc) else ''}); compiling again", stacklevel=2)
+            if not isinstance(exc, _UnverifiedNumbaCache):
+                where = getattr(getattr(self, "_cache_file", None), "_index_path", None) or "the numba cache"
+                first = str(exc).splitlines()[0][:120] if str(exc) else ""
+                warnings.warn(f"attnlab: a damaged numba cache file in {where} ({type(exc).__name__}: {first}); "
+                              "compiling again", stacklevel=2)
             try:
                 self.flush()                        # an empty index: numba compiles and saves this function again
             except OSError:
@@ -426,3 +458,5 @@ def tolerate_damaged_numba_cache() -> None:
 
     load_overload.attnlab_tolerant = True
     caching.Cache.load_overload = load_overload
+    caching.IndexDataCacheFile._save_data = _save_data
+    caching.IndexDataCacheFile._load_data = _load_data
