@@ -106,9 +106,12 @@ class Inputs:
 
     def __init__(self, model: str, device: str, text: str = "war_and_peace", max_length: Optional[int] = None,
                  start: int = 0):
-        self.model_name, self.device, self.text_name = model, device, text
-        self.max_length = max_length          # the longest window of the paper-1 figures (None: 1024)
-        self.start = start                    # the window's first character in the corpus's text (0: its start)
+        from attnlab.core.util import check_device, check_int
+
+        self.model_name, self.device, self.text_name = model, check_device(device), text
+        # the longest window of the paper-1 figures (None: 1024; at least the grid's first length, 32)
+        self.max_length = None if max_length is None else check_int(max_length, "--max-length", low=32)
+        self.start = check_int(start, "start", low=0)   # the window's first character in the corpus's text
         self._model = self._corpus = self._encoder = None
 
     @property

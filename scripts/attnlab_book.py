@@ -123,6 +123,49 @@ def _execution_caches() -> Path:
     return cache_dir() / "book-execution"
 
 
+def _cache_damage(path: Path) -> str:
+    """What is wrong with the jupyter-cache folder `path`, "" when it is sound or absent: its database opened and
+    read with jupyter_cache's API, and every cached record's notebook (executed/<hash>/base.ipynb) a regular file
+    that reads as a valid notebook. A kill during a cache write, a garbage global.db or a deleted executed/ folder
+    would otherwise fail every later build with a Sphinx exception that does not name the folder."""
+    if not path.exists():
+        return ""
+    try:
+        import nbformat
+        from jupyter_cache import get_cache
+
+        if not (path / "global.db").is_file():
+            # a folder jupyter-cache has not set up yet (only the Results log: `_results_for_the_site`) is sound
+            return "no global.db" if (path / "executed").exists() else ""
+        cache = get_cache(path)
+        for record in cache.list_cache_records():
+            notebook = path / "executed" / record.hashkey / "base.ipynb"
+            if not notebook.is_file():
+                return f"{notebook.relative_to(path)} is missing"
+            nbformat.validate(nbformat.reads(notebook.read_text(encoding="utf8"), nbformat.NO_CONVERT))
+    except Exception as exc:  # noqa: BLE001 - any failure to read the cache is damage
+        return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}"
+    return ""
+
+
+def _set_aside_if_damaged(path: Path) -> None:
+    """Rename a damaged execution cache (`_cache_damage`) to <name>.damaged-<UTC time>, with one warning: the build
+    then runs the chapters again into a fresh cache, and the damaged one is kept to look at."""
+    why = _cache_damage(path)
+    if not why:
+        return
+    import time
+
+    aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    try:
+        path.rename(aside)
+    except OSError as exc:
+        raise RuntimeError(f"the book's execution cache {path} is damaged ({why}) and cannot be moved aside "
+                           f"({exc.strerror or exc}): delete it") from None
+    print(f"attnlab: warning: the book's execution cache {path} was damaged ({why}); moved it to {aside.name}, so "
+          "every chapter runs again", file=sys.stderr)
+
+
 def _config_inited(app, config) -> None:
     model, device = _setting()
     if not config.nb_execution_cache_path:
@@ -134,6 +177,7 @@ def _config_inited(app, config) -> None:
             if old != current and old.is_dir() and re.fullmatch(r"[0-9a-f]{12}", old.name[len(slug) + 1:]):
                 shutil.rmtree(old, ignore_errors=True)
         config.nb_execution_cache_path = str(current)
+        _set_aside_if_damaged(current)
     _results_for_the_site(Path(config.nb_execution_cache_path))
     options = dict(config.html_theme_options or {})
     # the models' full names replace the setting once the pages are built (`_name_models`)

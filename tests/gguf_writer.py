@@ -120,12 +120,14 @@ def _tensors(hf_model, permute: bool) -> list[tuple[str, np.ndarray]]:
 
 
 def write_tiny_gguf(path, hf_model, tokenizer_kind: str = "gpt2", *, dtype: str = "f32", permute: bool = True,
-                    name: Optional[str] = "tiny-llama") -> Path:
+                    name: Optional[str] = "tiny-llama", metadata: Optional[dict] = None) -> Path:
     """Write `hf_model` (a LlamaForCausalLM, no attention/MLP biases) as a "llama" GGUF file at `path`.
 
     tokenizer_kind: "gpt2" (the byte-level BPE of `tiny_bpe`; the model's vocab_size must be
     TINY_VOCAB_SIZE). dtype: "f32" or "f16" (matrices only; norms stay f32, as llama.cpp keeps them).
     permute=False skips llama.cpp's q/k permutation: a wrong file, for tests that must see it fail.
+    metadata: {"attention.head_count": 0, "block_count": None, ...}: a value that replaces the one written under
+    "llama.<key>", None to leave the key out (a broken file, for tests that must see it refused).
     """
     from gguf import GGUFWriter
 
@@ -155,16 +157,15 @@ def write_tiny_gguf(path, hf_model, tokenizer_kind: str = "gpt2", *, dtype: str 
     if name:
         w.add_name(name)
     w.add_file_type(0 if dtype == "f32" else 1)   # ALL_F32 / MOSTLY_F16
-    w.add_uint32(f"{arch}.context_length", int(cfg.max_position_embeddings))
-    w.add_uint32(f"{arch}.embedding_length", int(cfg.hidden_size))
-    w.add_uint32(f"{arch}.block_count", int(cfg.num_hidden_layers))
-    w.add_uint32(f"{arch}.feed_forward_length", int(cfg.intermediate_size))
-    w.add_uint32(f"{arch}.rope.dimension_count", int(head_dim))
-    w.add_float32(f"{arch}.rope.freq_base", float(theta))
-    w.add_uint32(f"{arch}.attention.head_count", int(cfg.num_attention_heads))
-    w.add_uint32(f"{arch}.attention.head_count_kv", int(cfg.num_key_value_heads))
-    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", float(cfg.rms_norm_eps))
-    w.add_uint32(f"{arch}.vocab_size", len(tokens))
+    fields = {"context_length": int(cfg.max_position_embeddings), "embedding_length": int(cfg.hidden_size),
+              "block_count": int(cfg.num_hidden_layers), "feed_forward_length": int(cfg.intermediate_size),
+              "rope.dimension_count": int(head_dim), "rope.freq_base": float(theta),
+              "attention.head_count": int(cfg.num_attention_heads),
+              "attention.head_count_kv": int(cfg.num_key_value_heads),
+              "attention.layer_norm_rms_epsilon": float(cfg.rms_norm_eps), "vocab_size": len(tokens)}
+    for key, value in {**fields, **(metadata or {})}.items():
+        if value is not None:
+            (w.add_float32 if isinstance(value, float) else w.add_uint32)(f"{arch}.{key}", value)
     w.add_tokenizer_model("gpt2")
     w.add_token_list(tokens)
     w.add_token_types(types)

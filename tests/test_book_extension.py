@@ -5,6 +5,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("attnlab_book", ROOT / "scripts" / "attnlab_book.py")
 ext = importlib.util.module_from_spec(_spec)
@@ -148,3 +150,52 @@ def test_the_execution_cache_survives_a_comment_or_docstring_but_not_a_code_chan
     module.write_text('"""Blocks."""\nimport math\n\n\ndef f(x):\n    """Twice x."""\n    return 2 * x\n')
     (pkg / "new.py").write_text("y = 1\n")
     assert ext._package_digest(tmp_path) != base
+
+
+def _execution_cache(path: Path) -> None:
+    """A real jupyter-cache folder at `path` holding one executed notebook (made by jupyter_cache's API)."""
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    cell = nbformat.v4.new_code_cell("1 + 1", execution_count=1,
+                                     outputs=[nbformat.v4.new_output("execute_result", {"text/plain": "2"},
+                                                                     execution_count=1)])
+    notebook = nbformat.v4.new_notebook(cells=[cell], metadata={"kernelspec": {"name": "python3",
+                                                                               "display_name": "Python 3"}})
+    get_cache(path).cache_notebook_bundle(CacheBundleIn(notebook, "chapter.ipynb"), check_validity=False)
+
+
+def _damage_cache(path: Path, how: str) -> None:
+    import shutil
+
+    if how == "emptied notebook":                 # what a kill during a cache write leaves
+        next(path.glob("executed/*/base.ipynb")).write_text("")
+    elif how == "garbage db":
+        (path / "global.db").write_bytes(b"not a database " * 100)
+    elif how == "executed deleted":
+        shutil.rmtree(path / "executed")
+
+
+@pytest.mark.parametrize("how", ["emptied notebook", "garbage db", "executed deleted"])
+def test_a_damaged_execution_cache_is_moved_aside_with_one_warning(monkeypatch, tmp_path, capsys, how):
+    """Was: every later `make book` failed with a Sphinx exception that did not name the folder."""
+    monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("ATTNLAB_MODEL", "auto")
+    monkeypatch.setattr(ext, "_reachable", lambda url, timeout=4.0: True)
+    config = SimpleNamespace(nb_execution_cache_path="", myst_substitutions={}, html_theme_options={})
+    ext._config_inited(SimpleNamespace(srcdir=str(ROOT)), config)
+    current = Path(config.nb_execution_cache_path)
+    _execution_cache(current)
+    config.nb_execution_cache_path = ""                               # a sound cache is kept as it is
+    ext._config_inited(SimpleNamespace(srcdir=str(ROOT)), config)
+    assert current.is_dir() and not list(current.parent.glob("*.damaged-*"))
+    _damage_cache(current, how)
+    capsys.readouterr()
+    config.nb_execution_cache_path = ""
+    ext._config_inited(SimpleNamespace(srcdir=str(ROOT)), config)
+    aside = list(current.parent.glob(f"{current.name}.damaged-*"))
+    assert not current.exists() and len(aside) == 1
+    warned = [line for line in capsys.readouterr().err.splitlines() if "execution cache" in line]
+    assert len(warned) == 1 and str(current) in warned[0] and "damaged" in warned[0]
+    _execution_cache(current)                                          # the next build caches afresh

@@ -145,8 +145,20 @@ def _parser_with(func):
     return parser
 
 
+def _zero_inside(data: bytes, keep: int) -> bytes:
+    return data[:keep] + bytes(len(data) - 2 * keep) + data[-keep:]
+
+
+def _zero_at(data: bytes, where: float, n: int = 100) -> bytes:
+    """`data` with n zero bytes at `where` of its length: inside a kernel's object code, which still unpickles."""
+    at = int(len(data) * where)
+    return data[:at] + bytes(n) + data[at + n:]
+
+
 def test_a_damaged_numba_cache_is_dropped_and_rebuilt(tmp_path):
-    """A garbled index and a truncated data file raised UnpicklingError on every run until deleted by hand."""
+    """A garbled index, a truncated data file, and a data file damaged inside (its first and last 200 bytes kept,
+    so the ends check passes it) raised UnpicklingError / LLVM errors on every run until deleted by hand; zeros
+    in a kernel's object code (it still unpickles) crashed every run (SIGSEGV)."""
     run = [sys.executable, "-c", "import torch; from attnlab.normalization.kernels import metrics as kernels; "
            "torch.manual_seed(0); print(kernels.top_k(torch.rand(1, 3, 9), None, 2).tolist())"]
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
@@ -156,7 +168,9 @@ def test_a_damaged_numba_cache_is_dropped_and_rebuilt(tmp_path):
     data = sorted(tmp_path.rglob("*top_k*.nbc"))
     assert index and data
     for damage in (lambda: index[0].write_bytes(b"\x80\x04garbage"),
-                   lambda: data[0].write_bytes(data[0].read_bytes()[:100])):
+                   lambda: data[0].write_bytes(data[0].read_bytes()[:100]),
+                   lambda: data[0].write_bytes(_zero_inside(data[0].read_bytes(), 200)),
+                   lambda: data[0].write_bytes(_zero_at(data[0].read_bytes(), 0.1))):    # was: a crash (SIGSEGV)
         damage()
         again = subprocess.run(run, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
@@ -165,6 +179,20 @@ def test_a_damaged_numba_cache_is_dropped_and_rebuilt(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ item 5
+
+def test_a_fifo_in_the_numba_cache_is_dropped_not_waited_on(tmp_path):
+    """Was: drop_damaged_numba_cache's open() of a FIFO named like an index blocked every import of the kernels."""
+    fifo = tmp_path / "kernels" / "metrics._top_k-146.py311.nbi"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    dropped = []
+    worker = threading.Thread(target=lambda: dropped.extend(util.drop_damaged_numba_cache(tmp_path)), daemon=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        worker.start()
+        worker.join(20)
+    assert not worker.is_alive() and dropped == [fifo] and not fifo.exists()
+
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_checkpoints_are_analysed_in_float32(tmp_path, tiny, dtype):
@@ -355,3 +383,72 @@ def test_auto_threads_are_chosen_again_before_each_figure(monkeypatch, tiny):
     assert seen == [n, 1, n] and torch.get_num_threads() == n
     with util.threads(2):                        # a chosen count is never re-chosen
         assert util.recheck_threads() == 2
+
+
+# ------------------------------------------------------------------------------------------ issue 36, item 6
+
+@pytest.mark.parametrize("argv, says", [
+    (["figures", "fig1", "--out", ""], "--out '' names no folder"),              # was: wrote into the current folder
+    (["figures", "fig1", "--out", "{out}", "--device", ""], "--device must be cpu, cuda or cuda:<n>, got ''"),
+    (["figures", "--out", "{out}", "--max-length", ""], "argument --max-length: invalid int value: ''"),  # was: + usage
+    (["check", "--models", ""], "--models needs two or more"),                    # was: the single-model table
+    (["check", "--windows", "2", "--max-length", "0"], "--max-length must be an integer >= 32, got 0"),  # was: 512
+    (["diagnose", "--out", ""], "--out '' names no folder"),                      # was: diagnose-<model>/
+    (["diagnose", "--out", "{out}", "--n-top", "0"], "n_top (--n-top) must be an integer >= 1"),  # was: after loading
+    (["diagnose", "--out", "{out}", "--max-rows", "-1"], "--max-rows must be an integer >= 0"),   # was: after a capture
+    (["diagnose", "--out", "{out}", "--lengths", "0"], "every L of lengths (--lengths) must be an integer >= 2"),
+    (["diagnose", "--out", "{out}", "--alpha", "nan"], "alpha (--alpha) must be in (0, 1), got nan"),
+    (["bench", "capture", "--model", ""], "--model '' names no model"),           # was: minilm and tiny-gpt2
+    (["bench", "figures", "--device", "nan"], "--device must be cpu, cuda or cuda:<n>, got 'nan'"),
+    (["info", "--device", ""], "--device must be cpu, cuda or cuda:<n>, got ''"),  # was: exit 0
+])
+def test_empty_zero_and_nan_options_are_refused_in_one_line_before_any_model(argv, says, tmp_path, capsys,
+                                                                             no_model_loads):
+    from attnlab.cli import main
+
+    argv = [a.replace("{out}", str(tmp_path / "out")) for a in argv]
+    try:
+        code = main(argv)
+    except SystemExit as exc:                       # argparse's own errors
+        code = exc.code
+    assert code == 2
+    _one_error_line(capsys.readouterr().err, says, argv[0])
+    assert not list(Path.cwd().glob("fig1.*"))
+
+
+def test_the_library_refuses_what_the_cli_refuses(no_model_loads):
+    """One check per input kind, shared: `figures.Inputs` (device, max_length), `book.inputs`, `tools.diagnose`
+    (counts, alpha, max_rows, lengths) refuse before any model loads. Was: max_length=0 meant 1024, device '' went to
+    torch, max_rows=0 failed after a forward pass."""
+    from attnlab import book
+    from attnlab.figures import Inputs
+    from attnlab.tools.diagnose import diagnose
+
+    for kwargs, says in [({"device": ""}, "--device must be"), ({"max_length": 0}, "--max-length must be an integer"),
+                         ({"max_length": 64.5}, "--max-length must be an integer"), ({"start": -1}, "start must be")]:
+        with pytest.raises(ValueError, match=says):
+            Inputs("tiny-gpt2", **{"device": "cpu", **kwargs})
+    with pytest.raises(ValueError, match="--device must be"):
+        book.inputs("tiny-gpt2", "gpu")
+    for kwargs, says in [({"max_rows": 0}, "max_rows"), ({"n_top": True}, "n_top"), ({"lengths": []}, "lengths"),
+                         ({"lengths": [64, 1]}, "every L"), ({"alpha": float("nan")}, "alpha")]:
+        with pytest.raises(ValueError, match=says):
+            diagnose("tiny-gpt2", "some text", **kwargs)
+
+
+def test_load_model_checks_its_device_as_the_cli_does():
+    from attnlab.core.models import load_model
+
+    with pytest.raises(ValueError, match="--device must be cpu, cuda or cuda:<n>, got ''"):
+        load_model("tiny-gpt2", "")                 # was: loaded, then torch's error on ''
+
+
+def test_compare_normalizers_checks_its_inputs_as_diagnose_does(no_model_loads):
+    """Was: quick=True read lengths=[] and max_rows=0 as its defaults; alpha=nan reached the KS test."""
+    from attnlab.tools.compare import compare_normalizers
+
+    for kwargs, says in [({"lengths": []}, "lengths"), ({"max_rows": 0}, "max_rows"),
+                         ({"alpha": float("nan")}, "alpha"), ({"n_windows": 0}, "n_windows"),
+                         ({"jac_rows": 0}, "jac_rows")]:
+        with pytest.raises(ValueError, match=says):
+            compare_normalizers("tiny-gpt2", "some text", quick=True, progress=False, **kwargs)

@@ -235,7 +235,7 @@ def test_cli_bad_text_one_line_no_output(case, tmp_path, capsys):
 def test_unreadable_file(tmp_path, monkeypatch):
     import errno
 
-    from attnlab.core import text
+    from attnlab.core import text, util
 
     path = tmp_path / "secret.txt"
     path.write_text("x" * 100)
@@ -243,7 +243,7 @@ def test_unreadable_file(tmp_path, monkeypatch):
     if hasattr(os, "geteuid") and os.geteuid() == 0:    # root reads any file: open fails as it does for a user
         def denied(file, *args, **kwargs):
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
-        monkeypatch.setattr(text, "open", denied, raising=False)
+        monkeypatch.setattr(util.os, "open", denied)      # util.open_regular opens every file attnlab reads
     with pytest.raises(ValueError, match="cannot read"):
         text.read_text_file(path)
 

@@ -1,4 +1,5 @@
 """Faults injected into what attnlab writes to disk: nothing damaged is served, nothing is written half."""
+import os
 import threading
 import warnings
 
@@ -44,9 +45,18 @@ def _damage(folder, how: str) -> None:
         meta.write_text("{not json")
     elif how == "missing json":
         meta.unlink()
+    elif how == "edited provenance":                # was: served with the edited provenance
+        meta.write_text(meta.read_text().replace('"tag": 1.0', '"tag": 2.0'))
+    elif how == "csv is a fifo":                    # was: the read blocked forever
+        csv.unlink()
+        os.mkfifo(csv)
+    elif how == "json links to /dev/zero":          # was: a read without end (then a MemoryError)
+        meta.unlink()
+        meta.symlink_to("/dev/zero")
 
 
-@pytest.mark.parametrize("how", ["truncated", "emptied", "edited", "missing csv", "corrupt json", "missing json"])
+@pytest.mark.parametrize("how", ["truncated", "emptied", "edited", "missing csv", "corrupt json", "missing json",
+                                 "edited provenance", "csv is a fifo", "json links to /dev/zero"])
 def test_a_damaged_cached_result_is_a_miss_with_one_warning(stored, how):
     folder, key, compute, calls = stored
     _damage(folder, how)

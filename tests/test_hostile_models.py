@@ -75,3 +75,88 @@ def test_the_cli_refuses_with_one_line_even_when_yes_is_piped(planted):
     assert lines[-1].startswith("attnlab figures: error:") and "auto_map" in lines[-1]
     assert "Traceback" not in run.stderr
     assert not marker.exists()
+
+
+def _special(path, kind: str) -> None:
+    """Make `path` a FIFO ("fifo") or a symlink to /dev/zero ("zero")."""
+    import os
+
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+
+
+def _returns_within(fn, seconds: float = 30):
+    """The exception `fn()` raises, or None; fails when it runs past `seconds` (a blocked open, an endless read)."""
+    import threading
+
+    seen = []
+
+    def run():
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            seen.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"still running after {seconds} s"
+    return seen[0] if seen else None
+
+
+@pytest.mark.parametrize("name, kind", [("extra.json", "fifo"), ("extra.json", "zero"), ("config.json", "fifo"),
+                                        ("model.safetensors", "zero"), ("model.gguf", "zero")])
+def test_a_model_folder_holding_a_file_that_is_not_regular_is_refused_in_one_line(tmp_path, name, kind):
+    """Was: a FIFO extra.json blocked refuse_code's read forever, a link to /dev/zero ended in a MemoryError, a
+    model.gguf link to /dev/zero made file_sha256 read without end; a FIFO config.json hung transformers."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    _special(folder / name, kind)
+    exc = _returns_within(lambda: models.load_model(str(folder)))
+    assert isinstance(exc, models.ModelUnavailable), repr(exc)
+    assert name in str(exc) and "not a regular file" in str(exc) and "\n" not in str(exc)
+
+
+def test_a_gguf_path_that_is_a_link_to_a_device_is_refused(tmp_path):
+    link = tmp_path / "weights.gguf"
+    _special(link, "zero")
+    exc = _returns_within(lambda: models.load_model(str(link)))
+    assert isinstance(exc, models.ModelUnavailable) and "not a regular file" in str(exc), repr(exc)
+
+
+def test_the_cli_refuses_a_fifo_in_a_model_folder_with_one_line(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    _special(folder / "extra.json", "fifo")
+    run = subprocess.run([sys.executable, "-m", "attnlab.cli", "figures", "fig1", "--quick", "--model", str(folder),
+                          "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    lines = [l for l in run.stderr.splitlines() if l.strip()]
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert lines[-1].startswith("attnlab figures: error:") and "extra.json" in lines[-1]
+    assert "not a regular" in lines[-1]
+
+
+@pytest.mark.parametrize("metadata, says", [
+    ({"attention.head_count": 0}, "llama.attention.head_count is 0 in the GGUF metadata"),  # was: ZeroDivisionError
+    ({"attention.head_count_kv": 0}, "llama.attention.head_count_kv is 0"),                 # was: ZeroDivisionError
+    ({"block_count": None}, "lacks llama.block_count"),          # was: loaded as 32 layers, 30 of them random
+    ({"rope.dimension_count": 0}, "llama.rope.dimension_count is 0"),                      # was: ZeroDivisionError
+    ({"attention.head_count": 8, "attention.head_count_kv": 8, "embedding_length": 36},
+     "The hidden size (36) is not a multiple of the number of attention heads (8)"),       # was: cut off at ':'
+    (None, "NaN or inf (tensor model.layers.1.self_attn.k_proj.weight)"),                 # was: loaded, NaN scores
+])
+def test_a_broken_gguf_is_refused_in_one_complete_line_naming_the_field(tmp_path, monkeypatch, metadata, says):
+    import torch
+    from gguf_writer import TINY_VOCAB_SIZE, write_tiny_gguf
+
+    monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path / "cache"))
+    llama = tiny_llama(vocab=TINY_VOCAB_SIZE)
+    if metadata is None:
+        with torch.no_grad():
+            llama.model.layers[1].self_attn.k_proj.weight[0, 3] = float("nan")
+    path = write_tiny_gguf(tmp_path / "broken.gguf", llama, metadata=metadata)
+    with pytest.raises(models.ModelUnavailable) as caught:
+        models.load_model(str(path))
+    assert str(path) in str(caught.value) and says in str(caught.value) and "\n" not in str(caught.value)

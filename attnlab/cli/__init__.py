@@ -12,11 +12,19 @@ import sys
 import warnings
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line, as every other error of the CLI ("attnlab figures: error: ...",
+    exit 2), without the usage block before it (`attnlab <command> -h` shows that)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser; importing the subcommands (torch, numba) happens here, inside `main`'s Ctrl-C handling."""
     from attnlab.cli import bench, diagnose, figures, info, verify
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="attnlab", description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="the same from Python: attnlab.figures (the figure registry and claim rows), attnlab.normalization\n"
         "(arXiv 2508.17821), attnlab.sample_complexity (arXiv 2512.10656), attnlab.tools (normalizers, compare,\n"

@@ -5,7 +5,15 @@ from __future__ import annotations
 import torch
 
 from attnlab import benchmarks
-from attnlab.core.util import allowed_cpus, auto_threads, peak_memory_line, threads, threads_chosen
+from attnlab.core.util import (
+    allowed_cpus,
+    auto_threads,
+    check_device,
+    check_int,
+    peak_memory_line,
+    threads,
+    threads_chosen,
+)
 from attnlab.figures import Inputs
 
 
@@ -80,15 +88,7 @@ BENCHES = {"capture": bench_capture, "figures": bench_figures, "normalizers": be
 
 def _int_at_least(value, low: int, option: str):
     """None, or `value` as an int >= low; else ValueError in one line."""
-    if value is None:
-        return None
-    try:
-        n = int(str(value).strip())
-    except ValueError:
-        n = None
-    if n is None or n < low:
-        raise ValueError(f"{option} must be an integer >= {low}, got {value!r}")
-    return n
+    return None if value is None else check_int(value, option, low=low)
 
 
 def add_cli(sub) -> None:
@@ -116,6 +116,9 @@ def run_bench(args) -> int:
                                    ("--no-oracle", getattr(args, "no_oracle", False))) if v]
     if getattr(args, "device", "cpu") != "cpu" and args.what not in ("figures", "montecarlo"):
         raise ValueError("--device: for `attnlab bench figures` and `attnlab bench montecarlo` only")
+    check_device(getattr(args, "device", "cpu"))
+    if args.model is not None and not args.model.strip():          # '' is an error, not the default model
+        raise ValueError("--model '' names no model: pass a name as --model takes, or leave --model out")
     if only_figures and args.what != "figures":
         raise ValueError(f"{', '.join(only_figures)}: for `attnlab bench figures` only")
     if getattr(args, "max_length", None) is not None:

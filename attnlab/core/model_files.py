@@ -42,27 +42,50 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+MAX_JSON_BYTES = 256 << 20          # a model folder's *.json (a large vocabulary's tokenizer.json is tens of MiB)
+# the files of a model folder that shape its numbers and that transformers opens itself: each must be a regular file
+NUMBER_SHAPING = ("*.json", "*.safetensors", "*.gguf", "*.bin", "*.model", "merges.txt", "vocab.txt")
+
+
+def check_model_folder(directory: Path) -> None:
+    """Raise ModelUnavailable (one line) when a file of a model folder that shapes its numbers (NUMBER_SHAPING:
+    config, tokenizer files, weights, every *.json) is not a regular file (a FIFO would hang transformers' open,
+    a link to /dev/zero would never end) or a *.json is larger than MAX_JSON_BYTES. Checked before any loader
+    opens the folder (`refuse_code`, `core.gguf.find_gguf`)."""
+    from attnlab.core.util import regular_file
+
+    for pattern in NUMBER_SHAPING:
+        for path in sorted(Path(directory).glob(pattern)):
+            regular_file(path, "model file", limit=MAX_JSON_BYTES if path.suffix == ".json" else None,
+                         error=ModelUnavailable, fix="a model folder holds regular files only; remove or replace it")
+
+
 def refuse_code(directory: Path) -> None:
     """Raise ModelUnavailable when a model directory asks to run code of its own: an `auto_map` in any
-    of its JSON files (config.json, tokenizer_config.json, processor files...). Checked before any
-    loader reads the directory; every loader also passes trust_remote_code=False, so transformers never
-    asks on stdin whether to run it (a piped "y" would answer that question)."""
+    of its JSON files (config.json, tokenizer_config.json, processor files...), or holds a number-shaping file
+    that is not a regular file (`check_model_folder`). Checked before any loader reads the directory; every
+    loader also passes trust_remote_code=False, so transformers never asks on stdin whether to run it (a piped
+    "y" would answer that question)."""
+    from attnlab.core.util import read_regular
+
     directory = Path(directory)
     if not directory.is_dir():
         return
+    check_model_folder(directory)
     for path in sorted(directory.glob("*.json")):
-        try:
-            text = path.read_text(errors="replace")
-        except OSError:
-            continue
+        text = read_regular(path, "model file", limit=MAX_JSON_BYTES, error=ModelUnavailable).decode(errors="replace")
         if '"auto_map"' in text:
             raise ModelUnavailable(f"{path} names code of its own (auto_map): attnlab never runs a model "
                                    "directory's code; use a directory without auto_map")
 
 
 def file_sha256(path: Path) -> str:
+    """sha256 (hex) of a regular file, read in 1 MiB blocks (`util.open_regular`: never a FIFO or a device;
+    ModelUnavailable names it)."""
+    from attnlab.core.util import open_regular
+
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open_regular(path, "model file", error=ModelUnavailable) as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()

@@ -41,6 +41,7 @@ from attnlab.core.model_files import (  # noqa: F401 - re-exported: the names ca
     tokenizer_digest,
     weights_label,
 )
+from attnlab.core.util import check_device
 
 MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -488,8 +489,7 @@ def load_model(name: str = "auto", device: str = "cpu") -> AttnModel:
     """
     if not isinstance(name, str) or not name:
         raise ValueError("model name must be a non-empty string")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} requested but CUDA is not available; use --device cpu")
+    check_device(device)
     if name == "auto":
         try:
             return load_pretrained("gpt2", device, name="gpt2")

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from attnlab.core.util import atomic_write
+from attnlab.core.util import atomic_write, read_regular
 
 
 def to_plain(value: Any) -> Any:
@@ -95,6 +95,15 @@ class CorruptResult(ValueError):
     """A stored Result that cannot be trusted: a file missing, unreadable, truncated or edited."""
 
 
+MAX_TABLE_BYTES, MAX_META_BYTES = 1 << 30, 64 << 20     # the caps on a stored Result's CSV and JSON halves
+
+
+def _meta_sha256(meta: dict) -> str:
+    """sha256 of a Result's JSON half without its own checksum field (keys sorted): an edited provenance differs."""
+    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
 @dataclass
 class Result:
     """One experiment's output: `rows` is a tidy table, `provenance` says how it was made."""
@@ -116,10 +125,10 @@ class Result:
         return list(dict.fromkeys(r[key] for r in self.rows if r.get(key) is not None))
 
     def save(self, out_dir: str | os.PathLike, *, key: str | None = None) -> dict[Path, str]:
-        """Write <name>.csv, then <name>.json (provenance, columns, row count, the CSV's sha256 and `key`, the
-        results cache's key hash) into out_dir, each atomically (`atomic_write`). `load` checks the pair, so a
-        reader never takes a truncated, edited or mismatched table (two concurrent writers included) for a
-        Result. Returns {path: sha256 of the bytes this call wrote}."""
+        """Write <name>.csv, then <name>.json (provenance, columns, row count, the CSV's sha256, `key`, the
+        results cache's key hash, and the sha256 of all of these: `meta_sha256`) into out_dir, each atomically
+        (`atomic_write`). `load` checks the pair, so a reader never takes a truncated, edited or mismatched table
+        (two concurrent writers included) for a Result. Returns {path: sha256 of the bytes this call wrote}."""
         out = Path(out_dir)
         paths = {"csv": out / f"{self.name}.csv", "json": out / f"{self.name}.json"}
         keys = list(dict.fromkeys(k for r in self.rows for k in r))
@@ -131,24 +140,30 @@ class Result:
         written = {paths["csv"]: atomic_write(paths["csv"], table)}
         meta = {"name": self.name, "columns": keys, "n_rows": len(self.rows),
                 "csv_sha256": written[paths["csv"]], "key": key, "provenance": to_plain(self.provenance)}
+        meta = json.loads(json.dumps(meta, default=str))       # what `load` will read back, then checksummed
+        meta["meta_sha256"] = _meta_sha256(meta)
         written[paths["json"]] = atomic_write(paths["json"], json.dumps(meta, indent=2, default=str).encode())
         return written
 
     @classmethod
     def load(cls, out_dir: str | os.PathLike, name: str, *, key: str | None = None) -> "Result":
         """Read and verify a Result written by `save` (numbers come back as floats/ints). Raises
-        `CorruptResult` (one line: which file, what is wrong) when a file is missing or unreadable, the
-        table does not match the sha256, row count and columns recorded beside it, or (with `key`) the
+        `CorruptResult` (one line: which file, what is wrong) when a file is missing, unreadable or not a regular
+        file (`util.read_regular`), the JSON half differs from its checksum (an edited provenance), the table does
+        not match the sha256, row count and columns recorded beside it, or (with `key`) the
         pair was saved under another key."""
         out = Path(out_dir)
         where = out / f"{name}.json"
         try:
-            meta = json.loads(where.read_text())
-            table = (out / f"{name}.csv").read_bytes()
+            meta = json.loads(read_regular(where, "cached Result", limit=MAX_META_BYTES, error=CorruptResult))
+            table = read_regular(out / f"{name}.csv", "cached Result", limit=MAX_TABLE_BYTES, error=CorruptResult)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CorruptResult(f"{where.parent}: {name}: cannot read ({type(exc).__name__}: {exc})") from None
-        if not isinstance(meta, dict) or not {"provenance", "n_rows", "columns", "csv_sha256"} <= set(meta):
+        fields = {"provenance", "n_rows", "columns", "csv_sha256", "meta_sha256"}
+        if not isinstance(meta, dict) or not fields <= set(meta):
             raise CorruptResult(f"{where}: not a Result written by this version (fields missing)")
+        if _meta_sha256(meta) != meta["meta_sha256"]:
+            raise CorruptResult(f"{where}: the provenance or table record differs from the one saved (sha256)")
         if key is not None and meta.get("key") != key:
             raise CorruptResult(f"{where}: saved under another key ({meta.get('key')}, not {key})")
         if hashlib.sha256(table).hexdigest() != meta["csv_sha256"]:

@@ -149,9 +149,11 @@ def load_corpus(name: str = "war_and_peace", *, allow_download: bool = True) -> 
         candidates.append(data_dir() / spec.local)
     cached = cache_dir() / spec.local
     candidates.append(cached)
+    from attnlab.core.util import read_regular
+
     for path in candidates:
-        if path.is_file():
-            raw = path.read_bytes()
+        if path.exists():
+            raw = read_regular(path, f"{name} corpus file", limit=MAX_TEXT_BYTES, fix="replace or delete it")
             return _corpus(spec, raw, str(path), strict=path != cached)
     if data_dir() is not None and not allow_download:
         raise FileNotFoundError(f"{spec.local} not found in {DATA_ENV}={data_dir()}")
@@ -252,31 +254,13 @@ def resolve_text(text=None) -> tuple[str, dict]:
 
 def read_text_file(path) -> tuple[str, dict]:
     """(text, provenance) of a UTF-8 text file (CRLF -> LF) of at most MAX_TEXT_BYTES: a regular file, never a
-    device or a FIFO (checked before opening it: a FIFO would block). FileNotFoundError / ValueError say what to do."""
-    import stat
+    device or a FIFO (`util.read_regular`: checked before opening it). ValueError says what to do."""
+    from attnlab.core.util import read_regular
 
     if not str(path).strip():
         raise ValueError("--text '' names no file: pass a UTF-8 text file (leave --text out for War and Peace)")
     p = Path(path).expanduser()
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"text file {str(path)!r} does not exist: pass --text with a readable UTF-8 text "
-                                "file") from None
-    except OSError as exc:
-        raise ValueError(f"cannot read text file {str(path)!r} ({exc.strerror or exc})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise ValueError(f"text file {str(path)!r} is a directory: pass a UTF-8 text file")
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"text file {str(path)!r} is not a regular file (a device, FIFO or socket): pass a UTF-8 "
-                         "text file")
-    try:
-        with open(p, "rb") as fh:
-            raw = fh.read(MAX_TEXT_BYTES + 1)
-    except OSError as exc:
-        raise ValueError(f"cannot read text file {str(path)!r} ({exc.strerror or exc}): check its permissions") from exc
-    if len(raw) > MAX_TEXT_BYTES:
-        raise ValueError(f"text file {str(path)!r} is larger than {MAX_TEXT_BYTES >> 20} MiB: pass a shorter text")
+    raw = read_regular(p, "text file", limit=MAX_TEXT_BYTES, fix="pass a readable UTF-8 text file")
     try:
         text = normalize_newlines(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:

@@ -80,9 +80,97 @@ def folder_lock(folder: Path, name: str = ".attnlab.lock"):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def regular_file(path, what: str, *, limit: Optional[int] = None, error: type = ValueError, fix: str = "") -> Path:
+    """`path` (~ expanded, symlinks followed) when it is a regular file of at most `limit` bytes (None: any size),
+    checked with os.stat before anything opens it: a FIFO would block the open, a device never ends. Otherwise
+    `error` with one line: "<what> '<path>' <what is wrong>[: <fix>]". The one rule for every file attnlab opens."""
+    import stat
+
+    p, tail = Path(path).expanduser(), f": {fix}" if fix else ""
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise error(f"{what} {str(path)!r} does not exist{tail}") from None
+    except OSError as exc:
+        raise error(f"cannot read {what} {str(path)!r} ({exc.strerror or exc}){tail}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise error(f"{what} {str(path)!r} is a directory{tail}")
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{what} {str(path)!r} is not a regular file (a device, FIFO or socket){tail}")
+    if limit is not None and st.st_size > limit:
+        raise error(f"{what} {str(path)!r} is larger than {_size(limit)}{tail}")
+    return p
+
+
+@contextlib.contextmanager
+def open_regular(path, what: str, *, limit: Optional[int] = None, error: type = ValueError, fix: str = ""):
+    """Context manager: `path` opened for binary reading once `regular_file` accepts it. The open itself never
+    blocks (O_NONBLOCK) and is checked again (fstat), so a file swapped for a FIFO in between is refused too."""
+    import stat
+
+    p = regular_file(path, what, limit=limit, error=error, fix=fix)
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise error(f"cannot read {what} {str(path)!r} ({exc.strerror or exc})" + (f": {fix}" if fix else "")) from None
+    fh = os.fdopen(fd, "rb")
+    with fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise error(f"{what} {str(path)!r} is not a regular file (a device, FIFO or socket)")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        yield fh
+
+
+def read_regular(path, what: str, *, limit: int, error: type = ValueError, fix: str = "") -> bytes:
+    """The bytes of `path` by `open_regular`'s rule, at most `limit` of them (a file that grew past it is refused)."""
+    with open_regular(path, what, limit=limit, error=error, fix=fix) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise error(f"{what} {str(path)!r} is larger than {_size(limit)}" + (f": {fix}" if fix else ""))
+    return data
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def check_int(value, option: str, *, low: int) -> int:
+    """`value` as an int >= `low` (an int, or text that spells one: "12"); else ValueError in one line naming
+    `option`. A bool, a float with a fraction, NaN and "" are refused, never read as a default. The one check for
+    every count the CLI and the library take (--max-length, --threads, --n-top, ...)."""
+    import numbers
+
+    n = None
+    if not isinstance(value, (bool, np.bool_)):
+        if isinstance(value, numbers.Integral):                       # int, numpy integers
+            n = int(value)
+        elif isinstance(value, numbers.Real) and float(value).is_integer():
+            n = int(value)
+        elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            n = int(value.strip())
+    if n is None or n < low:
+        raise ValueError(f"{option} must be an integer >= {low}, got {value!r}")
+    return n
+
+
+def check_device(device, option: str = "--device") -> str:
+    """`device` when it is "cpu", "cuda" or "cuda:<n>" and, for CUDA, available here; else ValueError in one line.
+    The one device check of the CLI and the library (`load_model`, `figures.Inputs`)."""
+    import re
+
+    if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise ValueError(f"{option} must be cpu, cuda or cuda:<n>, got {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available; use --device cpu")
+    return device
+
+
 def writable_dir(path, what: str = "--out") -> Path:
     """`path` as a folder that exists and can be written (created if missing), checked before any work;
-    a ValueError says what is wrong and what to do."""
+    a ValueError says what is wrong and what to do ('' names no folder: refused, never read as '.')."""
+    if not str(path).strip():
+        raise ValueError(f"{what} {str(path)!r} names no folder: pass a directory, or leave {what} out")
     out = Path(path).expanduser()
     if out.exists() and not out.is_dir():
         raise ValueError(f"{what} {str(path)!r} exists and is not a directory: choose another path")
@@ -282,14 +370,15 @@ def drop_damaged_numba_cache(folder) -> list[Path]:
     compiles those kernels again. Without this, a truncated or garbled index or data file (a full disk, a
     killed write) raises UnpicklingError on every run. Index files (.nbi, small) are read as numba reads
     them; data files (.nbc) must look like whole pickles: the protocol mark first and the STOP opcode last
-    (two bytes read); a damaged one is dropped with its index. Returns the files dropped."""
+    (two bytes read); a damaged one, or one that is not a regular file, is dropped with its index. Returns the
+    files dropped."""
     import pickle
     import warnings
 
     bad = set()
     for path in sorted(Path(folder).rglob("*.nb[ic]")) if Path(folder).is_dir() else []:
         try:
-            with open(path, "rb") as fh:
+            with open_regular(path, "numba cache file", error=OSError) as fh:     # a FIFO there would block open()
                 if path.suffix == ".nbi":
                     pickle.load(fh)                           # numba's version stamp, then the index
                     pickle.loads(fh.read())
@@ -313,3 +402,67 @@ def drop_damaged_numba_cache(folder) -> list[Path]:
         warnings.warn(f"attnlab: dropped {len(dropped)} damaged numba cache file(s) in {folder}; compiling again",
                       stacklevel=2)
     return dropped
+
+
+class _UnverifiedNumbaCache(Exception):
+    """A numba cache data file without attnlab's checksum beside it (written before attnlab kept one): recompiled
+    quietly, never loaded unchecked."""
+
+
+def tolerate_damaged_numba_cache() -> None:
+    """Make a numba cache entry that cannot be trusted a miss: numba then compiles that function again and stores
+    it anew. Each data file numba saves gets its sha256 beside it (<file>.sha256); a data file whose bytes differ
+    (damaged inside, its first and last bytes kept: `drop_damaged_numba_cache` only sees the ends) or that numba
+    cannot unpickle or parse is refused before its machine code is used (unchecked, zeros in the object code
+    crash the process), with one warning; one without a checksum is recompiled quietly. Wraps numba's
+    `Cache.load_overload` and `IndexDataCacheFile._save_data` / `_load_data`, once per process."""
+    import hashlib
+    import pickle
+    import warnings
+
+    from numba.core import caching
+
+    load = caching.Cache.load_overload
+    if getattr(load, "attnlab_tolerant", False):
+        return
+    save_data = caching.IndexDataCacheFile._save_data
+
+    def checksum_path(self, name) -> Path:
+        path = Path(self._data_path(name))
+        return path.with_name(path.name + ".sha256")
+
+    def _save_data(self, name, data):
+        save_data(self, name, data)
+        atomic_write(checksum_path(self, name), hashlib.sha256(Path(self._data_path(name)).read_bytes()).hexdigest()
+                     .encode())
+
+    def _load_data(self, name):
+        try:
+            want = checksum_path(self, name).read_text().strip()
+        except OSError:
+            raise _UnverifiedNumbaCache(name) from None
+        with open_regular(self._data_path(name), "numba cache file", error=OSError) as fh:
+            data = fh.read()
+        if hashlib.sha256(data).hexdigest() != want:
+            raise pickle.UnpicklingError(f"{name}: its sha256 differs from the one saved")
+        return pickle.loads(data)                   # as numba's own _load_data
+
+    def load_overload(self, sig, target_context):
+        try:
+            return load(self, sig, target_context)
+        except Exception as exc:  # noqa: BLE001 - any failure to load a cached kernel is damage
+            if not isinstance(exc, _UnverifiedNumbaCache):
+                where = getattr(getattr(self, "_cache_file", None), "_index_path", None) or "the numba cache"
+                first = str(exc).splitlines()[0][:120] if str(exc) else ""
+                warnings.warn(f"attnlab: a damaged numba cache file in {where} ({type(exc).__name__}: {first}); "
+                              "compiling again", stacklevel=2)
+            try:
+                self.flush()                        # an empty index: numba compiles and saves this function again
+            except OSError:
+                pass
+            return None
+
+    load_overload.attnlab_tolerant = True
+    caching.Cache.load_overload = load_overload
+    caching.IndexDataCacheFile._save_data = _save_data
+    caching.IndexDataCacheFile._load_data = _load_data

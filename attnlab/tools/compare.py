@@ -48,6 +48,7 @@ import torch
 from attnlab.core.models import as_attn_model
 from attnlab.core.result import Result, provenance
 from attnlab.core.text import resolve_text
+from attnlab.core.util import check_int
 from attnlab.core.util import progress as progress_bar
 from attnlab.normalization.metrics.critical_n import RunningTopN, brackets_for, certified_rejections
 from attnlab.normalization.metrics.engine import cpu_kernels
@@ -59,6 +60,7 @@ from attnlab.tools.diagnose import (
     N_SEP,
     N_TOP,
     check_lengths,
+    check_options,
     critical_grid,
     distance_heads,
     mean_separability,
@@ -361,6 +363,9 @@ def compare_normalizers(model, text=None, *, lengths: Optional[Sequence[int]] = 
     t_start = time.perf_counter()
     if swap not in ("all", "each"):
         raise ValueError(f"swap must be 'all' or 'each', got {swap!r}")
+    check_options(n_top=n_top, n_sep=n_sep, alpha=alpha, max_rows=max_rows, lengths=lengths)   # as diagnose's
+    check_int(n_windows, "n_windows", low=1)
+    check_int(jac_rows, "jac_rows", low=1)
     if quick:
         lengths = lengths or (32, 64)
         n_windows, max_rows, jac_rows = 1, min(max_rows or 16, 16), min(jac_rows, 4)

@@ -512,6 +512,26 @@ def _diagnose_provenance(model, tprov: dict, grid: list[int], thr: Thresholds, *
     )
 
 
+def check_options(*, n_top: int, n_sep: int, alpha: float, max_rows: Optional[int],
+                  lengths: Optional[Sequence[int]] = None) -> None:
+    """ValueError (one line) unless n_top, n_sep >= 1, 0 < alpha < 1 (NaN refused), max_rows None (all rows) or
+    >= 1, and lengths None or a non-empty list of L >= 2: the checks `diagnose` and `attnlab diagnose` share, made
+    before any model is loaded."""
+    from attnlab.core.util import check_int
+
+    check_int(n_top, "n_top (--n-top)", low=1)
+    check_int(n_sep, "n_sep (--n-sep)", low=1)
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha (--alpha) must be in (0, 1), got {alpha}")
+    if max_rows is not None:
+        check_int(max_rows, "max_rows (--max-rows; 0 on the command line: all rows)", low=1)
+    if lengths is not None:
+        if isinstance(lengths, (str, bytes)) or not list(lengths):
+            raise ValueError(f"lengths (--lengths) must be a non-empty list of L >= 2, got {lengths!r}")
+        for L in lengths:
+            check_int(L, "every L of lengths (--lengths)", low=2)
+
+
 def diagnose(
     model, text=None, *, lengths: Optional[Sequence[int]] = None, n_top: int = N_TOP, n_sep: int = N_SEP,
     thresholds: Optional[Thresholds] = None, max_rows: Optional[int] = MAX_ROWS, alpha: float = ALPHA,
@@ -535,10 +555,7 @@ def diagnose(
     """
     t0 = time.perf_counter()
     thr = (thresholds or Thresholds()).check()
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    if n_top < 1 or n_sep < 1:
-        raise ValueError(f"n_top and n_sep must be >= 1, got {n_top}, {n_sep}")
+    check_options(n_top=n_top, n_sep=n_sep, alpha=alpha, max_rows=max_rows, lengths=lengths)
     model = as_attn_model(model, device, tokenizer)
     text, tprov = resolve_text(text)
     tprov = {**tprov, **(text_info or {})}

@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 
 from attnlab.core.text import cache_dir
-from attnlab.core.util import drop_damaged_numba_cache
+from attnlab.core.util import drop_damaged_numba_cache, tolerate_damaged_numba_cache
 
 # numba caches compiled kernels beside the source unless told otherwise: into the installed package
 # (often read-only, shared by users). Keep them in attnlab's cache, unless the user chose a place.
@@ -45,6 +45,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 drop_damaged_numba_cache(os.environ["NUMBA_CACHE_DIR"])
+tolerate_damaged_numba_cache()
 
 # reassociation lets the key loops use SIMD; no flag that assumes the absence of NaN or inf
 FASTMATH = {"reassoc", "contract", "nsz"}
