@@ -217,10 +217,11 @@ def _results_for_the_site(execution_cache: Path) -> None:
 def _publish_results(outdir: Path) -> None:
     """Copy the Results the chapters used into the site (`attnlab.core.published`), and say how much."""
     from attnlab.core import published
+    from attnlab.core.cache import results_dir
 
     log = os.environ.get(published.LOG_ENV)
     if log:
-        published.main([log, str(outdir)])
+        print(published.publish_log(Path(log), results_dir(), outdir), file=sys.stderr)
 
 
 def _reachable(url: str, timeout: float = 4.0) -> bool:

@@ -167,7 +167,7 @@ def test_cached_result_recomputes_only_for_a_new_key(tmp_path, monkeypatch):
         return Result("demo", [{"a": 1, "b": 2.5}], {"what": "demo"})
 
     class M:
-        name, weights_sha256 = "model-x", "abc"
+        name, identity = "model-x", "abc"
 
     first = book.cached_result("demo", {"grid": [1, 2]}, compute, version=1, model=M(), text_sha256="t")
     again = book.cached_result("demo", {"grid": [1, 2]}, compute, version=1, model=M(), text_sha256="t")

@@ -147,22 +147,11 @@ def fetch(name: str, portable: str):
     return result
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    """python -m attnlab.core.published LOG SITE: publish the entries LOG names (one per line) into SITE."""
-    from attnlab.core.cache import results_dir
-
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m attnlab.core.published RESULTS_LOG SITE_DIR", file=sys.stderr)
-        return 2
-    log, site = Path(argv[0]), Path(argv[1])
+def publish_log(log: Path, results_dir: Path, site: Path) -> str:
+    """`publish` the entries a build's log names (one per line) into `site`; one line that says what it did."""
+    log = Path(log)
     entries = log.read_text().split() if log.is_file() else []
-    done = publish(entries, results_dir(), site)
+    done = publish(entries, results_dir, site)
     missing = f"; {len(done['missing'])} missing from the cache" if done["missing"] else ""
-    print(f"attnlab: published {done['entries']} Results ({done['files']} files, {done['bytes'] / 1e6:.1f} MB new) "
-          f"into {site / SITE_FOLDER}{missing}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return (f"attnlab: published {done['entries']} Results ({done['files']} files, {done['bytes'] / 1e6:.1f} MB new) "
+            f"into {Path(site) / SITE_FOLDER}{missing}")
