@@ -1,0 +1,178 @@
+"""Which architectures attnlab measures exactly: every causal-LM and text-encoder family of the installed
+transformers, built tiny and random, captured, and compared with the model's own eager attention.
+
+`matrix()` -> one dict per family: family, kind, status ("exact", "refused", "skipped", "differs"), why, the
+features exercised (GQA, sliding window, QK-norm, softcap, sinks) and the largest differences measured.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+from typing import Optional
+
+import torch
+
+TOL = 1e-6                 # float32: captured probs and outputs against eager, max abs difference
+N_TOKENS = 12              # longer than SLIDING_WINDOW, so that the window cuts
+SLIDING_WINDOW = 4
+SOFTCAP = 0.5              # small, so that a capture without softcapping would differ
+VOCAB = 256
+# size fields shrunk wherever a config has them (names differ between families); other fields keep defaults
+TINY = {"hidden_size": 64, "n_embd": 64, "d_model": 64, "dim": 64, "embedding_size": 64, "embed_dim": 64,
+        "num_hidden_layers": 2, "n_layer": 2, "num_layers": 2, "n_layers": 2,
+        "num_attention_heads": 4, "n_head": 4, "num_heads": 4, "n_heads": 4,
+        "num_key_value_heads": 2, "n_kv_heads": 2, "num_kv_heads": 2, "multi_query_group_num": 2,
+        "head_dim": 16, "kv_channels": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 16,
+        "intermediate_size": 128, "n_inner": 128, "ffn_dim": 128, "ffn_hidden_size": 128, "d_ff": 128,
+        "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+        "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+        "vocab_size": VOCAB, "max_position_embeddings": 128, "n_positions": 128,
+        "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+        "attention_dropout": 0.0, "attn_pdrop": 0.0, "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0, "sliding_window": SLIDING_WINDOW, "use_sliding_window": True,
+        "attn_logit_softcapping": SOFTCAP}
+
+
+def families() -> list[tuple[str, str, str]]:
+    """(model type, class name, kind) from transformers' auto mappings: every causal-LM family ("causal"), and every
+    masked-LM family without a causal LM ("encoder", its base model from MODEL_MAPPING_NAMES), sorted."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+        MODEL_MAPPING_NAMES,
+    )
+
+    rows = [(t, c, "causal") for t, c in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items()]
+    rows += [(t, MODEL_MAPPING_NAMES[t], "encoder") for t in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+             if t not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and t in MODEL_MAPPING_NAMES]
+    return sorted(rows)
+
+
+def tiny_config(family: str):
+    """The family's config with every TINY field it has (fields whose default is None stay None, except
+    softcapping and the window, which are switched on), float32, eager attention."""
+    from transformers import AutoConfig
+
+    default = AutoConfig.for_model(family)
+    if getattr(default, "sub_configs", None) and any(getattr(default, k, None) is not None
+                                                     for k in default.sub_configs):
+        raise ValueError("composite config (sub-configs: " + ", ".join(sorted(default.sub_configs)) + ")")
+    fields = {k: v for k, v in TINY.items() if hasattr(default, k)}
+    if getattr(default, "layer_types", None):           # two layers, of the first two kinds (sliding, full, ...)
+        fields["layer_types"] = (list(dict.fromkeys(default.layer_types)) * 2)[:2]
+    cfg = AutoConfig.for_model(family, **fields)
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+def features(hf) -> dict:
+    """The attention features a built model exercises: GQA, sliding window, QK-norm, softcap, sinks (bools)."""
+    cfg = hf.config
+    heads, kv = getattr(cfg, "num_attention_heads", None), getattr(cfg, "num_key_value_heads", None)
+    names = [n for n, _ in hf.named_modules()] + [n for n, _ in hf.named_parameters()]
+    window = getattr(cfg, "sliding_window", None) is not None and (
+        getattr(cfg, "use_sliding_window", True) is not False)
+    return {"gqa": bool(heads and kv and kv < heads),
+            "sliding_window": bool(window),
+            "qk_norm": any(n.rsplit(".", 1)[-1] in ("q_norm", "k_norm", "q_layernorm", "k_layernorm",
+                                                   "query_layernorm", "key_layernorm") for n in names),
+            "softcap": getattr(cfg, "attn_logit_softcapping", None) is not None,
+            "sinks": any(n.endswith("sinks") for n in names)}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+    return text[:160]
+
+
+def check_family(family: str, class_name: str, kind: str, seed: int = 0) -> dict:
+    """One row of the matrix: build `class_name` tiny (seeded, float32, eval), run it eagerly with output_attentions,
+    then through attnlab (load-time checks, capture of scores and probs, the output while recording)."""
+    import transformers
+
+    from attnlab.core.capture import UnsupportedAttention
+    from attnlab.core.models import AttnModel
+
+    row = {"family": family, "kind": kind, "class": class_name, "status": "skipped", "why": "",
+           "gqa": False, "sliding_window": False, "qk_norm": False, "softcap": False, "sinks": False,
+           "probs_diff": None, "output_diff": None}
+    try:
+        cfg = tiny_config(family)
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            hf = getattr(transformers, class_name)(cfg).float().eval()
+    except Exception as exc:  # noqa: BLE001 - any failure to build: reported as the row's reason
+        return dict(row, why=f"cannot be built tiny ({_first_line(exc)})")
+    row.update(features(hf))
+    ids = torch.randint(3, VOCAB, (1, N_TOKENS), generator=torch.Generator().manual_seed(seed))
+    try:
+        with torch.no_grad():
+            ref = hf(input_ids=ids, output_attentions=True)
+    except Exception as exc:  # noqa: BLE001
+        return dict(row, why=f"input_ids alone do not run it ({_first_line(exc)})")
+    ref_out, ref_att = _output(ref), getattr(ref, "attentions", None)
+    if ref_att is None or any(a is None for a in ref_att):
+        return dict(row, why="its eager pass returns no attention weights")
+    try:
+        model = AttnModel(family, hf, None, source=f"tiny random {class_name}", random_weights=True)
+    except UnsupportedAttention as exc:
+        return dict(row, status="refused", why=str(exc).split(": ", 1)[-1])
+    except ValueError as exc:
+        if "no attention layer called" in str(exc):
+            return dict(row, status="refused", why="no AttentionInterface")
+        return dict(row, status="refused", why=_first_line(exc))
+    if model.n_layers != len(ref_att):
+        return dict(row, status="refused", why=f"{model.n_layers} attention calls for {len(ref_att)} layers")
+    try:
+        trace, out = _capture_with_output(model, ids[0])
+    except UnsupportedAttention as exc:
+        return dict(row, status="refused", why=str(exc).split(": ", 1)[-1])
+    except Exception as exc:  # noqa: BLE001 - attnlab's own pass failing is a difference, reported
+        return dict(row, status="differs", why=f"capture failed ({_first_line(exc)})")
+    probs_diff = max(float((trace.probs[i] - a[0]).abs().max()) for i, a in enumerate(ref_att))
+    if not row["sinks"]:                                  # scores: the probs are their softmax
+        probs_diff = max(probs_diff, float((torch.softmax(trace.scores, -1) - trace.probs).abs().max()))
+    output_diff = float((out - ref_out).abs().max())
+    exact = probs_diff <= TOL and output_diff <= TOL
+    return dict(row, status="exact" if exact else "differs", probs_diff=probs_diff, output_diff=output_diff,
+                why="" if exact else f"probs differ by {probs_diff:.1e}, output by {output_diff:.1e}")
+
+
+def _output(out) -> torch.Tensor:
+    """logits, else last hidden state, of a transformers output."""
+    logits = getattr(out, "logits", None)
+    return logits if logits is not None else out.last_hidden_state
+
+
+def _capture_with_output(model, ids: torch.Tensor):
+    """(Trace of scores and probs of every layer, the model's output [1, token, ...]) from one pass that records:
+    the pass a capture runs, not stopped after the last layer."""
+    from attnlab.core import capture as cap
+    from attnlab.core.capture import Trace
+
+    st, layers = model.state, list(range(model.n_layers))
+    st.start({"scores", "probs"}, layers, None)
+    try:
+        with torch.no_grad():
+            out = _output(model.hf(input_ids=ids[None]))
+    finally:
+        st.recording = False
+    tensors = cap.stack_records(st, layers, ["probs", "scores"])
+    st.records, st.buffers = {}, {}
+    trace = Trace(model.name, ids, layers, list(range(model.n_heads)), model.causal, 0.0, **tensors)
+    return trace, out
+
+
+def matrix(kinds: tuple[str, ...] = ("causal", "encoder")) -> list[dict]:
+    """Every family of `families()` of these kinds, checked (`check_family`), transformers' warnings silenced."""
+    from attnlab.core.models import quiet_transformers
+
+    rows = []
+    for family, class_name, kind in families():
+        if kind not in kinds:
+            continue
+        with quiet_transformers(), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            rows.append(check_family(family, class_name, kind))
+    return rows
