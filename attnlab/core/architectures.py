@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import io
 import warnings
-from typing import Optional
 
 import torch
 
