@@ -122,7 +122,8 @@ def check_family(family: str, class_name: str, kind: str, seed: int = 0) -> dict
             return dict(row, status="refused", why="no AttentionInterface")
         return dict(row, status="refused", why=_first_line(exc))
     if model.n_layers != len(ref_att):
-        return dict(row, status="refused", why=f"{model.n_layers} attention calls for {len(ref_att)} layers")
+        return dict(row, why=f"{model.n_layers} of its {len(ref_att)} layers call the attention interface "
+                    "(hybrid: the others are not softmax attention); not compared")
     try:
         trace, out = _capture_with_output(model, ids[0])
     except UnsupportedAttention as exc:
@@ -175,3 +176,37 @@ def matrix(kinds: tuple[str, ...] = ("causal", "encoder")) -> list[dict]:
             warnings.simplefilter("ignore")
             rows.append(check_family(family, class_name, kind))
     return rows
+
+
+# --------------------------------------------------------------------------- the table users read
+
+FEATURE_COLUMNS = (("gqa", "GQA"), ("sliding_window", "sliding window"), ("qk_norm", "QK-norm"),
+                   ("softcap", "softcap"), ("sinks", "sinks"))
+STATUS_ORDER = {"exact": 0, "refused": 1, "skipped": 2, "differs": 3}
+
+
+def gguf_architectures() -> set[str]:
+    """The architectures transformers' GGUF reader accepts (its GGUF_SUPPORTED_ARCHITECTURES, "general" and
+    "tokenizer" left out)."""
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    return set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"}
+
+
+def table_markdown(rows: list[dict]) -> str:
+    """A Markdown table of `matrix()` rows: exact families first, then refused, then skipped (each alphabetical);
+    a feature is marked where the tiny model exercised it; GGUF: the GGUF reader accepts the family."""
+    import transformers
+
+    gguf = gguf_architectures()
+    counts = {s: sum(r["status"] == s for r in rows) for s in STATUS_ORDER}
+    head = ["family", "kind", "attnlab", *[name for _, name in FEATURE_COLUMNS], "GGUF"]
+    lines = [f"transformers {transformers.__version__}: {len(rows)} families, " +
+             ", ".join(f"{n} {s}" for s, n in counts.items() if n) + ".", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in sorted(rows, key=lambda r: (STATUS_ORDER[r["status"]], r["family"])):
+        verdict = r["status"] + (f": {r['why']}" if r["why"] else "")
+        cells = [f"`{r['family']}`", r["kind"], verdict.replace("|", "\\|"),
+                 *["yes" if r[key] else "" for key, _ in FEATURE_COLUMNS], "yes" if r["family"] in gguf else ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
