@@ -15,7 +15,7 @@ import torch
 TOL = 1e-6                 # float32: captured probs and outputs against eager, max abs difference
 N_TOKENS = 12              # longer than SLIDING_WINDOW, so that the window cuts
 SLIDING_WINDOW = 4
-SOFTCAP = 0.5              # small, so that a capture without softcapping would differ
+SOFTCAP = 0.02             # below the tiny models' scores, so that a capture without softcapping differs
 VOCAB = 256
 # size fields shrunk wherever a config has them (names differ between families); other fields keep defaults
 TINY = {"hidden_size": 64, "n_embd": 64, "d_model": 64, "dim": 64, "embedding_size": 64, "embed_dim": 64,
@@ -65,19 +65,41 @@ def tiny_config(family: str):
     return cfg
 
 
-def features(hf) -> dict:
-    """The attention features a built model exercises: GQA, sliding window, QK-norm, softcap, sinks (bools)."""
-    cfg = hf.config
-    heads, kv = getattr(cfg, "num_attention_heads", None), getattr(cfg, "num_key_value_heads", None)
-    names = [n for n, _ in hf.named_modules()] + [n for n, _ in hf.named_parameters()]
-    window = getattr(cfg, "sliding_window", None) is not None and (
-        getattr(cfg, "use_sliding_window", True) is not False)
-    return {"gqa": bool(heads and kv and kv < heads),
-            "sliding_window": bool(window),
-            "qk_norm": any(n.rsplit(".", 1)[-1] in ("q_norm", "k_norm", "q_layernorm", "k_layernorm",
-                                                   "query_layernorm", "key_layernorm") for n in names),
-            "softcap": getattr(cfg, "attn_logit_softcapping", None) is not None,
-            "sinks": any(n.endswith("sinks") for n in names)}
+def features(hf, seen: dict) -> dict:
+    """The attention features a built model exercises (bools): GQA (fewer key than query heads), sliding window,
+    softcap, sinks (keywords its eager attention received, `seen` by `spying`; sinks also as a parameter the
+    attention reads itself), QK-norm (a q/k norm module)."""
+    names = [n.rsplit(".", 1)[-1] for n, _ in hf.named_modules()]
+    return {"gqa": seen["gqa"], "sliding_window": "sliding_window" in seen["keywords"],
+            "qk_norm": any(n in ("q_norm", "k_norm", "q_layernorm", "k_layernorm", "query_layernorm",
+                                 "key_layernorm") for n in names),
+            "softcap": "softcap" in seen["keywords"],
+            "sinks": bool({"s_aux", "sinks"} & seen["keywords"]) or any(n.endswith("sinks")
+                                                                        for n, _ in hf.named_parameters())}
+
+
+@contextlib.contextmanager
+def spying(hf):
+    """Within the context, the eager attention function of `hf`'s modeling file records into the yielded dict
+    "keywords" (names passed with a value) and "gqa" (fewer key/value heads than query heads)."""
+    import sys
+
+    module = sys.modules[type(hf).__module__]
+    original = getattr(module, "eager_attention_forward", None)
+    seen = {"keywords": set(), "gqa": False}
+
+    def spy(mod, query, key, value, attention_mask, *args, **kwargs):
+        seen["keywords"] |= {k for k, v in kwargs.items() if v is not None}
+        seen["gqa"] |= key.shape[1] < query.shape[1]
+        return original(mod, query, key, value, attention_mask, *args, **kwargs)
+
+    if original is not None:
+        module.eager_attention_forward = spy
+    try:
+        yield seen
+    finally:
+        if original is not None:
+            module.eager_attention_forward = original
 
 
 def _first_line(exc: BaseException) -> str:
@@ -103,13 +125,13 @@ def check_family(family: str, class_name: str, kind: str, seed: int = 0) -> dict
             hf = getattr(transformers, class_name)(cfg).float().eval()
     except Exception as exc:  # noqa: BLE001 - any failure to build: reported as the row's reason
         return dict(row, why=f"cannot be built tiny ({_first_line(exc)})")
-    row.update(features(hf))
     ids = torch.randint(3, VOCAB, (1, N_TOKENS), generator=torch.Generator().manual_seed(seed))
     try:
-        with torch.no_grad():
+        with torch.no_grad(), spying(hf) as seen:
             ref = hf(input_ids=ids, output_attentions=True)
     except Exception as exc:  # noqa: BLE001
         return dict(row, why=f"input_ids alone do not run it ({_first_line(exc)})")
+    row.update(features(hf, seen))
     ref_out, ref_att = _output(ref), getattr(ref, "attentions", None)
     if ref_att is None or any(a is None for a in ref_att):
         return dict(row, why="its eager pass returns no attention weights")

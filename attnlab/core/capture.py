@@ -190,7 +190,7 @@ def eager_reference(module):
     return getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
 
 
-def check_against_eager(module, args: tuple, kwargs: dict, output: torch.Tensor, weights, tol: float = 1e-5) -> None:
+def check_against_eager(module, args: tuple, kwargs: dict, output: torch.Tensor, weights, tol: float = 1e-6) -> None:
     """Raise UnsupportedAttention when the model's eager attention, run on the same `args` (query, key, value,
     mask) and `kwargs`, gives another output [batch, token, head, d_head] or other weights than attnlab's:
     features read from the module itself (not passed as keywords) are caught here, at load."""
@@ -206,7 +206,7 @@ def check_against_eager(module, args: tuple, kwargs: dict, output: torch.Tensor,
     pairs = [(output, ref_out)] + ([(weights, ref_w)] if weights is not None and ref_w is not None else [])
     for ours, ref in pairs:
         if ours.shape != ref.shape or not bool(((ours - ref).abs() <= tol * (1 + ref.abs())).all()):
-            diff = (ours - ref).abs().max().item() if ours.shape == ref.shape else "shape"
+            diff = f"{(ours - ref).abs().max().item():.1e}" if ours.shape == ref.shape else "shape"
             raise UnsupportedAttention(f"{model_type(module)}: attnlab's attention differs from the model's eager "
                                        f"attention (max abs difference {diff}); refusing rather than measuring a "
                                        "different attention")
