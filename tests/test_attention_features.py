@@ -111,3 +111,15 @@ def test_a_feature_read_from_the_module_is_caught_by_the_eager_check():
                 p.normal_()
     with pytest.raises(ValueError, match=r"^granite_swa: attnlab's attention differs from the model's eager"):
         AttnModel("tiny", hf, None, source="test")
+
+
+def test_a_models_forward_flags_reach_the_attention_and_are_accepted():
+    """Many models pass their forward's keywords down to the attention function: the flags attnlab's own calls use
+    (compare.py: output_hidden_states, use_cache) and return_dict change nothing in eager and are accepted."""
+    hf = tiny("llama")
+    ids = torch.arange(3, 3 + N)
+    with torch.no_grad():
+        ref = hf(input_ids=ids[None], output_hidden_states=True)
+    model = AttnModel("tiny", hf, None, source="test")
+    out = model.forward(ids, output_hidden_states=True, use_cache=False, return_dict=True)
+    assert float((out.logits - ref.logits).abs().max()) <= 1e-6

@@ -161,8 +161,11 @@ def visible_from_mask(mask: Optional[torch.Tensor], q_len: int, k_len: int) -> t
 IMPLEMENTED = ("softcap", "s_aux", "sinks")     # computed below exactly as eager: logit softcapping, sink logits
 NO_EFFECT = ("is_causal", "sliding_window", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q",
              "max_length_k", "output_attentions", "use_top_left_mask", "deterministic", "target_dtype",
-             "use_cache", "cache_position", "output_router_logits")
-# ^ read only by other kernels (flash, sdpa, varlen) or not at all: the eager attention ignores them; the window
+             "use_cache", "cache_position", "output_router_logits", "output_hidden_states", "return_dict",
+             "past_key_values")
+# ^ read only by other kernels (flash, sdpa, varlen) or not at all (a model's forward flags, which many models pass
+#   down to the attention: `model.forward(ids, output_hidden_states=True)`): the eager attention ignores them; a
+#   cache's keys are refused as keys that are not the tokens (`refuse_unsupported`); the window
 #   and the causality come in `attention_mask` (attnlab's mask function is transformers' eager_mask)
 
 
@@ -212,6 +215,27 @@ def check_against_eager(module, args: tuple, kwargs: dict, output: torch.Tensor,
                                        "different attention")
 
 
+def refuse_unsupported(module, query, key, kwargs: dict):
+    """Raise UnsupportedAttention for a call attnlab would not compute as eager does: a keyword it does not know
+    (`unsupported_feature`), keys that are not the tokens (query [b, h, q, d], key [b, h_kv, k, d] with k != q),
+    a normalizer swap with attention sinks. Returns the module's swapped normalizer (None: softmax)."""
+    where = model_type(module)
+    feature = unsupported_feature(kwargs)
+    if feature is not None:
+        raise UnsupportedAttention(f"{where}: attention feature {feature!r} is not implemented by attnlab's "
+                                   "capture; refusing rather than measuring a different attention")
+    if key.shape[-2] != query.shape[-2]:      # a Trace is [query, key] over the same tokens: keys added inside
+        raise UnsupportedAttention(f"{where}: {key.shape[-2]} keys for {query.shape[-2]} queries (keys that are "
+                                   "not the tokens: compressed or cached); refusing rather than measuring a "
+                                   "different attention")
+    state = getattr(module, "_attnlab", None)
+    swap = state.normalizers.get(getattr(module, "_attnlab_layer", None)) if state is not None else None
+    if swap is not None and kwargs.get("s_aux", kwargs.get("sinks")) is not None:
+        raise UnsupportedAttention(f"{where}: a normalizer swap is not defined with attention sinks (the sink "
+                                   "logit is not a key); refusing")
+    return swap
+
+
 def attnlab_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """Eager attention (same ops, same result) + optional recording + optional normalizer swap.
 
@@ -224,29 +248,19 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
     are 0 (and scores -inf when recorded). In the last recorded layer only the recorded heads are computed and
     no output is formed: the pass stops there.
     """
-    feature = unsupported_feature(kwargs)
-    if feature is not None:
-        raise UnsupportedAttention(f"{model_type(module)}: attention feature {feature!r} is not implemented by "
-                                   "attnlab's capture; refusing rather than measuring a different attention")
+    swap = refuse_unsupported(module, query, key, kwargs)
     state: Optional[CaptureState] = getattr(module, "_attnlab", None)
     layer = getattr(module, "_attnlab_layer", None)
-    discovering = state is not None and state.discovering
+    discovering, originals = state is not None and state.discovering, (query, key, value, attention_mask)
     if discovering:
         state.calls.append(module)
         state.mask_seen = attention_mask
-        args = (query, key, value, attention_mask)
-        eager_kwargs = dict(kwargs, scaling=scaling, dropout=dropout)
-    softcap = kwargs.get("softcap")
-    sinks = kwargs.get("s_aux", kwargs.get("sinks"))     # [head]: one logit per head, a column only the softmax sees
+    softcap, sinks = kwargs.get("softcap"), kwargs.get("s_aux", kwargs.get("sinks"))   # sinks [head]: `sink_softmax`
     if scaling is None:
         scaling = query.size(-1) ** -0.5
     if key.shape[1] != query.shape[1]:  # grouped-query attention: each key/value head serves a group
         groups = query.shape[1] // key.shape[1]
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
-    if key.shape[-2] != query.shape[-2]:      # a Trace is [query, key] over the same tokens: keys added inside
-        raise UnsupportedAttention(f"{model_type(module)}: {key.shape[-2]} keys for {query.shape[-2]} queries "
-                                   "(keys that are not the tokens: compressed or cached); refusing rather than "
-                                   "measuring a different attention")
     if attention_mask is not None:
         attention_mask = attention_mask[..., : key.shape[-2]]
     recording = state is not None and state.recording and (state.layers is None or layer in state.layers)
@@ -263,10 +277,6 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
     if probs_out is None and (weights_read or (recording and "probs" in state.keep)):
         probs = query.new_empty(shape)
     output = None if last else query.new_empty((*shape[:-1], value.shape[-1]))   # [batch, head, query, d_head]
-    swap = state.normalizers.get(layer) if state is not None else None
-    if swap is not None and sinks is not None:
-        raise UnsupportedAttention(f"{model_type(module)}: a normalizer swap is not defined with attention sinks "
-                                   "(the sink logit is not a key); refusing")
     visible = visible_from_mask(attention_mask, shape[-2], shape[-1]) if swap is not None else None
     spans: dict = {}                        # the mask's part of a block -> `seen_keys` (the heads share one mask)
     for b, at, hs, rows in attention_blocks(shape, heads, query.device):
@@ -288,13 +298,11 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
         if target is not None and hi < shape[-1]:
             target[..., hi:] = 0.0                                    # (scores there: -inf, set by `_record`)
         target = None if target is None else target[..., :hi]
-        if swap is None and sinks is not None:
-            w = sink_softmax(s + mask[..., :hi] if mask is not None else s, sinks[hs])
-            target = w if target is None else target.copy_(w)
-        elif swap is None:
-            target = torch.softmax(s + mask[..., :hi] if mask is not None else s, dim=-1, out=target)
+        logits = s + mask[..., :hi] if mask is not None and swap is None else s
+        if swap is None and sinks is None:
+            target = torch.softmax(logits, dim=-1, out=target)
         else:
-            w = swap(s, _pick(visible, b, hs, rows))
+            w = sink_softmax(logits, sinks[hs]) if swap is None else swap(s, _pick(visible, b, hs, rows))
             target = w if target is None else target.copy_(w)
         if output is not None:
             p = torch.nn.functional.dropout(target, p=dropout, training=module.training)
@@ -303,11 +311,11 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
         _record(state, layer, query, key, value, scores, probs, attention_mask, direct=scores_out is not None)
         if last:
             raise StopCapture      # the later layers cannot change what was recorded
-    weights = probs_out if probs_out is not None else probs
+    weights = (probs_out if probs_out is not None else probs) if weights_read else None
     result = output.transpose(1, 2).contiguous()
     if discovering and swap is None:
-        check_against_eager(module, args, eager_kwargs, result, weights if weights_read else None)
-    return result, weights if weights_read else None
+        check_against_eager(module, originals, dict(kwargs, scaling=scaling, dropout=dropout), result, weights)
+    return result, weights
 
 
 def sink_softmax(logits: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:
