@@ -25,7 +25,8 @@ TINY = {"hidden_size": 64, "n_embd": 64, "d_model": 64, "dim": 64, "embedding_si
         "head_dim": 16, "kv_channels": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 16,
         "intermediate_size": 128, "n_inner": 128, "ffn_dim": 128, "ffn_hidden_size": 128, "d_ff": 128,
         "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
-        "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+        "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2, "n_group": 1,
+        "topk_group": 1,
         "vocab_size": VOCAB, "max_position_embeddings": 128, "n_positions": 128,
         "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
         "attention_dropout": 0.0, "attn_pdrop": 0.0, "hidden_dropout_prob": 0.0,
@@ -58,6 +59,9 @@ def tiny_config(family: str):
                                                      for k in default.sub_configs):
         raise ValueError("composite config (sub-configs: " + ", ".join(sorted(default.sub_configs)) + ")")
     fields = {k: v for k, v in TINY.items() if hasattr(default, k)}
+    if "qk_rope_head_dim" in fields:      # latent attention (MLA): RoPE spans qk_rope_head_dim, a key per query head
+        fields.update({k: v for k, v in (("head_dim", TINY["qk_rope_head_dim"]),
+                                         ("num_key_value_heads", TINY["num_attention_heads"])) if k in fields})
     if getattr(default, "layer_types", None):           # two layers, of the first two kinds (sliding, full, ...)
         fields["layer_types"] = (list(dict.fromkeys(default.layer_types)) * 2)[:2]
     cfg = AutoConfig.for_model(family, **fields)
