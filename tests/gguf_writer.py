@@ -180,3 +180,68 @@ def write_tiny_gguf(path, hf_model, tokenizer_kind: str = "gpt2", *, dtype: str 
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+# --------------------------------------------------------------------------- any family transformers' reader accepts
+
+GGUF_ARCH = {"gemma3_text": "gemma3", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "gpt_oss": "gpt-oss",
+             "minimax_m2": "minimax-m2", "cohere": "command-r"}     # model type -> llama.cpp's architecture name
+
+
+def _to_gguf(arch: str, gguf_name: str, array: np.ndarray, cfg) -> np.ndarray:
+    """Undo what transformers' TensorProcessor for `arch` does on load (llama: the q/k permutation; gemma: norm
+    weights stored + 1; gpt2: some matrices transposed), so that the file reads back as `array`."""
+    if arch == "llama" and gguf_name.endswith(("attn_q.weight", "attn_k.weight")):
+        heads = cfg.num_attention_heads if "attn_q" in gguf_name else cfg.num_key_value_heads
+        return permute_for_gguf(array, heads)
+    if arch in ("gemma2", "gemma3") and "norm.weight" in gguf_name:
+        return array + 1
+    if arch == "gpt2" and any(k in gguf_name for k in ("attn_qkv.weight", "ffn_down.weight", "ffn_up.weight",
+                                                       "attn_output.weight")):
+        return array.T
+    return array
+
+
+def write_family_gguf(path, hf_model, name: Optional[str] = None) -> Path:
+    """Write any `hf_model` whose family transformers' GGUF reader accepts as a GGUF file at `path`: metadata from
+    GGUF_CONFIG_MAPPING[arch] (each config field it reads), tensors under the names transformers' own
+    `get_gguf_hf_weights_map` expects, the tiny BPE tokenizer (the model's vocab_size must be TINY_VOCAB_SIZE)."""
+    from gguf import GGUFWriter
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+    from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor, get_gguf_hf_weights_map
+
+    cfg = hf_model.config
+    arch = GGUF_ARCH.get(cfg.model_type, cfg.model_type)
+    config_arch = cfg.model_type if cfg.model_type in GGUF_CONFIG_MAPPING else arch
+    tokens, merges, types = tiny_bpe()
+    if cfg.vocab_size != len(tokens):
+        raise ValueError(f"vocab_size must be TINY_VOCAB_SIZE ({len(tokens)}), got {cfg.vocab_size}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w = GGUFWriter(str(path), arch)
+    w.add_name(name or f"tiny-{arch}")
+    w.add_file_type(0)
+    for key, attr in GGUF_CONFIG_MAPPING[config_arch].items():
+        value = getattr(cfg, attr, None) if attr else None
+        if attr == "rope_theta" and value is None:
+            value = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta")
+        if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
+            continue
+        (w.add_uint32 if isinstance(value, int) else w.add_float32)(f"{arch}.{key}", value)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(tokens.index(ENDOFTEXT))
+    w.add_eos_token_id(tokens.index(ENDOFTEXT))
+    processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=cfg.to_dict())
+    state = {k: v.detach().float().cpu().numpy() for k, v in hf_model.state_dict().items()}
+    for gguf_name, hf_name in get_gguf_hf_weights_map(hf_model, processor).items():
+        if hf_name not in state or (gguf_name == "output.weight" and getattr(cfg, "tie_word_embeddings", False)):
+            continue
+        w.add_tensor(gguf_name, np.ascontiguousarray(_to_gguf(arch, gguf_name, state[hf_name], cfg), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -24,8 +25,11 @@ class Trace:
     q, k, v:   [layer, head, token, d_head]   (after projection, biases included, after RoPE where the model
                has it; before scaling). Grouped-query models: k and v per query head, the shared key/value
                head repeated (query head h reads key/value head h // (heads per key/value head))
-    scores:    [layer, head, query, key]      scaled logits `scaling * q.k`, masked entries = -inf
-    probs:     [layer, head, query, key]      the model's attention weights (0 on masked keys)
+    scores:    [layer, head, query, key]      scaled logits `scaling * q.k`, masked entries = -inf; under logit
+               softcapping (Gemma 2: `softcap` c) the capped logits `c * tanh(scaling * q.k / c)`, which the
+               softmax (or a swapped normalizer) receives
+    probs:     [layer, head, query, key]      the model's attention weights (0 on masked keys); with attention
+               sinks (gpt-oss: one learned logit per head in the softmax's denominator) rows sum to less than 1
     hidden:    [layer, token, d_model]        input of each attention block (GPT-2: after ln_1)
     layers / heads: the model's layer and head index for each entry of the first two axes.
     """
@@ -152,6 +156,86 @@ def visible_from_mask(mask: Optional[torch.Tensor], q_len: int, k_len: int) -> t
     return mask > torch.finfo(mask.dtype).min / 2
 
 
+# The keywords transformers' attention callers pass (every `attention_interface(...)` call of transformers 5.x's
+# models/*/modeling_*.py), by what the eager attention does with them:
+IMPLEMENTED = ("softcap", "s_aux", "sinks")     # computed below exactly as eager: logit softcapping, sink logits
+NO_EFFECT = ("is_causal", "sliding_window", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q",
+             "max_length_k", "output_attentions", "use_top_left_mask", "deterministic", "target_dtype",
+             "use_cache", "cache_position", "output_router_logits", "output_hidden_states", "return_dict",
+             "past_key_values")
+# ^ read only by other kernels (flash, sdpa, varlen) or not at all (a model's forward flags, which many models pass
+#   down to the attention: `model.forward(ids, output_hidden_states=True)`): the eager attention ignores them; a
+#   cache's keys are refused as keys that are not the tokens (`refuse_unsupported`); the window
+#   and the causality come in `attention_mask` (attnlab's mask function is transformers' eager_mask)
+
+
+class UnsupportedAttention(ValueError):
+    """An attention computation attnlab's function does not reproduce: the model is refused, not measured."""
+
+
+def model_type(module) -> str:
+    """The model type of an attention module ("gemma2"), else its class name."""
+    return getattr(getattr(module, "config", None), "model_type", None) or type(module).__name__
+
+
+def unsupported_feature(kwargs: dict) -> Optional[str]:
+    """The first keyword in `kwargs` with a value (not None) that changes the attention and that attnlab does not
+    compute (not in IMPLEMENTED or NO_EFFECT), else None."""
+    for name, value in kwargs.items():
+        if value is not None and name not in IMPLEMENTED and name not in NO_EFFECT:
+            return name
+    return None
+
+
+def eager_reference(module):
+    """The model's own eager attention function (`eager_attention_forward` of the module's modeling file), or
+    None where its file has none."""
+    return getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+
+
+def check_against_eager(module, args: tuple, kwargs: dict, output: torch.Tensor, weights, tol: float = 1e-6) -> None:
+    """Raise UnsupportedAttention when the model's eager attention, run on the same `args` (query, key, value,
+    mask) and `kwargs`, gives another output [batch, token, head, d_head] or other weights than attnlab's:
+    features read from the module itself (not passed as keywords) are caught here, at load."""
+    fn = eager_reference(module)
+    if fn is None:
+        return
+    try:
+        ref_out, ref_w = fn(module, *args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - any failure: the check could not be made, so refuse
+        raise UnsupportedAttention(f"{model_type(module)}: its eager attention could not be run on attnlab's "
+                                   f"arguments ({type(exc).__name__}: {exc}); refusing rather than measuring a "
+                                   "different attention") from None
+    pairs = [(output, ref_out)] + ([(weights, ref_w)] if weights is not None and ref_w is not None else [])
+    for ours, ref in pairs:
+        if ours.shape != ref.shape or not bool(((ours - ref).abs() <= tol * (1 + ref.abs())).all()):
+            diff = f"{(ours - ref).abs().max().item():.1e}" if ours.shape == ref.shape else "shape"
+            raise UnsupportedAttention(f"{model_type(module)}: attnlab's attention differs from the model's eager "
+                                       f"attention (max abs difference {diff}); refusing rather than measuring a "
+                                       "different attention")
+
+
+def refuse_unsupported(module, query, key, kwargs: dict):
+    """Raise UnsupportedAttention for a call attnlab would not compute as eager does: a keyword it does not know
+    (`unsupported_feature`), keys that are not the tokens (query [b, h, q, d], key [b, h_kv, k, d] with k != q),
+    a normalizer swap with attention sinks. Returns the module's swapped normalizer (None: softmax)."""
+    where = model_type(module)
+    feature = unsupported_feature(kwargs)
+    if feature is not None:
+        raise UnsupportedAttention(f"{where}: attention feature {feature!r} is not implemented by attnlab's "
+                                   "capture; refusing rather than measuring a different attention")
+    if key.shape[-2] != query.shape[-2]:      # a Trace is [query, key] over the same tokens: keys added inside
+        raise UnsupportedAttention(f"{where}: {key.shape[-2]} keys for {query.shape[-2]} queries (keys that are "
+                                   "not the tokens: compressed or cached); refusing rather than measuring a "
+                                   "different attention")
+    state = getattr(module, "_attnlab", None)
+    swap = state.normalizers.get(getattr(module, "_attnlab_layer", None)) if state is not None else None
+    if swap is not None and kwargs.get("s_aux", kwargs.get("sinks")) is not None:
+        raise UnsupportedAttention(f"{where}: a normalizer swap is not defined with attention sinks (the sink "
+                                   "logit is not a key); refusing")
+    return swap
+
+
 def attnlab_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """Eager attention (same ops, same result) + optional recording + optional normalizer swap.
 
@@ -164,11 +248,14 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
     are 0 (and scores -inf when recorded). In the last recorded layer only the recorded heads are computed and
     no output is formed: the pass stops there.
     """
+    swap = refuse_unsupported(module, query, key, kwargs)
     state: Optional[CaptureState] = getattr(module, "_attnlab", None)
     layer = getattr(module, "_attnlab_layer", None)
-    if state is not None and state.discovering:
+    discovering, originals = state is not None and state.discovering, (query, key, value, attention_mask)
+    if discovering:
         state.calls.append(module)
         state.mask_seen = attention_mask
+    softcap, sinks = kwargs.get("softcap"), kwargs.get("s_aux", kwargs.get("sinks"))   # sinks [head]: `sink_softmax`
     if scaling is None:
         scaling = query.size(-1) ** -0.5
     if key.shape[1] != query.shape[1]:  # grouped-query attention: each key/value head serves a group
@@ -190,7 +277,6 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
     if probs_out is None and (weights_read or (recording and "probs" in state.keep)):
         probs = query.new_empty(shape)
     output = None if last else query.new_empty((*shape[:-1], value.shape[-1]))   # [batch, head, query, d_head]
-    swap = state.normalizers.get(layer) if state is not None else None
     visible = visible_from_mask(attention_mask, shape[-2], shape[-1]) if swap is not None else None
     spans: dict = {}                        # the mask's part of a block -> `seen_keys` (the heads share one mask)
     for b, at, hs, rows in attention_blocks(shape, heads, query.device):
@@ -206,14 +292,17 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
         kept = None if kept is None else kept[..., :hi]
         s = torch.matmul(query[b, hs, rows], key[b, hs, :hi].transpose(-1, -2), out=kept)
         s = s.mul_(scaling) if kept is not None else s * scaling
+        if softcap is not None:                                       # eager's order: / c, tanh, * c
+            s = s.div_(softcap).tanh_().mul_(softcap)
         target = _part(probs_out, probs, b, at, hs, rows)
         if target is not None and hi < shape[-1]:
             target[..., hi:] = 0.0                                    # (scores there: -inf, set by `_record`)
         target = None if target is None else target[..., :hi]
-        if swap is None:
-            target = torch.softmax(s + mask[..., :hi] if mask is not None else s, dim=-1, out=target)
+        logits = s + mask[..., :hi] if mask is not None and swap is None else s
+        if swap is None and sinks is None:
+            target = torch.softmax(logits, dim=-1, out=target)
         else:
-            w = swap(s, _pick(visible, b, hs, rows))
+            w = sink_softmax(logits, sinks[hs]) if swap is None else swap(s, _pick(visible, b, hs, rows))
             target = w if target is None else target.copy_(w)
         if output is not None:
             p = torch.nn.functional.dropout(target, p=dropout, training=module.training)
@@ -222,8 +311,20 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
         _record(state, layer, query, key, value, scores, probs, attention_mask, direct=scores_out is not None)
         if last:
             raise StopCapture      # the later layers cannot change what was recorded
-    weights = probs_out if probs_out is not None else probs
-    return output.transpose(1, 2).contiguous(), weights if weights_read else None
+    weights = (probs_out if probs_out is not None else probs) if weights_read else None
+    result = output.transpose(1, 2).contiguous()
+    if discovering and swap is None:
+        check_against_eager(module, originals, dict(kwargs, scaling=scaling, dropout=dropout), result, weights)
+    return result, weights
+
+
+def sink_softmax(logits: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:
+    """Softmax of logits [head, row, key] with one more column per head holding sinks [head], that column then
+    dropped (gpt-oss's eager order: concatenate, subtract the row max, softmax): weights [head, row, key]."""
+    column = sinks.to(logits.dtype).reshape(-1, 1, 1).expand(logits.shape[0], logits.shape[1], 1)
+    combined = torch.cat([logits, column], dim=-1)
+    combined = combined - combined.max(dim=-1, keepdim=True).values
+    return torch.softmax(combined, dim=-1)[..., :-1]
 
 
 def attention_blocks(shape, heads: list[int], device, elements: Optional[int] = None) -> list[tuple]:

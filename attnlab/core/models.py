@@ -110,10 +110,13 @@ class AttnModel:
         self.state.discovering = True
         try:
             with torch.no_grad():
-                self.hf(input_ids=torch.zeros(1, 3, dtype=torch.long, device=self.device))
+                self.hf(input_ids=torch.arange(3, device=self.device)[None])    # (3 different tokens: the check)
         finally:
             self.state.discovering = False
         calls = list(dict.fromkeys(self.state.calls))
+        if len(calls) < len(self.state.calls):          # shared layers: one record per module would be overwritten
+            raise cap.UnsupportedAttention(f"{cap.model_type(calls[0])}: an attention module runs more than once in "
+                                           "a pass (shared layers); refusing rather than recording one layer twice")
         if not calls:
             raise ValueError(f"{self.name}: no attention layer called transformers' attention interface; "
                              "attnlab supports models built on AttentionInterface (GPT-2, BERT, Llama, ...)")
