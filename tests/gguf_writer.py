@@ -234,6 +234,7 @@ def write_family_gguf(path, hf_model, name: Optional[str] = None) -> Path:
     w.add_token_merges(merges)
     w.add_bos_token_id(tokens.index(ENDOFTEXT))
     w.add_eos_token_id(tokens.index(ENDOFTEXT))
+    w.add_unk_token_id(tokens.index(ENDOFTEXT))   # Gemma's GGUF tokenizer needs an unknown token to encode at all
     processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=cfg.to_dict())
     state = {k: v.detach().float().cpu().numpy() for k, v in hf_model.state_dict().items()}
     for gguf_name, hf_name in get_gguf_hf_weights_map(hf_model, processor).items():

@@ -215,3 +215,11 @@ def test_a_results_key_covers_the_identity(tiny):
         other = models.load_tiny_gpt2(seed=1)
     assert cache.model_key(tiny)["identity"] == tiny.identity
     assert cache.model_key(tiny) != cache.model_key(other)
+
+
+def test_a_tokenizer_that_cannot_encode_is_one_line(tiny):
+    def broken(text, **kwargs):
+        raise Exception("Unk token `None` not found in the vocabulary")
+
+    with pytest.raises(ModelUnavailable, match="cannot encode a plain sentence .Unk token"):
+        models.check_tokenizer(broken, tiny.hf, "broken")

@@ -222,7 +222,12 @@ def check_tokenizer(tok, hf, source: str) -> None:
     ids inside it, and PROBE_SENTENCE without unknown tokens. A folder without tokenizer files gets a
     stand-in from transformers (5 tokens: every word [UNK]) whose numbers would look like any others."""
     vocab = int(getattr(hf.config, "vocab_size", 0) or 0)
-    ids = list(tok(PROBE_SENTENCE, add_special_tokens=False)["input_ids"])
+    try:
+        ids = list(tok(PROBE_SENTENCE, add_special_tokens=False)["input_ids"])
+    except Exception as exc:  # noqa: BLE001 - a tokenizer that cannot encode a sentence: one line
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise ModelUnavailable(f"{source}: the tokenizer cannot encode a plain sentence ({first}): its files are "
+                               "damaged or not this model's") from None
     unknown = sum(i == tok.unk_token_id for i in ids) if tok.unk_token_id is not None else 0
     if len(tok) < vocab // 2 or not ids or unknown or max(ids) >= vocab > 0:
         raise ModelUnavailable(

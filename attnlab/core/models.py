@@ -97,10 +97,14 @@ class AttnModel:
                           or int(getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0))) // max(self.n_heads, 1))
         self.max_positions = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
                                  or 10**9)
-        check_tokenizer(tokenizer, hf, name)
         self.files = dict(files or {})
-        self.checks = [*checks, f"tokenizer round trip: {round_trip(tokenizer)}; ids inside the vocabulary"]
-        self.config_digest, self.tokenizer_digest = config_digest(hf.config), tokenizer_digest(tokenizer)
+        if tokenizer is None:                 # token ids only (a model built in code): nothing to check
+            self.checks, self.tokenizer_digest = [*checks, "no tokenizer: token ids only"], None
+        else:
+            check_tokenizer(tokenizer, hf, name)
+            self.checks = [*checks, f"tokenizer round trip: {round_trip(tokenizer)}; ids inside the vocabulary"]
+            self.tokenizer_digest = tokenizer_digest(tokenizer)
+        self.config_digest = config_digest(hf.config)
         self._identity: Optional[str] = None
 
     def _discover(self) -> list:
