@@ -149,7 +149,9 @@ def main(argv: list[str]) -> int:
             continue
         if args.refresh:
             try:
-                lines.append(f"{reference.name}: {refresh(reference, executed)} code cells' outputs refreshed")
+                n = refresh(reference, executed)
+                lines.append(f"{reference.name}: {n} code cells' outputs refreshed (model: "
+                             f"{', '.join(sorted(models(_read(executed)))) or 'none named'})")
             except ValueError as exc:
                 problems.append(str(exc))
             continue
