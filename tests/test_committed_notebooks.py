@@ -1,0 +1,52 @@
+"""The committed chapters as nbval reads them (`make nbval`, the publishing workflow), without executing them."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+BOOK = Path(__file__).resolve().parent.parent / "book"
+CHAPTERS = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))
+MARK, TAG = "# NBVAL_CHECK_OUTPUT", "nbval-check-output"
+# A checked line states a claim and its verdict: a theorem, an identity or a count that holds on any model.
+CLAIM = re.compile(r".*: (True|holds)")
+
+
+def _code_cells(path: Path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return [(i, c) for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"]
+
+
+def _checked(cell: dict) -> bool:
+    return "".join(cell["source"]).lstrip().startswith(MARK) or TAG in cell.get("metadata", {}).get("tags", [])
+
+
+def test_the_book_has_chapters_with_checked_cells():
+    assert len(CHAPTERS) >= 10
+    assert sum(_checked(c) for path in CHAPTERS for _, c in _code_cells(path)) >= 20
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_no_cell_has_outputs_without_an_execution_count(path):
+    """nbval stops on such a cell ("Unrun reference cell has outputs"): outputs come from a run."""
+    bad = [f"cell {i} ({c.get('id')})" for i, c in _code_cells(path)
+           if c.get("outputs") and c.get("execution_count") is None]
+    assert not bad, f"{path.name}: outputs without an execution count in {', '.join(bad)}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_checked_cells_print_only_claims_that_hold_on_any_model(path):
+    """nbval (`make nbval`, on GPT-2 in the publishing workflow) compares a checked cell's output with the
+    stored one, which came from another model: so a checked cell prints only lines `claim: True` (or
+    `id: holds`), never a number, length or layer of the model that ran."""
+    bad = []
+    for i, cell in _code_cells(path):
+        if not _checked(cell):
+            continue
+        outs = cell.get("outputs", [])
+        text = "".join("".join(o.get("text", "")) for o in outs)
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        if not lines or any(o.get("output_type") != "stream" or o.get("name") != "stdout" for o in outs):
+            bad.append(f"cell {i} ({cell.get('id')}): stores no printed claim, or other outputs")
+        bad += [f"cell {i} ({cell.get('id')}): {ln!r}" for ln in lines if not CLAIM.fullmatch(ln)]
+    assert not bad, f"{path.name}: checked cells must print model-independent claims:\n" + "\n".join(bad)
