@@ -119,6 +119,16 @@ def _tensors(hf_model, permute: bool) -> list[tuple[str, np.ndarray]]:
     return out
 
 
+def add_tiny_tokenizer(w, tokens: list[str], merges: list[str], types: list[int]) -> None:
+    """The tiny byte-level BPE (`tiny_bpe`) as a GGUF "gpt2" tokenizer, <|endoftext|> as bos and eos."""
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(tokens.index(ENDOFTEXT))
+    w.add_eos_token_id(tokens.index(ENDOFTEXT))
+
+
 def write_tiny_gguf(path, hf_model, tokenizer_kind: str = "gpt2", *, dtype: str = "f32", permute: bool = True,
                     name: Optional[str] = "tiny-llama", metadata: Optional[dict] = None) -> Path:
     """Write `hf_model` (a LlamaForCausalLM, no attention/MLP biases) as a "llama" GGUF file at `path`.
@@ -166,12 +176,7 @@ def write_tiny_gguf(path, hf_model, tokenizer_kind: str = "gpt2", *, dtype: str 
     for key, value in {**fields, **(metadata or {})}.items():
         if value is not None:
             (w.add_float32 if isinstance(value, float) else w.add_uint32)(f"{arch}.{key}", value)
-    w.add_tokenizer_model("gpt2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(tokens.index(ENDOFTEXT))
-    w.add_eos_token_id(tokens.index(ENDOFTEXT))
+    add_tiny_tokenizer(w, tokens, merges, types)
     for tensor_name, array in _tensors(hf_model, permute):
         array = np.ascontiguousarray(array, dtype=np.float16 if dtype == "f16" and array.ndim > 1 else np.float32)
         w.add_tensor(tensor_name, array)
@@ -228,13 +233,7 @@ def write_family_gguf(path, hf_model, name: Optional[str] = None) -> Path:
         if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
             continue
         (w.add_uint32 if isinstance(value, int) else w.add_float32)(f"{arch}.{key}", value)
-    w.add_tokenizer_model("gpt2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
-    w.add_bos_token_id(tokens.index(ENDOFTEXT))
-    w.add_eos_token_id(tokens.index(ENDOFTEXT))
-    w.add_unk_token_id(tokens.index(ENDOFTEXT))   # Gemma's GGUF tokenizer needs an unknown token to encode at all
+    add_tiny_tokenizer(w, tokens, merges, types)
     processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=cfg.to_dict())
     state = {k: v.detach().float().cpu().numpy() for k, v in hf_model.state_dict().items()}
     for gguf_name, hf_name in get_gguf_hf_weights_map(hf_model, processor).items():
