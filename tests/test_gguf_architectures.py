@@ -31,9 +31,9 @@ NOT_WRITTEN = {   # architecture -> why no tiny file is loaded here (transformer
     "umt5": "an encoder-decoder: no causal-LM class, needs decoder inputs",
 }
 FAMILY = {"gemma3": "gemma3_text"}
-# The writer's tiny byte-level BPE becomes, through the reader's Gemma converter, a tokenizer with unknown tokens
-# in plain English: `load_model` refuses it (the tokenizer check), so the capture is checked on the model read from
-# the same file without a tokenizer.
+# The writer's tiny byte-level BPE becomes, through the reader's Gemma converter, a tokenizer that cannot encode
+# plain English (no unknown token): `load_model` refuses it (the tokenizer check), so the capture is checked on the
+# model read from the same file without a tokenizer.
 TOKENIZER_REFUSED = ("gemma2", "gemma3")
 QK_SCALE = 60.0
 
@@ -62,7 +62,7 @@ def test_a_tiny_gguf_of_the_family_is_captured_exactly(arch, tmp_path, monkeypat
                     p.mul_(QK_SCALE)
         path = write_family_gguf(tmp_path / f"tiny-{arch}.gguf", hf)
         if arch in TOKENIZER_REFUSED:
-            with pytest.raises(ModelUnavailable, match="the tokenizer does not fit the model"):
+            with pytest.raises(ModelUnavailable, match="the tokenizer cannot encode a plain sentence"):
                 load_model(str(path))
             model_hf, _, sha, _, checks = read_gguf(path)
             model = AttnModel(f"tiny-{arch}", model_hf, None, source=str(path), weights_sha256=sha, checks=checks)
