@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterator
 
+from attnlab.core import published
 from attnlab.core.result import CorruptResult, Result, differences, numbers, to_plain
 from attnlab.core.text import cache_dir
 from attnlab.core.util import atomic_write, kernels_on
@@ -86,8 +87,6 @@ def stored(name: str, key: dict) -> Result | None:
     """The Result stored under (name, key) (provenance `loaded_from_cache`), or None. One that fails
     verification (`Result.load`: missing, truncated, edited files, or stored under another key) is a
     miss: one warning, then None. An unreadable cache folder is a miss as well."""
-    from attnlab.core import published
-
     folder = _folder(name, key)
     try:
         if not ((folder / f"{name}.json").exists() or (folder / f"{name}.csv").exists()):
@@ -104,8 +103,6 @@ def stored(name: str, key: dict) -> Result | None:
 def _from_site(name: str, key: dict) -> Result | None:
     """The Result the published site holds for (name, key) (`core.published`: by the key without the
     environment), stored in the local cache under this key; provenance `fetched_from_site` on this call only."""
-    from attnlab.core import published
-
     result = published.fetch(name, published.portable_key(to_plain(full_key(key))))
     if result is None:
         return None
@@ -122,8 +119,6 @@ def store(name: str, key: dict, result: Result) -> Result:
     if result.name != name:
         raise ValueError(f"attnlab cache: the computation stored as {name!r} returned a Result named "
                          f"{result.name!r}: store it under its own name")
-    from attnlab.core import published
-
     try:
         result.save(_folder(name, key), key=key_hash(key))
         published.log_use(_folder(name, key).name)

