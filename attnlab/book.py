@@ -7,7 +7,7 @@ cached on disk (shared by every chapter and by rebuilds), and traces for live sl
     res = book.cached_result("compare", {"lengths": [64, 128]}, compute, version=1, model=inputs.model)
 
 Every cached Result goes through `attnlab.core.cache` (one key recipe: the computation's declared version,
-model + weights checksum, text checksum, grids and protocol, the libraries' versions).
+the model's identity, text checksum, grids and protocol, the libraries' versions).
 """
 from __future__ import annotations
 
@@ -97,8 +97,8 @@ def trace(length: int, model: Optional[str] = None, device: Optional[str] = None
 
 def cached_result(name: str, key: dict, compute, *, version: int, model=None, text_sha256: Optional[str] = None,
                   refresh: bool = False) -> Result:
-    """A chapter's own experiment, cached like the figures: `key` names its grids and protocol; the
-    model (name + weights checksum) and the text checksum are added when given. `version`: the version of the
+    """A chapter's own experiment, cached like the figures: `key` names its grids and protocol; the model (name +
+    identity: `core.cache.model_key`) and the text checksum are added when given. `version`: the version of the
     numbers `compute` returns (1 at first; bump it when they change: `core.cache`)."""
     full = dict(key)
     if model is not None:

@@ -54,10 +54,18 @@ def masked(text: str) -> str:
     return text
 
 
+def shown(outputs: list[dict]) -> list[dict]:
+    """The outputs a reader is shown, as the site shows them (`nb_output_stderr: remove`): without stderr, where
+    a run's library chatter goes (a one-time "de-quantizing ... kept in <cache path>", warnings that name the
+    kernel's temporary cell file)."""
+    return [o for o in outputs if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
+
+
 def normalized(outputs: list[dict]) -> list[dict]:
-    """Outputs as nbval compares them: streams merged, skipped keys dropped, text joined and masked."""
+    """Outputs as nbval compares them: stderr dropped (`shown`), streams merged, skipped keys dropped, text joined
+    and masked."""
     merged: list[dict] = []
-    for out in outputs:
+    for out in shown(outputs):
         if out.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream" \
                 and merged[-1].get("name") == out.get("name"):
             merged[-1] = dict(merged[-1], text=_text(merged[-1]["text"]) + _text(out["text"]))
@@ -127,7 +135,7 @@ def refresh(reference: Path, executed: Path) -> int:
         raise ValueError("; ".join(problems))
     changed = 0
     for _, cell, got in pairs:
-        outputs = got.get("outputs", [])
+        outputs = shown(got.get("outputs", []))
         changed += (cell.get("outputs", []), cell.get("execution_count")) != (outputs, got.get("execution_count"))
         cell["outputs"], cell["execution_count"] = outputs, got.get("execution_count")
     ref.get("metadata", {}).pop("widgets", None)

@@ -2,7 +2,7 @@
 
 One key recipe for every cached Result (`full_key`): the version its caller declares (`version`: an integer, 1 at
 first, bumped by whoever changes the numbers the computation returns; the golden probes of tests/test_golden.py
-fail when numbers move without a bump), the caller's inputs (model + weights checksum, text checksum, grids,
+fail when numbers move without a bump), the caller's inputs (the model's identity, text checksum, grids,
 protocol switches; `model_key` builds the model's part) and the versions of the libraries that compute it with
 the kernels switch (`environment`). Not the bytes of the package's sources: a comment, a docstring or a refactor
 that moves no number reuses every Result. A Result is stored in the folder `<name>-<hash of the key>`, its key
