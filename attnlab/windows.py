@@ -7,6 +7,7 @@ on the heads of every window together.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional, Sequence
@@ -297,3 +298,155 @@ def plot_strip(summaries: dict[str, list[dict]], claim_ids: Sequence[str]):
                          fontsize="small")
     fig.tight_layout()
     return fig
+
+
+# ------------------------------------------------------------ windows that start on markup (issue 39, item 3)
+# A window may open on a WikiText heading line (" = = = Tourism = = = ") and, with it, on a run of identical tokens
+# (" =", " =", " ="). In a causal model the run's tokens have identical hidden states in every layer (each attends
+# only to copies of itself), so their keys differ by the position encoding alone: a head that puts its weight on
+# the first token (an attention sink) sees two near-equal largest logits in most of its rows. Such near-ties are
+# what a 1/T slope of g is made of (Fig. 4), so a few repeated tokens can decide a verdict. The window rule is
+# kept (every cached Result stays valid); such a window is flagged, and Fig. 4's claims are computed again with the
+# rows those tokens make degenerate left out (`fig4_without_repeats`), beside the verdicts with them.
+
+#: a WikiText heading line: " = Title = ", " = = = Section = = = " (as many "=" on each side as the level)
+WIKITEXT_HEADING = re.compile(r"\s*(?:=\s+)+\S.*?(?:\s+=)+\s*")
+#: a run of at least this many identical tokens at a window's start flags it
+MIN_RUN = 2
+
+
+def leading_run(ids, skip: int = 0) -> int:
+    """How many identical token ids open `ids` [token] after its first `skip` ids (1 for an encoder's [CLS]): 1 for
+    a window that starts on prose, 3 for " = = = Tourism"."""
+    ids = [int(i) for i in ids][skip:]
+    if not ids:
+        raise ValueError(f"the window has no token after the first {skip}")
+    n = 1
+    while n < len(ids) and ids[n] == ids[0]:
+        n += 1
+    return n
+
+
+def markup_flag(text: str, ids, skip: int = 0) -> dict:
+    """Whether a window starts on markup: `heading` (its first line when that is a WikiText heading `= ... =`, else
+    ""), `run` (`leading_run(ids, skip)`), `flagged` (a heading, or a run of >= MIN_RUN identical tokens) and `why`
+    (one line; "" when not flagged). text: the window's text from its first character; ids [token]: its token
+    ids; skip: leading special tokens ([CLS]) not counted."""
+    first = text.lstrip("\n").split("\n", 1)[0]
+    heading = first.strip() if WIKITEXT_HEADING.fullmatch(first) else ""
+    run = leading_run(ids, skip)
+    why = "; ".join(([f"starts on a heading line {heading!r}"] if heading else [])
+                    + ([f"starts with {run} identical tokens"] if run >= MIN_RUN else []))
+    return {"heading": heading, "run": run, "flagged": bool(why), "why": why}
+
+
+def degenerate_rows(scores, visible, lo: int, hi: int):
+    """Rows whose two largest visible logits both fall on keys lo..hi-1 (a window's leading run of identical
+    tokens): bool [..., Q] of scores [..., Q, K] and visible bool [Q, K]. Rows with < 2 visible keys: False."""
+
+    if not 0 <= lo < hi <= scores.shape[-1]:
+        raise ValueError(f"the run must be keys lo..hi-1 inside the {scores.shape[-1]} keys, got {lo}..{hi - 1}")
+    s = scores.masked_fill(~visible, float("-inf"))
+    top = s.topk(2, dim=-1).indices                                   # [..., Q, 2]
+    return ((top >= lo) & (top < hi)).all(-1) & (visible.sum(-1) >= 2)
+
+
+def fig4_without_repeats(inp: Inputs) -> Result:
+    """Fig. 4 (`experiments.fig4`'s T and eps grids, protocol and seeded directions; no Jacobian curve) on the
+    window of `inp` at its full length with the rows that its leading run of identical tokens makes degenerate
+    (`degenerate_rows`) left out of every mean and share. Rows: fig4's columns plus `degenerate_share` (of the
+    rows with >= 2 keys, every head) and `run`. A window without such a run gives fig4's numbers."""
+    from attnlab.normalization.experiments import gradient_rows, resolve_protocol, temperature_grid
+    from attnlab.normalization.paper import EPSILONS
+
+    m, ids = inp.model, inp.ids()
+    skip = 0 if m.causal else 1
+    run = leading_run(ids, skip)
+    trace = m.capture(ids, keep=("scores",))
+    vis = trace.visible()
+    bad = degenerate_rows(trace.scores, vis, skip, skip + run) if run >= MIN_RUN else None
+    rows = gradient_rows(trace, resolve_protocol(False, {"jac_rows": 0}), temperature_grid(), list(EPSILONS),
+                         len(ids), keep=None if bad is None else ~bad)
+    n_rows = int(((vis.sum(-1) >= 2).sum()) * trace.scores.shape[0] * trace.scores.shape[1])
+    share = 0.0 if bad is None else int(bad.sum()) / n_rows
+    return Result("fig4_without_repeats", [dict(r, degenerate_share=share, run=run) for r in rows],
+                  {"model": m.name, "text": inp.corpus.name, "start_char": inp.start, "L": len(ids),
+                   "left_out": "rows whose two largest logits fall on the window's leading run of identical tokens",
+                   "x": "v", "keys": "visible"})         # fig4's protocol (g reads the scores alone)
+
+
+def repeats_result(model: str, window: TextWindow, *, device: str = "cpu", max_length: int = BOOK_MAX_LENGTH
+                   ) -> Result:
+    """`fig4_without_repeats` on one window as a cached Result (seconds: one forward pass and Fig. 4's grid)."""
+    inp = window_inputs(model, device, [window], max_length)[0]
+    key = {"window": (window.corpus, window.start), "max_length": max_length, **model_key(inp.model)}
+    return cached("fig4_without_repeats", key, version=1, compute=lambda: fig4_without_repeats(inp))
+
+
+def markup_over_windows(model: str, windows: Sequence[TextWindow], *, device: str = "cpu",
+                        max_length: int = BOOK_MAX_LENGTH) -> dict[str, dict]:
+    """{window label: `markup_flag` of the window on `model`'s tokens, plus `degenerate_share` (0 without a run)
+    and `without` (Fig. 4's claim rows with the degenerate rows left out; [] where no row is)}. Only windows with a
+    run of >= MIN_RUN identical tokens compute anything (`repeats_result`)."""
+    from attnlab.normalization.claims import paper1_claims
+
+    out = {}
+    for w, inp in zip(windows, window_inputs(model, device, windows, max_length)):
+        skip = 0 if inp.model.causal else 1
+        flag = markup_flag(inp.corpus.text[w.start:], inp.ids(), skip)
+        share, without = 0.0, []
+        if flag["run"] >= MIN_RUN:
+            res = repeats_result(model, w, device=device, max_length=max_length)
+            share = float(res.rows[0]["degenerate_share"])
+            if share > 0:
+                without = [r for r in paper1_claims({"fig4": res}) if r["id"].startswith(("p1-fig4", "p1-cor3"))]
+        out[w.label] = dict(flag, degenerate_share=share, without=without)
+    return out
+
+
+def without_text(note: dict, claim_id: str) -> str:
+    """'without the 41.9% of rows on the 3 repeated tokens: -0.28, does not hold' for one claim of a
+    `markup_over_windows` entry; "" where no row was left out."""
+    r = next((r for r in note["without"] if r["id"] == claim_id), None)
+    if r is None:
+        return ""
+    v = "-" if r.get("value") is None else f"{r['value']:.3g}"
+    return (f"without the {note['degenerate_share']:.1%} of rows on the {note['run']} repeated tokens: {v}, "
+            f"{r['verdict']}")
+
+
+def verdicts_without_repeats(s: dict, notes: dict[str, dict]) -> dict[str, str]:
+    """{window label: the verdict of a `window_summary` row `s` with that window's degenerate rows left out} (the
+    window's own verdict where `markup_over_windows` `notes` left no row out)."""
+    out = {}
+    for lab, v in s["verdicts"].items():
+        r = next((r for r in notes.get(lab, {}).get("without", []) if r["id"] == s["id"]), None)
+        out[lab] = v if r is None or s["reading"] else r["verdict"]
+    return out
+
+
+def driven_by_repeats(summary: list[dict], notes: dict[str, dict]) -> list[dict]:
+    """The claims (default readings) whose verdict in some window flips when the rows on that window's leading
+    repeated tokens are left out: the `window_summary` rows, each with `windows` (the labels where it flips),
+    `verdicts_without` ({label: verdict}) and `one_verdict_without` (that verdict when it is the same in every
+    window without those rows, else "")."""
+    out = []
+    for s in summary:
+        if s["reading"]:
+            continue
+        wo = verdicts_without_repeats(s, notes)
+        flips = [lab for lab, v in wo.items() if v != s["verdicts"][lab]]
+        if flips:
+            out.append(dict(s, windows=flips, verdicts_without=wo,
+                            one_verdict_without=next(iter(wo.values())) if len(set(wo.values())) == 1 else ""))
+    return out
+
+
+def driven_text(d: dict) -> str:
+    """'p1-fig4-slope in WikiText-2 #4: holds with those rows, does not hold without; without them it does not hold
+    in all 8 windows' for a `driven_by_repeats` row."""
+    flips = ", ".join(f"{lab}: {d['verdicts'][lab]} with those rows, {d['verdicts_without'][lab]} without"
+                      for lab in d["windows"])
+    tail = (f"without them it {d['one_verdict_without']} in all {len(d['verdicts_without'])} windows"
+            if d["one_verdict_without"] else "without them it still depends on the window")
+    return f"{d['id']} in {flips}; {tail}"

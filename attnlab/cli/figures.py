@@ -122,6 +122,7 @@ def run_check_models(args) -> int:
 
 def run_check_windows(args) -> int:
     """`check --windows K`: per model, each paper-1 claim's verdict per text window and the summary."""
+    from attnlab import windows as W
     from attnlab.windows import BOOK_MAX_LENGTH, claims_over_windows, spread_text, text_windows, window_summary
 
     if args.windows < 1:
@@ -134,11 +135,19 @@ def run_check_windows(args) -> int:
     windows = text_windows(args.windows)
     readings = args.readings == "all"
     length = BOOK_MAX_LENGTH if args.max_length is None else args.max_length     # 0 is refused, not the default
-    out, failed = {}, False
+    out, notes, failed = {}, {}, False
     for model in models:
         per = claims_over_windows(model, windows, device=args.device, max_length=length,
                                   readings=readings, refresh=args.refresh)
         out[model] = window_summary(per)
+        notes[model] = W.markup_over_windows(model, windows, device=args.device, max_length=length)
+        for s in out[model]:             # a window that starts on repeated tokens: the claim without those rows
+            without = {lab: r for lab, n in notes[model].items() for r in n["without"]
+                       if r["id"] == s["id"] and not s["reading"]}
+            if without:
+                s["without_repeats"] = {lab: {"value": r.get("value"), "verdict": r["verdict"],
+                                              "degenerate_share": notes[model][lab]["degenerate_share"]}
+                                        for lab, r in without.items()}
         failed |= any(s["verdict"] != "holds" and s["verdict"] != "not applicable" for s in out[model])
     if args.json:
         print(json.dumps({m: rows for m, rows in out.items()}, indent=2, default=float))
@@ -147,14 +156,25 @@ def run_check_windows(args) -> int:
                                                          for w in windows))
     for model, rows in out.items():
         print(f"\n== model {model} ==")
+        for lab, n in notes[model].items():
+            if n["flagged"]:
+                print(f"flagged: {lab} {n['why']} ({model}'s tokens)" + (
+                    f"; rows whose two largest logits fall on those repeated tokens: {n['degenerate_share']:.1%}"
+                    if n["run"] >= 2 else ""))
         for s in rows:
             print(f"\n{s['id']}" + (f" [{s['reading']}]" if s["reading"] else "") + f"  {s['claim']}")
             print(textwrap.indent(textwrap.fill(spread_text(s), 100), "  "))
             for lab, v in s["values"].items():
-                print(f"    {lab:<16}{'-' if v is None else f'{v:.3g}':>10}  {s['verdicts'][lab]}")
+                extra = W.without_text(notes[model][lab], s["id"]) if not s["reading"] else ""
+                print(f"    {lab:<16}{'-' if v is None else f'{v:.3g}':>10}  {s['verdicts'][lab]}"
+                      + (f"  ({extra})" if extra else ""))
         changed = [s["id"] + (f" [{s['reading']}]" if s["reading"] else "") for s in rows if s["verdict"] == "mixed"]
         print(f"\n{len(changed)} of {len(rows)} claims depend on the window on {model}"
               + (": " + ", ".join(changed) if changed else ""))
+        driven = W.driven_by_repeats(rows, notes[model])
+        if driven:
+            print("verdicts that the rows on a window's leading repeated tokens decide: "
+                  + "; ".join(W.driven_text(d) for d in driven))
     return 1 if (args.strict and failed) else 0
 
 

@@ -503,14 +503,19 @@ def temperature_grid(quick: bool = False) -> list[float]:
     return [float(t) for t in np.logspace(-3, 2, 6 if quick else 26)]
 
 
-def gradient_rows(trace, p: dict, Ts: Sequence[float], Es: Sequence[float], L: int, window: int = 0) -> list[dict]:
+def gradient_rows(trace, p: dict, Ts: Sequence[float], Es: Sequence[float], L: int, window: int = 0,
+                  keep: Optional[torch.Tensor] = None) -> list[dict]:
     """Per (T, eps): max over heads of the token-mean finite-difference norm g (Alg. 5), the head that
     attains it, the mean over heads, the fraction of rows with g <= 1/(2T) (a theorem) and with
     g <= min{1/(4T), sqrt 2} (the paper's curve), and the max over heads of the token-mean exact
-    Jacobian spectral norm on `jac_rows` evenly spaced rows per head."""
+    Jacobian spectral norm on `jac_rows` evenly spaced rows per head. `keep` (bool [l, h, Q], optional): the
+    rows that count; the others are left out of every mean and share, as rows with < 2 keys are
+    (`windows.degenerate_rows`)."""
     impl = _impl(p)
     vis = trace.visible()
     g = impl.fd_grad_norms(trace.scores, Ts, Es, vis, seed=p["seed"], chunk=p["chunk"])   # [l, h, Q, T, E]
+    if keep is not None:
+        g = g.masked_fill(~keep.to(g.device)[..., None, None], float("nan"))
     gm = row_mean(g, dim=-3)                                                     # [l, h, T, E]
     H = gm.shape[0] * gm.shape[1]
     flat = gm.reshape(H, len(Ts), len(Es))
@@ -530,7 +535,7 @@ def gradient_rows(trace, p: dict, Ts: Sequence[float], Es: Sequence[float], L: i
     for ti, T in enumerate(Ts):
         for ei, eps in enumerate(Es):
             col = flat[:, ti, ei]
-            best = int(torch.argmax(col))
+            best = int(torch.argmax(col.nan_to_num(float("-inf"))))     # a head whose every row is left out: NaN
             gi = g[..., ti, ei]
             ok = valid[..., ti, ei]
             n_ok = max(int(ok.sum()), 1)
@@ -539,7 +544,7 @@ def gradient_rows(trace, p: dict, Ts: Sequence[float], Es: Sequence[float], L: i
             rows.append({
                 "window": window, "L": L, "T": float(T), "eps": float(eps), "g_max": float(col[best]),
                 "g_max_layer": int(trace.layers[best // len(trace.heads)]),
-                "g_max_head": int(trace.heads[best % len(trace.heads)]), "g_mean": float(col.mean()),
+                "g_max_head": int(trace.heads[best % len(trace.heads)]), "g_mean": float(col.nanmean()),
                 "bound_paper": paper, "bound_exact": exact, "cap_eps": float(bounds.finite_difference_cap(eps)),
                 "holds_exact": float((holds_le(gi, exact) & ok).sum()) / n_ok,
                 "holds_paper": float((holds_le(gi, paper) & ok).sum()) / n_ok,
