@@ -107,6 +107,11 @@ def _windows_probe(name: str) -> Result:
     from attnlab import windows
 
     ws = windows.text_windows(1)                                 # one window of each corpus
+    if name == "fig4_without_repeats":                          # WikiText-2 #4: starts on 3 identical tokens
+        w = windows.text_windows(4, ("wikitext2",))[3]
+        inp = figures.Inputs("tiny-gpt2", "cpu", text=w.corpus, max_length=64, start=w.start)
+        inp._model = _tiny()
+        return windows.fig4_without_repeats(inp)
     if name == "pooled_ks":
         return Result(name, windows.pooled_critical_n("tiny-gpt2", ws, [32, 64], max_length=64, progress=False))
     return Result(name, windows.reading_critical_over_windows("tiny-gpt2", ws, "E1 / b / v", max_length=64,
@@ -135,6 +140,7 @@ def _probe(name: str) -> Result:
         "perplexity": lambda: perplexity.perplexity(_tiny(), _text(), tokens=256, window=64, stride=32),
         "pooled_ks": lambda: _windows_probe("pooled_ks"),
         "reading_windows": lambda: _windows_probe("reading_windows"),
+        "fig4_without_repeats": lambda: _windows_probe("fig4_without_repeats"),
     }
     if name in probes:
         return probes[name]()
@@ -152,7 +158,8 @@ def _minilm():
 
 PROBED = sorted(set(figures.FIGURES) | {"tsc_sample_reference_effect", "tsc_authors_sphere_reference",
                                         "compare_normalizers", "compare_normalizers_each", "bench_normalizers",
-                                        "diagnose", "perplexity", "pooled_ks", "reading_windows"})
+                                        "diagnose", "perplexity", "pooled_ks", "reading_windows",
+                                        "fig4_without_repeats"})
 
 
 def golden_path(name: str, version: int) -> Path:

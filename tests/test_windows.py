@@ -113,6 +113,7 @@ def test_check_windows_prints_a_verdict_per_window(tmp_path, monkeypatch, capsys
     lines = [" ".join(line.split()) for line in out.splitlines()]
     assert "W&P #1 0.8 does not hold" in lines and "WikiText-2 #1 0.05 holds" in lines
     assert "depends on the window" in out and "1 of 1 claims depend on the window" in out
+    assert "flagged: WikiText-2 #1 starts on a heading line '= Robert Boulter =' (tiny-gpt2's tokens)" in lines
     assert main(["check", "--model", "tiny-gpt2", "--windows", "1", "--strict"]) == 1
     assert main(["check", "--model", "tiny-gpt2", "--windows", "0"]) == 2
     assert "--windows must be at least 1" in capsys.readouterr().err
@@ -132,3 +133,115 @@ def test_ks_p_value_with_more_samples_than_float64_path_counts_allow():
     assert ks_sf(r.statistic, 1080, 1080) == pytest.approx(r.pvalue, rel=1e-6)
     small = ks_2samp(a[:300], b[:300], method="exact")
     assert ks_sf(small.statistic, 300, 300) == pytest.approx(small.pvalue, rel=1e-8)
+
+
+# ------------------------------------------------------------------ windows that start on markup (issue 39, item 3)
+
+
+def _book_window_flags(model, skip):
+    from attnlab.core.text import load_corpus
+
+    out = {}
+    for w in W.book_windows():
+        text = load_corpus(w.corpus).text[w.start:]
+        out[w.label] = W.markup_flag(text, model.window(text, 64), skip)
+    return out
+
+
+@pytest.mark.parametrize("which", ["tiny", "minilm"])
+def test_markup_flag_pins_wikitext2_4_and_leaves_war_and_peace_unflagged(which, request):
+    """WikiText-2 #4 opens on the heading ' = = = Tourism = = = ', three identical ' =' tokens (GPT-2's and MiniLM's
+    tokens; SmolLM2's too, `check --windows`); WikiText-2 #1 on a heading with no repeated token; the four War and
+    Peace windows and the other two WikiText-2 windows start on prose (the novel's first window on its title lines:
+    no heading of WikiText's kind, no repeated token)."""
+    model = request.getfixturevalue(which)
+    flags = _book_window_flags(model, skip=0 if model.causal else 1)
+    f4 = flags["WikiText-2 #4"]
+    assert f4["flagged"] and f4["heading"] == "= = = Tourism = = =" and f4["run"] == 3
+    assert "3 identical tokens" in f4["why"] and "heading" in f4["why"]
+    f1 = flags["WikiText-2 #1"]
+    assert f1["flagged"] and f1["heading"] == "= Robert Boulter =" and f1["run"] == 1
+    assert [lab for lab, f in flags.items() if f["flagged"]] == ["WikiText-2 #1", "WikiText-2 #4"]
+    assert all(f["why"] == "" and f["run"] == 1 for lab, f in flags.items() if lab.startswith("W&P"))
+
+
+def test_markup_flag_and_leading_run_on_plain_inputs():
+    assert W.leading_run([5, 5, 5, 7, 5]) == 3 and W.leading_run([5, 6]) == 1 and W.leading_run([101, 5, 5], 1) == 2
+    with pytest.raises(ValueError, match="no token"):
+        W.leading_run([101], 1)
+    assert W.markup_flag("It was a dark night.\n = A = \n", [1, 2, 3])["flagged"] is False   # a heading later
+    assert W.markup_flag(" = = Early life = = \n He was", [9, 9, 4])["why"] == (
+        "starts on a heading line '= = Early life = ='; starts with 2 identical tokens")
+    assert W.markup_flag("x = y = z\n", [1, 2])["heading"] == ""                  # an equation is not a heading
+    assert W.markup_flag("so so so\n", [4, 4, 4])["why"] == "starts with 3 identical tokens"
+
+
+def test_degenerate_rows_are_rows_whose_two_largest_logits_fall_on_the_run():
+    vis = torch.tril(torch.ones(5, 5, dtype=torch.bool))
+    s = torch.tensor([[0.0, 0, 0, 0, 0],
+                      [1.0, 1.0, 0, 0, 0],            # keys 0, 1: both on the run
+                      [2.0, 1.9, 0.0, 0, 0],          # the two largest on the run
+                      [2.0, 0.0, 1.5, 0.0, 0],        # the second largest on key 2, off the run 0..1
+                      [0.0, 0.0, 0.0, 9.0, 8.0]])     # nowhere near the run
+    bad = W.degenerate_rows(s[None, None], vis, 0, 2)[0, 0]
+    assert bad.tolist() == [False, True, True, False, False]          # row 0 has one key: never degenerate
+    assert W.degenerate_rows(s, vis, 0, 3).tolist() == [False, True, True, True, False]
+    with pytest.raises(ValueError, match="inside"):
+        W.degenerate_rows(s, vis, 0, 6)
+
+
+def test_gradient_rows_leave_out_exactly_the_rows_not_kept(tiny, war_and_peace):
+    """keep = every row gives fig4's rows; leaving rows out gives the means over the kept rows only."""
+    from attnlab.core.result import differences
+    from attnlab.normalization.metrics.gradients import fd_grad_norms
+
+    trace = tiny.capture(tiny.window(war_and_peace.text, 32), keep=("scores",))
+    p = ex.resolve_protocol(False, {"jac_rows": 0})
+    Ts, Es = [0.01, 1.0], [1e-3]
+    base = ex.gradient_rows(trace, p, Ts, Es, 32)
+    shape = trace.scores.shape[:-1]
+    every = ex.gradient_rows(trace, p, Ts, Es, 32, keep=torch.ones(shape, dtype=torch.bool))
+    assert differences(every, base) == [] and [r["g_max"] for r in every] == [r["g_max"] for r in base]
+    keep = torch.ones(shape, dtype=torch.bool)
+    keep[..., 1:6] = False
+    cut = ex.gradient_rows(trace, p, Ts, Es, 32, keep=keep)
+    g = fd_grad_norms(trace.scores, Ts, Es, trace.visible())[..., 6:, 0, 0]     # T = 0.01: rows 6.. only
+    assert cut[0]["g_max"] == pytest.approx(float(g.nanmean(-1).max()), rel=1e-12)
+    assert cut[0]["g_max"] != base[0]["g_max"]
+
+
+def test_fig4_without_repeats_on_wikitext2_4_and_on_a_window_without_a_run(tiny):
+    """On WikiText-2 #4 (a run of 3) the rows of queries 1 and 2 of every head (keys only on the run) are left out at
+    least; on W&P #1 (no run) nothing is, and the rows are fig4's."""
+    from attnlab.figures import Inputs
+
+    ws = {w.label: w for w in W.book_windows()}
+    res = {}
+    for lab in ("WikiText-2 #4", "W&P #1"):
+        inp = Inputs("tiny-gpt2", "cpu", text=ws[lab].corpus, max_length=64, start=ws[lab].start)
+        inp._model = tiny
+        res[lab] = W.fig4_without_repeats(inp)
+    assert res["WikiText-2 #4"].rows[0]["run"] == 3 and res["WikiText-2 #4"].rows[0]["degenerate_share"] >= 2 / 63
+    assert res["W&P #1"].rows[0]["degenerate_share"] == 0.0
+    inp = Inputs("tiny-gpt2", "cpu", max_length=64)
+    inp._model = tiny
+    full = ex.fig4(tiny, inp.ids(), progress=False, jac_rows=0)
+    assert [r["g_max"] for r in res["W&P #1"].rows] == [r["g_max"] for r in full.rows]
+
+
+def test_verdicts_that_repeated_tokens_decide_are_named():
+    ws = [W.TextWindow("war_and_peace", 0, 0), W.TextWindow("wikitext2", 3, 9)]
+    summary = W.window_summary({ws[0]: _rows(-0.2, "does not hold", "p1-fig4-slope"),
+                                ws[1]: _rows(-0.9, "holds", "p1-fig4-slope")})
+    notes = {"W&P #1": {"without": []},
+             "WikiText-2 #4": {"without": [{"id": "p1-fig4-slope", "value": -0.28, "verdict": "does not hold"}],
+                               "degenerate_share": 0.419, "run": 3}}
+    assert W.verdicts_without_repeats(summary[0], notes) == {"W&P #1": "does not hold",
+                                                             "WikiText-2 #4": "does not hold"}
+    (d,) = W.driven_by_repeats(summary, notes)
+    assert d["windows"] == ["WikiText-2 #4"] and d["one_verdict_without"] == "does not hold"
+    assert W.driven_text(d) == ("p1-fig4-slope in WikiText-2 #4: holds with those rows, does not hold without; "
+                                "without them it does not hold in all 2 windows")
+    assert W.without_text(notes["WikiText-2 #4"], "p1-fig4-slope") == (
+        "without the 41.9% of rows on the 3 repeated tokens: -0.28, does not hold")
+    assert W.driven_by_repeats(summary, {"W&P #1": {"without": []}, "WikiText-2 #4": {"without": []}}) == []
