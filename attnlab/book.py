@@ -533,6 +533,58 @@ def robustness_table():
                                          + [cell(find(rows, cid)) for rows in per.values()] for cid in ids])
 
 
+@lru_cache(maxsize=1)
+@_heavy()         # computes `windows.repeats_result` when the cache lacks it: seconds per flagged window
+def window_markup() -> dict[str, dict[str, dict]]:
+    """{offline model: `windows.markup_over_windows` on the book's text windows} (the models of
+    `window_summaries`)."""
+    from attnlab import windows
+
+    return {m: windows.markup_over_windows(m, windows.book_windows(), device=inputs().device)
+            for m in window_summaries()}
+
+
+def markup_table():
+    """(HTML table, HTML prose) for chapter 6: each window that starts on markup, per offline model, why it is
+    flagged and the share of its rows on the repeated tokens; Fig. 4's claims there with those rows and without
+    them; and which verdicts those rows decide (`windows.driven_by_repeats`)."""
+    from html import escape
+
+    from attnlab import windows
+
+    starts = {w.label: f"{w.corpus} from character {w.start:,}" for w in windows.book_windows()}
+    per, body, said = window_summaries(), [], []
+    for m, notes in window_markup().items():
+        for lab, n in notes.items():
+            if not n["flagged"]:
+                continue
+            share = f"{n['degenerate_share']:.1%}" if n["run"] >= windows.MIN_RUN else "no repeated token"
+            head = [m, f"{lab}<br><small>{escape(starts[lab])}</small>", escape(n["why"]), share]
+            claims = [s for s in per[m] if not s["reading"] and any(r["id"] == s["id"] for r in n["without"])]
+            if not claims:
+                body.append(head + ["—", "nothing left out"])
+            for i, s in enumerate(claims):
+                r = next(r for r in n["without"] if r["id"] == s["id"])
+                with_ = f"{_num(s['values'][lab])}: <b>{s['verdicts'][lab]}</b>"
+                without = f"{_num(r.get('value'))}: <b>{r['verdict']}</b>"
+                body.append((head if i == 0 else ["", "", "", ""])
+                            + [f"<code>{s['id']}</code> ({escape(s['unit'])})", f"{with_} → {without}"])
+        driven = windows.driven_by_repeats(per[m], notes)
+        said.append(f"<li><b>{m}</b>: " + ("; ".join(escape(windows.driven_text(d)).replace(
+            d["id"], f"<code>{d['id']}</code>", 1) for d in driven) if driven else
+            "no verdict changes when those rows are left out") + "</li>")
+    caption = (f"Windows that start on markup, per offline model: Fig. 4's claims at the default readings and "
+               f"L = {windows.BOOK_MAX_LENGTH}, with every row and with the rows whose two largest logits fall on the "
+               "window's leading repeated tokens left out (computation <code>fig4_without_repeats</code>, v1)")
+    return (table(["model", "window", "flagged", "rows on the repeated tokens", "claim",
+                   "with those rows → without them"], body, caption=caption),
+            prose(f"<p>Verdicts those rows decide:</p><ul>{''.join(said)}</ul>"))
+
+
+def _num(v) -> str:
+    return "—" if v is None else f"{v:.3g}"
+
+
 def is_paper_model(model) -> bool:
     """True for a GPT-2 124M-shaped causal model (12 layers x 12 heads of dimension 64) with trained weights
     (`gpt2-random` has the shape, not the attention)."""
