@@ -47,7 +47,9 @@ def add_cli(sub) -> None:
     c.add_argument("--windows", type=int, default=None, metavar="K",
                    help="paper-1 claims on K windows of War and Peace and K of the WikiText-2 test split (stated "
                         "offsets: `attnlab.windows`): each claim's verdict per window, the median and range of its "
-                        "number, and whether the verdict is the same in every window")
+                        "number, and whether the verdict is the same in every window; a window that starts on markup "
+                        "(a heading line, a run of identical tokens) is flagged, with Fig. 4's verdicts there also "
+                        "without the rows those tokens make degenerate")
     c.add_argument("--max-length", type=int, default=None, metavar="L",
                    help="with --windows: the longest window (default 512)")
     c.add_argument("--refresh", action="store_true",
