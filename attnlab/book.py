@@ -435,8 +435,8 @@ def window_spread(claim_id: str):
 
     from attnlab.windows import spread_text
 
-    items = [f"<li><b>{m}</b>: {escape(spread_text(s))}</li>" for m, rows in window_summaries().items()
-             for s in rows if s["id"] == claim_id and not s["reading"]]
+    items = [f"<li><b>{m}</b>: {escape(spread_text(s))}{_repeats_note(m, s)}</li>"
+             for m, rows in window_summaries().items() for s in rows if s["id"] == claim_id and not s["reading"]]
     if not items:
         return prose(f"<p>No text-window spread for <code>{claim_id}</code> on this build.</p>")
     return prose(f"<p><b>Across text windows</b> ({escape(windows_described())}), the number this claim's verdict "
@@ -531,6 +531,21 @@ def robustness_table():
     first = {cid: next(find(rows, cid) for rows in per.values() if find(rows, cid)) for cid in ids}
     return table(["claim"] + list(per), [[f"<code>{cid}</code><br>{first[cid]['claim']}"]
                                          + [cell(find(rows, cid)) for rows in per.values()] for cid in ids])
+
+
+def _repeats_note(model: str, s: dict) -> str:
+    """'; in WikiText-2 #4 the rows on its leading repeated tokens decide it (holds with them, does not hold
+    without: chapter 6)' for a `window_summary` row of a claim those rows flip in some window (`window_markup`);
+    "" otherwise, and for claims not computed again without them (`windows.REPEAT_CLAIMS`)."""
+    from html import escape
+
+    from attnlab import windows
+
+    if not s["id"].startswith(windows.REPEAT_CLAIMS):
+        return ""
+    return "".join(escape(f"; in {lab} the rows on its leading repeated tokens decide it ({d['verdicts'][lab]} with "
+                          f"them, {d['verdicts_without'][lab]} without: chapter 6, windows that start on markup)")
+                   for d in windows.driven_by_repeats([s], window_markup().get(model, {})) for lab in d["windows"])
 
 
 @lru_cache(maxsize=1)

@@ -317,6 +317,8 @@ def plot_strip(summaries: dict[str, list[dict]], claim_ids: Sequence[str]):
 WIKITEXT_HEADING = re.compile(r"\s*(?:=\s+)+\S.*?(?:\s+=)+\s*")
 #: a run of at least this many identical tokens at a window's start flags it
 MIN_RUN = 2
+#: the claims computed again without the degenerate rows (id prefixes): Fig. 4's and Corollary 3's
+REPEAT_CLAIMS = ("p1-fig4", "p1-cor3")
 
 
 def leading_run(ids, skip: int = 0) -> int:
@@ -403,7 +405,7 @@ def markup_over_windows(model: str, windows: Sequence[TextWindow], *, device: st
             res = repeats_result(model, w, device=device, max_length=max_length)
             share = float(res.rows[0]["degenerate_share"])
             if share > 0:
-                without = [r for r in paper1_claims({"fig4": res}) if r["id"].startswith(("p1-fig4", "p1-cor3"))]
+                without = [r for r in paper1_claims({"fig4": res}) if r["id"].startswith(REPEAT_CLAIMS)]
         out[w.label] = dict(flag, degenerate_share=share, without=without)
     return out
 

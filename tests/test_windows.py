@@ -245,3 +245,27 @@ def test_verdicts_that_repeated_tokens_decide_are_named():
     assert W.without_text(notes["WikiText-2 #4"], "p1-fig4-slope") == (
         "without the 41.9% of rows on the 3 repeated tokens: -0.28, does not hold")
     assert W.driven_by_repeats(summary, {"W&P #1": {"without": []}, "WikiText-2 #4": {"without": []}}) == []
+
+
+def test_book_names_the_rows_that_decide_a_window_verdict(monkeypatch):
+    """Chapter 6's table and each chapter's window spread say which window's repeated-token rows flip a verdict, from
+    the rows (monkeypatched summaries and notes: no model runs)."""
+    from attnlab import book
+
+    ws = [W.TextWindow("war_and_peace", 0, 0), W.TextWindow("wikitext2", 3, 9)]
+    summary = W.window_summary({ws[0]: _rows(-0.2, "does not hold", "p1-fig4-slope"),
+                                ws[1]: _rows(-0.9, "holds", "p1-fig4-slope")})
+    notes = {"W&P #1": {"flagged": False, "without": [], "run": 1, "why": "", "degenerate_share": 0.0},
+             "WikiText-2 #4": {"flagged": True, "run": 3, "why": "starts with 3 identical tokens",
+                               "degenerate_share": 0.419,
+                               "without": [{"id": "p1-fig4-slope", "value": -0.28, "verdict": "does not hold"}]}}
+    monkeypatch.setattr(book, "window_summaries", lambda: {"smollm2": summary})
+    monkeypatch.setattr(book, "window_markup", lambda: {"smollm2": notes})
+    monkeypatch.setattr(W, "book_windows", lambda: ws)
+    monkeypatch.setattr(book, "windows_described", lambda: "2 text windows")
+    spread = book.window_spread("p1-fig4-slope").data
+    assert "in WikiText-2 #4 the rows on its leading repeated tokens decide it (holds with them" in spread
+    tab, said = book.markup_table()
+    assert "41.9%" in tab.data and "-0.9: <b>holds</b> → -0.28: <b>does not hold</b>" in tab.data
+    assert "W&amp;P #1" not in tab.data                                   # not flagged: not in the table
+    assert "<code>p1-fig4-slope</code> in WikiText-2 #4: holds with those rows, does not hold without" in said.data
