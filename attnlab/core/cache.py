@@ -9,9 +9,14 @@ that moves no number reuses every Result. A Result is stored in the folder `<nam
 beside it (`KEY_FILE`, read by `verify`).
 
 Every Result computed here is announced on one line, "attnlab: computed NAME (...) in S s" (`announce`).
+
+Two processes never compute the same Result (two chapters' kernels of a book build side by side,
+scripts/attnlab_book.py): the one that misses it takes a lock on its key (`computing`) and the other waits, then
+reads what the first stored.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,16 +28,12 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from attnlab.core import published
+from attnlab.core.published import results_dir
 from attnlab.core.result import CorruptResult, Result, differences, numbers, to_plain
-from attnlab.core.text import cache_dir
 from attnlab.core.util import atomic_write, kernels_on
 
 #: the libraries whose version can change a Result's numbers
 LIBRARIES = ("torch", "transformers", "numpy", "scipy", "numba")
-
-
-def results_dir() -> Path:
-    return Path(os.environ.get("ATTNLAB_RESULTS_DIR", cache_dir() / "results")).expanduser()
 
 
 @lru_cache(maxsize=1)
@@ -83,14 +84,15 @@ def _folder(name: str, key: dict) -> Path:
     return results_dir() / f"{name}-{key_hash(key)}"
 
 
-def stored(name: str, key: dict) -> Result | None:
+def stored(name: str, key: dict, *, fetch: bool = True) -> Result | None:
     """The Result stored under (name, key) (provenance `loaded_from_cache`), or None. One that fails
     verification (`Result.load`: missing, truncated, edited files, or stored under another key) is a
-    miss: one warning, then None. An unreadable cache folder is a miss as well."""
+    miss: one warning, then None. An unreadable cache folder is a miss as well. fetch=False: the local
+    cache only (not the published site)."""
     folder = _folder(name, key)
     try:
         if not ((folder / f"{name}.json").exists() or (folder / f"{name}.csv").exists()):
-            return _from_site(name, key)
+            return _from_site(name, key) if fetch else None
         result = Result.load(folder, name, key=key_hash(key))
     except (CorruptResult, OSError) as exc:
         warnings.warn(f"attnlab cache: {exc}; recomputing", stacklevel=3)
@@ -139,10 +141,48 @@ def cached(name: str, key: dict, compute: Callable[[], Result], *, version: int,
     result = None if refresh else stored(name, key)
     if result is not None:
         return result
-    t0 = time.perf_counter()
-    result = compute()
-    announce(name, key, time.perf_counter() - t0)
-    return store(name, key, result)
+    with computing([(name, key)]):
+        result = None if refresh else stored(name, key, fetch=False)     # stored by another process meanwhile
+        if result is not None:
+            return result
+        t0 = time.perf_counter()
+        result = compute()
+        announce(name, key, time.perf_counter() - t0)
+        return store(name, key, result)
+
+
+#: the folder of `computing`'s lock files, in `results_dir`
+LOCKS = ".locks"
+
+
+@contextlib.contextmanager
+def computing(wanted: list[tuple[str, dict]]):
+    """Context manager: an exclusive lock (`fcntl.flock`, released by the system if the process dies) on each
+    (name, key) of `wanted`, taken in the order of their folders' names (so two processes wanting overlapping
+    sets never deadlock), held inside. A process that finds one held says so on one line (`announce`'s
+    destination) and waits: callers then look for the Result again (`stored(..., fetch=False)`) before computing
+    it. Without fcntl (Windows), or where `results_dir` cannot be written, no lock (`store` warns there)."""
+    try:
+        import fcntl
+    except ImportError:           # Windows: no flock; one process at a time is the user's to arrange
+        yield
+        return
+    with contextlib.ExitStack() as held:
+        for folder, name, key in sorted((_folder(n, k).name, n, k) for n, k in wanted):
+            try:
+                locks = results_dir() / LOCKS
+                locks.mkdir(parents=True, exist_ok=True)
+                fh = held.enter_context(open(locks / f"{folder}.lock", "a"))
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                what = describe(key)
+                _progress(f"attnlab: waiting for {name}{f' ({what})' if what else ''}: another process is "
+                          "computing it\n")
+                fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
 
 
 def entries() -> list[tuple[str, dict]]:
@@ -202,7 +242,11 @@ def announce(name: str, key: dict, seconds: float) -> None:
     book build sets it and copies the lines to its terminal: a notebook kernel's stderr would land in the page),
     else to stderr."""
     what = describe(key)
-    line = f"attnlab: computed {name}{f' ({what})' if what else ''} in {seconds:.1f} s\n"
+    _progress(f"attnlab: computed {name}{f' ({what})' if what else ''} in {seconds:.1f} s\n")
+
+
+def _progress(line: str) -> None:
+    """`line` to the file named by PROGRESS_ENV (appended), else to stderr."""
     path = os.environ.get(PROGRESS_ENV)
     if not path:
         sys.stderr.write(line)
