@@ -19,7 +19,7 @@
 - Chapters side by side (`_execute_ahead`): before Sphinx reads the pages, the chapters its execution cache lacks
   are executed two at a time (``ATTNLAB_BOOK_JOBS``, default 2 when every Result the chapters used last time is
   stored, else 1: one at a time, by myst-nb as it reads each page) into that cache, as myst-nb would execute them;
-  Sphinx then finds them cached. Two kernels never compute the same Result (`attnlab.core.cache.computing`).
+  Sphinx then finds them cached. Two kernels never compute the same Result (`attnlab.core.cache.locked`).
 - After the build, ``_static/attnlab-build.json`` records the setting and the models the chapters
   reported (``attnlab.widgets.model_note`` tags pages with ``data-attnlab-model``);
   ``python scripts/book_info.py`` prints it.
@@ -270,53 +270,58 @@ def _say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def _as_myst_nb_reads(path: Path, nb_config):
-    """The notebook at `path` as myst-nb hands it to its execution client (its standard reader, the kernel
-    aliases of its configuration), or None when myst-nb would not execute it from the cache: excluded from
+def _as_myst_nb_reads(path: Path, nb_config, md_config):
+    """(the notebook, its read format for jupyter-cache) of the page at `path` as myst-nb hands it to its execution
+    client (its reader for the file, .ipynb or MyST markdown with a kernel; the kernel aliases of its
+    configuration), or None when myst-nb would not execute it from the cache: not a notebook, excluded from
     execution, or given its own settings in its metadata (a `mystnb` key)."""
     from pathlib import PurePosixPath
 
-    import nbformat
+    from myst_nb.core.read import create_nb_reader
 
-    excluded = any(PurePosixPath(path.as_posix()).match(pattern) for pattern in nb_config.execution_excludepatterns)
-    if path.suffix != ".ipynb" or ".ipynb" in nb_config.custom_formats or excluded:
+    if any(PurePosixPath(path.as_posix()).match(pattern) for pattern in nb_config.execution_excludepatterns):
         return None
-    notebook = nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
+    text = path.read_text(encoding="utf-8")
+    reader = create_nb_reader(str(path), md_config, nb_config, text)
+    if reader is None:
+        return None
+    notebook = reader.read(text)
     if nb_config.metadata_key in notebook.metadata:
         return None
     kernel = notebook.metadata.get("kernelspec", {}).get("name")
-    for pattern, alias in (nb_config.kernel_rgx_aliases or {}).items():
+    for pattern, alias in nb_config.kernel_rgx_aliases.items():
         if kernel is not None and re.fullmatch(pattern, kernel):
             notebook.metadata["kernelspec"]["name"] = alias
             break
-    return notebook
+    return notebook, reader.read_fmt
 
 
-def _stale(paths: list, nb_config) -> list:
-    """[(path, notebook)] of `paths` whose execution is not in the jupyter-cache of `nb_config` (matched as myst-nb
-    matches them: by their code cells and kernel)."""
+def _stale(paths: list, nb_config, md_config) -> list:
+    """[(path, notebook, read format)] of the pages at `paths` that myst-nb would execute (`_as_myst_nb_reads`) and
+    whose execution is not in the jupyter-cache of `nb_config` (matched as myst-nb matches them: by their code
+    cells and kernel)."""
     from jupyter_cache import get_cache
 
     cache = get_cache(nb_config.execution_cache_path)
     out = []
     for path in paths:
-        notebook = _as_myst_nb_reads(path, nb_config)
-        if notebook is None:
+        read = _as_myst_nb_reads(path, nb_config, md_config)
+        if read is None:
             continue
         try:
-            cache.match_cache_notebook(notebook)
+            cache.match_cache_notebook(read[0])
         except KeyError:
-            out.append((path, notebook))
+            out.append((path, *read))
     return out
 
 
 def _execute_into_cache(stale: list, nb_config, jobs: int, root: Path) -> None:
-    """Execute the [(path, notebook)] of `stale`, `jobs` kernels at a time (nbclient's asynchronous client, one
-    event loop), each as myst-nb's cache mode would (jupyter_cache's `single_nb_execution`: nbclient in the
-    notebook's folder, or a temporary one, with myst-nb's timeout and allow_errors, which a notebook's own
-    `execution` metadata overrides), and store each success in the jupyter-cache as myst-nb does. One line per
-    chapter as it starts and as it ends (`_say`). A chapter that fails is not stored: myst-nb runs it again as it
-    reads the page, and reports its error there."""
+    """Execute the [(path, notebook, read format)] of `stale` (`_stale`), `jobs` kernels at a time (nbclient's
+    asynchronous client, one event loop), each as myst-nb's cache mode would (jupyter_cache's
+    `single_nb_execution`: nbclient in the notebook's folder, or a temporary one, with myst-nb's timeout and
+    allow_errors, which a notebook's own `execution` metadata overrides), and store each success in the
+    jupyter-cache as myst-nb does. One line per chapter as it starts and as it ends (`_say`). A chapter that fails
+    is not stored: myst-nb runs it again as it reads the page, and reports its error there."""
     import asyncio
     import contextlib
     import tempfile
@@ -327,15 +332,14 @@ def _execute_into_cache(stale: list, nb_config, jobs: int, root: Path) -> None:
     from jupyter_cache.base import CacheBundleIn
     from jupyter_cache.cache.db import NbProjectRecord
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
     cache = get_cache(nb_config.execution_cache_path)
 
-    async def one(path: Path, notebook, slots: asyncio.Semaphore) -> None:
+    async def one(path: Path, notebook, read_fmt, slots: asyncio.Semaphore) -> None:
         async with slots:
             name = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
             meta = notebook.metadata.get("execution", {})
-            stage = cache.add_nb_to_project(str(path))
+            stage = cache.add_nb_to_project(str(path), **({"read_data": read_fmt} if read_fmt else {}))
             NbProjectRecord.remove_tracebacks([stage.pk], cache.db)
             _say(f"attnlab: executing {name}")
             t0, failed = time.perf_counter(), None
@@ -346,7 +350,7 @@ def _execute_into_cache(stale: list, nb_config, jobs: int, root: Path) -> None:
                                         record_timing=False, resources={"metadata": {"path": os.path.abspath(cwd)}})
                 try:
                     await client.async_execute()
-                except (CellExecutionError, CellTimeoutError) as exc:
+                except Exception as exc:  # noqa: BLE001 - a cell's error, a timeout, a dead kernel: myst-nb's to report
                     failed = type(exc).__name__
                     NbProjectRecord.set_traceback(stage.uri, traceback.format_exc(), cache.db)
             seconds = time.perf_counter() - t0
@@ -359,7 +363,7 @@ def _execute_into_cache(stale: list, nb_config, jobs: int, root: Path) -> None:
 
     async def run_all() -> None:
         slots = asyncio.Semaphore(jobs)
-        await asyncio.gather(*(one(path, notebook, slots) for path, notebook in stale))
+        await asyncio.gather(*(one(path, notebook, read_fmt, slots) for path, notebook, read_fmt in stale))
 
     asyncio.run(run_all())
 
@@ -370,8 +374,7 @@ def _execute_ahead(app, env, docnames) -> None:
     nb_config = getattr(env, "mystnb_config", None)
     if nb_config is None or nb_config.execution_mode != "cache":
         return
-    paths = [Path(env.doc2path(name)) for name in docnames]
-    stale = _stale([p for p in paths if p.suffix == ".ipynb"], nb_config)
+    stale = _stale([Path(env.doc2path(name)) for name in docnames], nb_config, env.myst_config)
     if len(stale) < 2:
         return
     from attnlab.core.published import results_dir
@@ -380,9 +383,9 @@ def _execute_ahead(app, env, docnames) -> None:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     jobs, why = _jobs(used, results_dir(), cpus)
     if jobs < 2:
-        _say(f"attnlab: {len(stale)} chapters to execute, one at a time ({why})")
+        _say(f"attnlab: {len(stale)} notebooks to execute, one at a time ({why})")
         return
-    _say(f"attnlab: {len(stale)} chapters to execute, {jobs} at a time ({why}; {JOBS_ENV}=1: one at a time)")
+    _say(f"attnlab: {len(stale)} notebooks to execute, {jobs} at a time ({why}; {JOBS_ENV}=1: one at a time)")
     _execute_into_cache(stale, nb_config, jobs, Path(app.srcdir))
 
 

@@ -37,11 +37,15 @@ def _toy_book(src: Path) -> None:
                                  "master_doc = 'index'\nexclude_patterns = ['_build']\n")
     (src / "index.md").write_text("# Toy\n\n```{toctree}\na\nb\nc\n```\n")
     kernel = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
-    for me, other, wait in (("a", "b", 90), ("b", "a", 90), ("c", "a", 0)):
+    for me, other, wait in (("a", "b", 90), ("b", "a", 90)):
         nb = nbformat.v4.new_notebook(metadata=kernel, cells=[
             nbformat.v4.new_markdown_cell(f"# Chapter {me}"),
             nbformat.v4.new_code_cell(CELL.format(me=me, other=other, wait=wait))])
         nbformat.write(nb, src / f"{me}.ipynb")
+    # a MyST markdown notebook (as the book's landing and closing pages are)
+    (src / "c.md").write_text("---\njupytext:\n  text_representation:\n    format_name: myst\nkernelspec:\n"
+                              "  display_name: Python 3\n  language: python\n  name: python3\n---\n\n# Chapter c\n\n"
+                              "```{code-cell} ipython3\n" + CELL.format(me="c", other="a", wait=0).strip() + "\n```\n")
 
 
 def test_stale_chapters_run_two_at_a_time_into_the_cache_sphinx_then_reads(tmp_path):
@@ -59,10 +63,10 @@ def test_stale_chapters_run_two_at_a_time_into_the_cache_sphinx_then_reads(tmp_p
     # a and b ran side by side (each waited for the other to start), c after them; each once
     assert sorted((tmp_path / "executions").read_text().split()) == ["a", "b", "c"]
     lines = done.stdout + done.stderr
-    assert "attnlab: 3 chapters to execute, 2 at a time (ATTNLAB_BOOK_JOBS=2" in lines
-    for me in "abc":
-        assert f"attnlab: executing {me}.ipynb" in lines and f"attnlab: executed {me}.ipynb in " in lines
-        assert f"{me} done" in (tmp_path / "out" / f"{me}.txt").read_text()       # the page shows its output
+    assert "attnlab: 3 notebooks to execute, 2 at a time (ATTNLAB_BOOK_JOBS=2" in lines
+    for me in ("a.ipynb", "b.ipynb", "c.md"):
+        assert f"attnlab: executing {me}" in lines and f"attnlab: executed {me} in " in lines
+        assert f"{me[0]} done" in (tmp_path / "out" / f"{me[0]}.txt").read_text()  # the page shows its output
     assert "Executing notebook" not in lines and lines.count("Using cached notebook") == 3   # myst-nb ran none
 
     again = build("out2")                                     # a new build of the same sources: all cached

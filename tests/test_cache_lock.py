@@ -1,4 +1,4 @@
-"""core.cache.computing: two processes (two chapters' kernels side by side) asking for the same Result compute it
+"""core.cache.locked: two processes (two chapters' kernels side by side) asking for the same Result compute it
 once; the second waits for the first, says so, and reads what the first stored."""
 import os
 import subprocess
@@ -57,3 +57,31 @@ def test_two_processes_asking_the_same_result_compute_it_once(tmp_path):
     assert (tmp_path / "computations").read_text() == "computed\n"
     assert [out for out, _ in outs] == ["1.5 False\n", "1.5 True\n"]        # the second read the stored Result
     assert (tmp_path / "progress.log").read_text().count("attnlab: computed slow") == 1
+
+
+def test_overlapping_sets_asked_in_either_order_take_turns_without_deadlock(tmp_path, monkeypatch):
+    """cached_figures locks a set of Results: taken in one order (by folder name), two sets that overlap never
+    wait for each other forever, and one holder's turn ends before the other's starts."""
+    import threading
+
+    from attnlab.core import cache
+
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    x, y = ("x", {"version": 1}), ("y", {"version": 1})
+    turns = []
+
+    def hold(wanted, who):
+        with cache.locked(wanted):
+            turns.append((who, "in"))
+            time.sleep(0.3)
+            turns.append((who, "out"))
+
+    threads = [threading.Thread(target=hold, args=(w, who)) for w, who in (([x, y], "a"), ([y, x], "b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads), "deadlock"
+    assert [step for _, step in turns] == ["in", "out", "in", "out"] and turns[0][0] == turns[1][0]
+    assert sorted(p.name for p in (tmp_path / cache.LOCKS).iterdir()) == sorted(
+        f"{cache._folder(n, k).name}.lock" for n, k in (x, y))

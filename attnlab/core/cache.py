@@ -11,8 +11,8 @@ beside it (`KEY_FILE`, read by `verify`).
 Every Result computed here is announced on one line, "attnlab: computed NAME (...) in S s" (`announce`).
 
 Two processes never compute the same Result (two chapters' kernels of a book build side by side,
-scripts/attnlab_book.py): the one that misses it takes a lock on its key (`computing`) and the other waits, then
-reads what the first stored.
+scripts/attnlab_book.py): each looks for a Result holding a lock on its key (`locked`), so while one computes it the
+other waits, then reads what the first stored.
 """
 from __future__ import annotations
 
@@ -84,15 +84,14 @@ def _folder(name: str, key: dict) -> Path:
     return results_dir() / f"{name}-{key_hash(key)}"
 
 
-def stored(name: str, key: dict, *, fetch: bool = True) -> Result | None:
+def stored(name: str, key: dict) -> Result | None:
     """The Result stored under (name, key) (provenance `loaded_from_cache`), or None. One that fails
     verification (`Result.load`: missing, truncated, edited files, or stored under another key) is a
-    miss: one warning, then None. An unreadable cache folder is a miss as well. fetch=False: the local
-    cache only (not the published site)."""
+    miss: one warning, then None. An unreadable cache folder is a miss as well."""
     folder = _folder(name, key)
     try:
         if not ((folder / f"{name}.json").exists() or (folder / f"{name}.csv").exists()):
-            return _from_site(name, key) if fetch else None
+            return _from_site(name, key)
         result = Result.load(folder, name, key=key_hash(key))
     except (CorruptResult, OSError) as exc:
         warnings.warn(f"attnlab cache: {exc}; recomputing", stacklevel=3)
@@ -138,30 +137,29 @@ def cached(name: str, key: dict, compute: Callable[[], Result], *, version: int,
     store and return it (refresh=True: always compute). `version`: the computation's declared version (see the
     module doc)."""
     key = dict(key, version=version)
-    result = None if refresh else stored(name, key)
-    if result is not None:
+    with locked([(name, key)]):
+        result = None if refresh else stored(name, key)
+        if result is None:
+            t0 = time.perf_counter()
+            result = compute()
+            announce(name, key, time.perf_counter() - t0)
+            result = store(name, key, result)
         return result
-    with computing([(name, key)]):
-        result = None if refresh else stored(name, key, fetch=False)     # stored by another process meanwhile
-        if result is not None:
-            return result
-        t0 = time.perf_counter()
-        result = compute()
-        announce(name, key, time.perf_counter() - t0)
-        return store(name, key, result)
 
 
-#: the folder of `computing`'s lock files, in `results_dir`
+#: the folder of `locked`'s lock files, in `results_dir`
 LOCKS = ".locks"
 
 
 @contextlib.contextmanager
-def computing(wanted: list[tuple[str, dict]]):
-    """Context manager: an exclusive lock (`fcntl.flock`, released by the system if the process dies) on each
-    (name, key) of `wanted`, taken in the order of their folders' names (so two processes wanting overlapping
-    sets never deadlock), held inside. A process that finds one held says so on one line (`announce`'s
-    destination) and waits: callers then look for the Result again (`stored(..., fetch=False)`) before computing
-    it. Without fcntl (Windows), or where `results_dir` cannot be written, no lock (`store` warns there)."""
+def locked(wanted: list[tuple[str, dict]], patience: float = 1.0):
+    """Context manager: an exclusive lock (`fcntl.flock`, which the system releases if the process dies) on each
+    (name, key) of `wanted`, held inside, where a caller looks for the Results and computes and stores the
+    missing ones: two processes (two chapters' kernels side by side) never compute the same Result, and none
+    reads one half-written. Taken in the order of the Results' folder names, so that two processes wanting
+    overlapping sets never deadlock. A process that waits longer than `patience` seconds for one says so on one
+    line (`announce`'s destination). Without fcntl (Windows), or where `results_dir` cannot be written, no
+    lock (`store` warns there)."""
     try:
         import fcntl
     except ImportError:           # Windows: no flock; one process at a time is the user's to arrange
@@ -175,14 +173,24 @@ def computing(wanted: list[tuple[str, dict]]):
                 fh = held.enter_context(open(locks / f"{folder}.lock", "a"))
             except OSError:
                 continue
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                what = describe(key)
-                _progress(f"attnlab: waiting for {name}{f' ({what})' if what else ''}: another process is "
-                          "computing it\n")
-                fcntl.flock(fh, fcntl.LOCK_EX)
+            _lock(fh, fcntl, patience, name, key)
         yield
+
+
+def _lock(fh, fcntl, patience: float, name: str, key: dict) -> None:
+    """Take an exclusive flock on `fh`: trying for `patience` seconds, then one line, then waiting."""
+    end = time.monotonic() + patience
+    while True:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= end:
+                break
+            time.sleep(0.02)
+    what = describe(key)
+    _progress(f"attnlab: waiting for {name}{f' ({what})' if what else ''}: another process is computing it\n")
+    fcntl.flock(fh, fcntl.LOCK_EX)
 
 
 def entries() -> list[tuple[str, dict]]:
