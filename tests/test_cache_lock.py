@@ -85,3 +85,12 @@ def test_overlapping_sets_asked_in_either_order_take_turns_without_deadlock(tmp_
     assert [step for _, step in turns] == ["in", "out", "in", "out"] and turns[0][0] == turns[1][0]
     assert sorted(p.name for p in (tmp_path / cache.LOCKS).iterdir()) == sorted(
         f"{cache._folder(n, k).name}.lock" for n, k in (x, y))
+
+
+def test_a_result_asked_twice_in_one_set_is_locked_once(tmp_path, monkeypatch):
+    """A second lock on the same file from the same process would wait for itself forever."""
+    from attnlab.core import cache
+
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    with cache.locked([("x", {"version": 1}), ("x", {"version": 1})], patience=0.1):
+        pass

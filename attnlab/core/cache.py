@@ -156,17 +156,17 @@ def locked(wanted: list[tuple[str, dict]], patience: float = 1.0):
     """Context manager: an exclusive lock (`fcntl.flock`, which the system releases if the process dies) on each
     (name, key) of `wanted`, held inside, where a caller looks for the Results and computes and stores the
     missing ones: two processes (two chapters' kernels side by side) never compute the same Result, and none
-    reads one half-written. Taken in the order of the Results' folder names, so that two processes wanting
-    overlapping sets never deadlock. A process that waits longer than `patience` seconds for one says so on one
-    line (`announce`'s destination). Without fcntl (Windows), or where `results_dir` cannot be written, no
-    lock (`store` warns there)."""
+    reads one half-written. Taken once per Result, in the order of their folder names, so that two processes
+    wanting overlapping sets never deadlock. A process that waits longer than `patience` seconds for one says so
+    on one line (`announce`'s destination). Without fcntl (Windows), or where `results_dir` cannot be written,
+    no lock (`store` warns there)."""
     try:
         import fcntl
     except ImportError:           # Windows: no flock; one process at a time is the user's to arrange
         yield
         return
     with contextlib.ExitStack() as held:
-        for folder, name, key in sorted((_folder(n, k).name, n, k) for n, k in wanted):
+        for folder, (name, key) in sorted({_folder(n, k).name: (n, k) for n, k in wanted}.items()):
             try:
                 locks = results_dir() / LOCKS
                 locks.mkdir(parents=True, exist_ok=True)
