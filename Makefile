@@ -82,6 +82,8 @@ vendor: npm
 # The site, from nothing: vendoring, then a strict build (executes the chapters; their execution cache,
 # ~/.cache/attnlab/book-execution, is kept per model, device, package sources and library versions, so a fresh
 # clone of the same sources reuses it: scripts/attnlab_book.py). Site: _build/html.
+# Chapters to execute run two at a time when every Result they read last time is stored, else one at a time;
+# ATTNLAB_BOOK_JOBS=1 (or 2) chooses (`ATTNLAB_BOOK_JOBS=1 make book`).
 book: install vendor
 	rm -rf _build/html _build/.doctrees
 	$(MAKE) --no-print-directory book-html

@@ -221,17 +221,19 @@ def cached_figures(fig_ids, inputs: Inputs, *, quick: bool = False, refresh: boo
     """Like `compute_figures`, from the results cache when a Result is there (`core.cache`: same declared
     version, model weights, text, grids, libraries; provenance says `loaded_from_cache`); the missing ones are
     computed together (sharing forward passes), announced (`core.cache.announce`) and stored. refresh=True:
-    compute all and store."""
-    from attnlab.core.cache import announce, store, stored
+    compute all and store. Another process computing one of them (`core.cache.locked`): this one waits for it and
+    reads what it stored."""
+    from attnlab.core.cache import announce, locked, store, stored
 
-    out = {} if refresh else {i: stored(i, _cache_key(i, inputs, quick)) for i in fig_ids}
-    missing = [i for i in fig_ids if out.get(i) is None]
-    if missing:
-        fresh = compute_figures(missing, inputs, quick=quick, progress=progress)
-        for i, r in fresh.items():
-            key = _cache_key(i, inputs, quick)
-            announce(i, key, r.provenance.get("runtime_s", 0.0))
-            out[i] = store(i, key, r)
+    keys = {i: _cache_key(i, inputs, quick) for i in fig_ids}
+    with locked(list(keys.items())):
+        out = {} if refresh else {i: stored(i, keys[i]) for i in fig_ids}
+        missing = [i for i in fig_ids if out.get(i) is None]
+        if missing:
+            fresh = compute_figures(missing, inputs, quick=quick, progress=progress)
+            for i, r in fresh.items():
+                announce(i, keys[i], r.provenance.get("runtime_s", 0.0))
+                out[i] = store(i, keys[i], r)
     return {i: out[i] for i in fig_ids}
 
 

@@ -16,6 +16,10 @@
   ``ATTNLAB_PROGRESS_LOG`` (which kernels inherit) at a file where ``attnlab.core.cache.announce`` writes one line
   per computed Result, and a thread copies the file's lines to this process's stderr (`_relay_progress`): it
   works without a terminal (CI), and a user who set ATTNLAB_PROGRESS_LOG follows that file instead.
+- Chapters side by side (`_execute_ahead`): before Sphinx reads the pages, the chapters its execution cache lacks
+  are executed two at a time (``ATTNLAB_BOOK_JOBS``, default 2 when every Result the chapters used last time is
+  stored, else 1: one at a time, by myst-nb as it reads each page) into that cache, as myst-nb would execute them;
+  Sphinx then finds them cached. Two kernels never compute the same Result (`attnlab.core.cache.locked`).
 - After the build, ``_static/attnlab-build.json`` records the setting and the models the chapters
   reported (``attnlab.widgets.model_note`` tags pages with ``data-attnlab-model``);
   ``python scripts/book_info.py`` prints it.
@@ -39,6 +43,8 @@ _TAG = re.compile(r'data-attnlab-model="([^"]*)"')
 
 #: `attnlab.core.cache.PROGRESS_ENV` (not imported: that module loads torch; tests check they agree)
 PROGRESS_ENV = "ATTNLAB_PROGRESS_LOG"
+#: the relay `setup` started: {"log": its file, "stop": its stop()}
+_PROGRESS: dict = {}
 
 
 def _relay_progress(log: Path, out=None, interval: float = 0.5):
@@ -172,9 +178,11 @@ def _config_inited(app, config) -> None:
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{model}-{device}")
         caches = _execution_caches()
         current = caches / f"{slug}-{_package_digest(Path(app.srcdir))}"
-        # Caches of older package versions for this model/device are stale: drop them.
+        # Caches of older package versions for this model/device are stale: drop them (what their chapters
+        # read is kept for `_jobs`: the chapters of the new code most likely read the same Results).
         for old in caches.glob(f"{glob.escape(slug)}-*"):
             if old != current and old.is_dir() and re.fullmatch(r"[0-9a-f]{12}", old.name[len(slug) + 1:]):
+                _USED_BEFORE.update(_results_used(old))
                 shutil.rmtree(old, ignore_errors=True)
         config.nb_execution_cache_path = str(current)
         _set_aside_if_damaged(current)
@@ -212,6 +220,173 @@ def _results_for_the_site(execution_cache: Path) -> None:
     execution_cache.mkdir(parents=True, exist_ok=True)
     os.environ[published.LOG_ENV] = str(execution_cache / "results-used.txt")
     os.environ.setdefault(published.URL_ENV, "off")
+
+
+# ------------------------------------------------------------------ chapters side by side (`_execute_ahead`)
+
+#: how many chapters execute at once (`_jobs`)
+JOBS_ENV = "ATTNLAB_BOOK_JOBS"
+#: the Results the chapters of this model/device's dropped execution caches read (`_config_inited`)
+_USED_BEFORE: set = set()
+
+
+def _results_used(execution_cache: Path) -> set:
+    """The results-cache entries the chapters executed into `execution_cache` read or wrote (its Results log,
+    `_results_for_the_site`); empty when there is none."""
+    try:
+        return set((execution_cache / "results-used.txt").read_text().split())
+    except OSError:
+        return set()
+
+
+def _jobs(used: set, results: Path, cpus: int) -> tuple[int, str]:
+    """(how many chapters to execute at once, why, for the terminal). JOBS_ENV when set (a positive integer; 1:
+    one at a time, as myst-nb does alone); else min(2, `cpus`) when every Result in `used` (what the chapters read
+    last time) is stored in `results`: the chapters then read them and draw, on one torch thread each
+    (`attnlab.book`), so two of them fill two cores. Else 1: a chapter that computes Results takes every free core
+    (`attnlab.core.util.auto_threads`), and a second one beside it would only halve its speed."""
+    chosen = os.environ.get(JOBS_ENV, "").strip()
+    if chosen:
+        if not chosen.isdigit() or int(chosen) < 1:
+            raise ValueError(f"{JOBS_ENV} must be a positive integer (1: one chapter at a time), got {chosen!r}")
+        return int(chosen), f"{JOBS_ENV}={chosen}"
+    if not used:
+        return 1, f"no record of the Results the chapters read (set {JOBS_ENV}=2 to run two at a time anyway)"
+    absent = sorted(entry for entry in used if not (results / entry / "key.json").is_file())
+    if absent:
+        return 1, (f"{len(absent)} of the {len(used)} Results the chapters read last time are not stored, e.g. "
+                   f"{absent[0]} (set {JOBS_ENV}=2 to run two at a time anyway)")
+    return min(2, cpus), f"the {len(used)} Results the chapters read last time are stored"
+
+
+def _say(line: str) -> None:
+    """One line for the terminal (stderr), or for the progress log a user chose instead (PROGRESS_ENV set before
+    the build: `setup`)."""
+    path = os.environ.get(PROGRESS_ENV)
+    if path and path != _PROGRESS.get("log"):
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+    else:
+        print(line, file=sys.stderr, flush=True)
+
+
+def _as_myst_nb_reads(path: Path, nb_config, md_config):
+    """(the notebook, its read format for jupyter-cache) of the page at `path` as myst-nb hands it to its execution
+    client (its reader for the file, .ipynb or MyST markdown with a kernel; the kernel aliases of its
+    configuration), or None when myst-nb would not execute it from the cache: not a notebook, excluded from
+    execution, or given its own settings in its metadata (a `mystnb` key)."""
+    from pathlib import PurePosixPath
+
+    from myst_nb.core.read import create_nb_reader
+
+    if any(PurePosixPath(path.as_posix()).match(pattern) for pattern in nb_config.execution_excludepatterns):
+        return None
+    text = path.read_text(encoding="utf-8")
+    reader = create_nb_reader(str(path), md_config, nb_config, text)
+    if reader is None:
+        return None
+    notebook = reader.read(text)
+    if nb_config.metadata_key in notebook.metadata:
+        return None
+    kernel = notebook.metadata.get("kernelspec", {}).get("name")
+    for pattern, alias in nb_config.kernel_rgx_aliases.items():
+        if kernel is not None and re.fullmatch(pattern, kernel):
+            notebook.metadata["kernelspec"]["name"] = alias
+            break
+    return notebook, reader.read_fmt
+
+
+def _stale(paths: list, nb_config, md_config) -> list:
+    """[(path, notebook, read format)] of the pages at `paths` that myst-nb would execute (`_as_myst_nb_reads`) and
+    whose execution is not in the jupyter-cache of `nb_config` (matched as myst-nb matches them: by their code
+    cells and kernel)."""
+    from jupyter_cache import get_cache
+
+    cache = get_cache(nb_config.execution_cache_path)
+    out = []
+    for path in paths:
+        read = _as_myst_nb_reads(path, nb_config, md_config)
+        if read is None:
+            continue
+        try:
+            cache.match_cache_notebook(read[0])
+        except KeyError:
+            out.append((path, *read))
+    return out
+
+
+def _execute_into_cache(stale: list, nb_config, jobs: int, root: Path) -> None:
+    """Execute the [(path, notebook, read format)] of `stale` (`_stale`), `jobs` kernels at a time (nbclient's
+    asynchronous client, one event loop), each as myst-nb's cache mode would (jupyter_cache's
+    `single_nb_execution`: nbclient in the notebook's folder, or a temporary one, with myst-nb's timeout and
+    allow_errors, which a notebook's own `execution` metadata overrides), and store each success in the
+    jupyter-cache as myst-nb does. One line per chapter as it starts and as it ends (`_say`). A chapter that fails
+    is not stored: myst-nb runs it again as it reads the page, and reports its error there."""
+    import asyncio
+    import contextlib
+    import tempfile
+    import time
+    import traceback
+
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+    from jupyter_cache.cache.db import NbProjectRecord
+    from nbclient import NotebookClient
+
+    cache = get_cache(nb_config.execution_cache_path)
+
+    async def one(path: Path, notebook, read_fmt, slots: asyncio.Semaphore) -> None:
+        async with slots:
+            name = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+            meta = notebook.metadata.get("execution", {})
+            stage = cache.add_nb_to_project(str(path), **({"read_data": read_fmt} if read_fmt else {}))
+            NbProjectRecord.remove_tracebacks([stage.pk], cache.db)
+            _say(f"attnlab: executing {name}")
+            t0, failed = time.perf_counter(), None
+            with (tempfile.TemporaryDirectory() if nb_config.execution_in_temp
+                  else contextlib.nullcontext(str(path.parent))) as cwd:
+                client = NotebookClient(notebook, timeout=meta.get("timeout", nb_config.execution_timeout),
+                                        allow_errors=meta.get("allow_errors", nb_config.execution_allow_errors),
+                                        record_timing=False, resources={"metadata": {"path": os.path.abspath(cwd)}})
+                try:
+                    await client.async_execute()
+                except Exception as exc:  # noqa: BLE001 - a cell's error, a timeout, a dead kernel: myst-nb's to report
+                    failed = type(exc).__name__
+                    NbProjectRecord.set_traceback(stage.uri, traceback.format_exc(), cache.db)
+            seconds = time.perf_counter() - t0
+            if failed:
+                _say(f"attnlab: {name} failed ({failed}) after {seconds:.1f} s; Sphinx runs it again to report it")
+                return
+            cache.cache_notebook_bundle(CacheBundleIn(notebook, stage.uri, data={"execution_seconds": seconds}),
+                                        check_validity=False, overwrite=True)
+            _say(f"attnlab: executed {name} in {seconds:.1f} s")
+
+    async def run_all() -> None:
+        slots = asyncio.Semaphore(jobs)
+        await asyncio.gather(*(one(path, notebook, read_fmt, slots) for path, notebook, read_fmt in stale))
+
+    asyncio.run(run_all())
+
+
+def _execute_ahead(app, env, docnames) -> None:
+    """Sphinx's env-before-read-docs: with `_jobs` > 1, execute the chapters among `docnames` that the execution
+    cache lacks that many at a time (`_execute_into_cache`), so that myst-nb then finds every one cached."""
+    nb_config = getattr(env, "mystnb_config", None)
+    if nb_config is None or nb_config.execution_mode != "cache":
+        return
+    stale = _stale([Path(env.doc2path(name)) for name in docnames], nb_config, env.myst_config)
+    if len(stale) < 2:
+        return
+    from attnlab.core.published import results_dir
+
+    used = _USED_BEFORE | _results_used(Path(nb_config.execution_cache_path))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    jobs, why = _jobs(used, results_dir(), cpus)
+    if jobs < 2:
+        _say(f"attnlab: {len(stale)} notebooks to execute, one at a time ({why})")
+        return
+    _say(f"attnlab: {len(stale)} notebooks to execute, {jobs} at a time ({why}; {JOBS_ENV}=1: one at a time)")
+    _execute_into_cache(stale, nb_config, jobs, Path(app.srcdir))
 
 
 def _publish_results(outdir: Path) -> None:
@@ -252,8 +427,6 @@ def _lighten(page: Path) -> None:
     if light != text:
         page.write_text(light, encoding="utf-8")
 
-
-_PROGRESS: dict = {}
 
 
 def _stop_progress(app, exception) -> None:
@@ -385,6 +558,7 @@ def setup(app):
         os.close(fd)
         _PROGRESS.update(log=log, stop=_relay_progress(Path(log)))
     app.connect("config-inited", _config_inited)
+    app.connect("env-before-read-docs", _execute_ahead)
     app.connect("build-finished", _stop_progress, priority=100)
     app.connect("build-finished", _build_finished)
     app.connect("html-page-context", _dedupe_scripts, priority=900)

@@ -9,9 +9,14 @@ that moves no number reuses every Result. A Result is stored in the folder `<nam
 beside it (`KEY_FILE`, read by `verify`).
 
 Every Result computed here is announced on one line, "attnlab: computed NAME (...) in S s" (`announce`).
+
+Two processes never compute the same Result (two chapters' kernels of a book build side by side,
+scripts/attnlab_book.py): each looks for a Result holding a lock on its key (`locked`), so while one computes it the
+other waits, then reads what the first stored.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,16 +28,12 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from attnlab.core import published
+from attnlab.core.published import results_dir
 from attnlab.core.result import CorruptResult, Result, differences, numbers, to_plain
-from attnlab.core.text import cache_dir
 from attnlab.core.util import atomic_write, kernels_on
 
 #: the libraries whose version can change a Result's numbers
 LIBRARIES = ("torch", "transformers", "numpy", "scipy", "numba")
-
-
-def results_dir() -> Path:
-    return Path(os.environ.get("ATTNLAB_RESULTS_DIR", cache_dir() / "results")).expanduser()
 
 
 @lru_cache(maxsize=1)
@@ -136,13 +137,60 @@ def cached(name: str, key: dict, compute: Callable[[], Result], *, version: int,
     store and return it (refresh=True: always compute). `version`: the computation's declared version (see the
     module doc)."""
     key = dict(key, version=version)
-    result = None if refresh else stored(name, key)
-    if result is not None:
+    with locked([(name, key)]):
+        result = None if refresh else stored(name, key)
+        if result is None:
+            t0 = time.perf_counter()
+            result = compute()
+            announce(name, key, time.perf_counter() - t0)
+            result = store(name, key, result)
         return result
-    t0 = time.perf_counter()
-    result = compute()
-    announce(name, key, time.perf_counter() - t0)
-    return store(name, key, result)
+
+
+#: the folder of `locked`'s lock files, in `results_dir`
+LOCKS = ".locks"
+
+
+@contextlib.contextmanager
+def locked(wanted: list[tuple[str, dict]], patience: float = 1.0):
+    """Context manager: an exclusive lock (`fcntl.flock`, which the system releases if the process dies) on each
+    (name, key) of `wanted`, held inside, where a caller looks for the Results and computes and stores the
+    missing ones: two processes (two chapters' kernels side by side) never compute the same Result, and none
+    reads one half-written. Taken once per Result, in the order of their folder names, so that two processes
+    wanting overlapping sets never deadlock. A process that waits longer than `patience` seconds for one says so
+    on one line (`announce`'s destination). Without fcntl (Windows), or where `results_dir` cannot be written,
+    no lock (`store` warns there)."""
+    try:
+        import fcntl
+    except ImportError:           # Windows: no flock; one process at a time is the user's to arrange
+        yield
+        return
+    with contextlib.ExitStack() as held:
+        for folder, (name, key) in sorted({_folder(n, k).name: (n, k) for n, k in wanted}.items()):
+            try:
+                locks = results_dir() / LOCKS
+                locks.mkdir(parents=True, exist_ok=True)
+                fh = held.enter_context(open(locks / f"{folder}.lock", "a"))
+            except OSError:
+                continue
+            _lock(fh, fcntl, patience, name, key)
+        yield
+
+
+def _lock(fh, fcntl, patience: float, name: str, key: dict) -> None:
+    """Take an exclusive flock on `fh`: trying for `patience` seconds, then one line, then waiting."""
+    end = time.monotonic() + patience
+    while True:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= end:
+                break
+            time.sleep(0.02)
+    what = describe(key)
+    _progress(f"attnlab: waiting for {name}{f' ({what})' if what else ''}: another process is computing it\n")
+    fcntl.flock(fh, fcntl.LOCK_EX)
 
 
 def entries() -> list[tuple[str, dict]]:
@@ -202,7 +250,11 @@ def announce(name: str, key: dict, seconds: float) -> None:
     book build sets it and copies the lines to its terminal: a notebook kernel's stderr would land in the page),
     else to stderr."""
     what = describe(key)
-    line = f"attnlab: computed {name}{f' ({what})' if what else ''} in {seconds:.1f} s\n"
+    _progress(f"attnlab: computed {name}{f' ({what})' if what else ''} in {seconds:.1f} s\n")
+
+
+def _progress(line: str) -> None:
+    """`line` to the file named by PROGRESS_ENV (appended), else to stderr."""
     path = os.environ.get(PROGRESS_ENV)
     if not path:
         sys.stderr.write(line)

@@ -41,6 +41,15 @@ KEY_FILE = "key.json"              # beside every stored Result (core.cache.KEY_
 TIMEOUT_S = 5.0
 
 
+def results_dir() -> Path:
+    """The results cache (`core.cache` stores there): ATTNLAB_RESULTS_DIR, else results/ in attnlab's cache folder
+    (`core.text.cache_dir`). Here rather than in core.cache, which loads torch: the book's Sphinx extension looks
+    in it too."""
+    from attnlab.core.text import cache_dir
+
+    return Path(os.environ.get("ATTNLAB_RESULTS_DIR", cache_dir() / "results")).expanduser()
+
+
 def results_url() -> Optional[str]:
     """The site root to fetch Results from (ending in "/"), or None (fetching off)."""
     url = os.environ.get(URL_ENV, DEFAULT_URL).strip()

@@ -1,0 +1,102 @@
+"""scripts/attnlab_book.py's `_execute_ahead`: before Sphinx reads the pages, the chapters the execution cache lacks
+run two kernels at a time into that cache, so myst-nb finds each one cached and executes none itself (a toy book
+of three tiny notebooks, built by Sphinx with myst-nb and the extension, as jupyter-book builds the real one)."""
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("attnlab_book", ROOT / "scripts" / "attnlab_book.py")
+ext = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ext)
+
+CELL = """
+import os, time
+from pathlib import Path
+toy = Path(os.environ["TOY_DIR"])
+(toy / "started-{me}").touch()
+with open(toy / "executions", "a") as fh:
+    fh.write("{me}\\n")
+end = time.time() + {wait}
+while {wait} and not (toy / "started-{other}").exists():     # the other chapter's kernel runs beside this one
+    assert time.time() < end, "{other} did not run beside {me}"
+    time.sleep(0.05)
+print("{me} done")
+"""
+
+
+def _toy_book(src: Path) -> None:
+    src.mkdir()
+    (src / "conf.py").write_text(f"import sys\nsys.path.insert(0, {str(ROOT / 'scripts')!r})\n"
+                                 "extensions = ['myst_nb', 'attnlab_book']\nnb_execution_mode = 'cache'\n"
+                                 "master_doc = 'index'\nexclude_patterns = ['_build']\n")
+    (src / "index.md").write_text("# Toy\n\n```{toctree}\na\nb\nc\n```\n")
+    kernel = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    for me, other, wait in (("a", "b", 90), ("b", "a", 90)):
+        nb = nbformat.v4.new_notebook(metadata=kernel, cells=[
+            nbformat.v4.new_markdown_cell(f"# Chapter {me}"),
+            nbformat.v4.new_code_cell(CELL.format(me=me, other=other, wait=wait))])
+        nbformat.write(nb, src / f"{me}.ipynb")
+    # a MyST markdown notebook (as the book's landing and closing pages are)
+    (src / "c.md").write_text("---\njupytext:\n  text_representation:\n    format_name: myst\nkernelspec:\n"
+                              "  display_name: Python 3\n  language: python\n  name: python3\n---\n\n# Chapter c\n\n"
+                              "```{code-cell} ipython3\n" + CELL.format(me="c", other="a", wait=0).strip() + "\n```\n")
+
+
+def test_stale_chapters_run_two_at_a_time_into_the_cache_sphinx_then_reads(tmp_path):
+    _toy_book(tmp_path / "src")
+    env = {k: v for k, v in os.environ.items() if k != ext.PROGRESS_ENV}
+    env.update(PYTHONPATH=str(ROOT), ATTNLAB_CACHE_DIR=str(tmp_path / "cache"), TOY_DIR=str(tmp_path),
+               ATTNLAB_BOOK_JOBS="2")
+
+    def build(out: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "sphinx", "-b", "text", str(tmp_path / "src"),
+                               str(tmp_path / out)], env=env, capture_output=True, text=True, timeout=600)
+
+    done = build("out")
+    assert done.returncode == 0, done.stderr[-3000:]
+    # a and b ran side by side (each waited for the other to start), c after them; each once
+    assert sorted((tmp_path / "executions").read_text().split()) == ["a", "b", "c"]
+    lines = done.stdout + done.stderr
+    assert "attnlab: 3 notebooks to execute, 2 at a time (ATTNLAB_BOOK_JOBS=2" in lines
+    for me in ("a.ipynb", "b.ipynb", "c.md"):
+        assert f"attnlab: executing {me}" in lines and f"attnlab: executed {me} in " in lines
+        assert f"{me[0]} done" in (tmp_path / "out" / f"{me[0]}.txt").read_text()  # the page shows its output
+    assert "Executing notebook" not in lines and lines.count("Using cached notebook") == 3   # myst-nb ran none
+
+    again = build("out2")                                     # a new build of the same sources: all cached
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sorted((tmp_path / "executions").read_text().split()) == ["a", "b", "c"]
+    assert "attnlab: executing" not in again.stdout + again.stderr
+
+
+def test_two_at_a_time_only_when_every_result_read_last_time_is_stored(tmp_path, monkeypatch):
+    monkeypatch.delenv(ext.JOBS_ENV, raising=False)
+    results = tmp_path / "results"
+    (results / "fig2a-0123").mkdir(parents=True)
+    (results / "fig2a-0123" / "key.json").write_text("{}")
+    assert ext._jobs({"fig2a-0123"}, results, cpus=2)[0] == 2
+    assert ext._jobs({"fig2a-0123"}, results, cpus=1)[0] == 1
+    jobs, why = ext._jobs({"fig2a-0123", "perplexity-4567"}, results, cpus=2)
+    assert jobs == 1 and "1 of the 2 Results" in why and "perplexity-4567" in why
+    assert ext._jobs(set(), results, cpus=2)[0] == 1                         # no record: one at a time
+    monkeypatch.setenv(ext.JOBS_ENV, "1")
+    assert ext._jobs({"fig2a-0123"}, results, cpus=2)[0] == 1
+    monkeypatch.setenv(ext.JOBS_ENV, "3")
+    assert ext._jobs(set(), results, cpus=2)[0] == 3
+    monkeypatch.setenv(ext.JOBS_ENV, "two")
+    with pytest.raises(ValueError, match="ATTNLAB_BOOK_JOBS must be a positive integer"):
+        ext._jobs(set(), results, cpus=2)
+
+
+def test_the_results_read_by_a_dropped_execution_cache_count_as_read_last_time(tmp_path):
+    old = tmp_path / "auto-cpu-0123456789ab"
+    old.mkdir()
+    (old / "results-used.txt").write_text("fig2a-0123\nfig2a-0123\nperplexity-4567\n")
+    assert ext._results_used(old) == {"fig2a-0123", "perplexity-4567"}
+    assert ext._results_used(tmp_path / "none") == set()
