@@ -237,3 +237,20 @@ def test_a_live_sliders_page_figure_has_its_phone_version_unless_the_figure_is_k
     kept = _panels(2)
     html = aw.live_slider(lambda T: kept, T=(0.5, 2.0, 0.5))._repr_mimebundle_()["text/html"]
     assert "<picture" not in html and kept.get_size_inches()[0] == 9  # a kept Figure is never re-laid out
+
+
+def test_a_live_slider_is_a_numbered_figure_with_a_caption_and_a_phone_version():
+    """On the site a live slider's figure is a figure with its caption (the build numbers it), drawn for phones
+    too: from `update_fn.new_figure` when `update_fn` redraws one kept Figure into PNG bytes, and as returned
+    when `update_fn` returns a Rendered PNG (book.png)."""
+    kept = _panels(2)
+
+    def draw(T):
+        return aw.fig_to_png(kept, close=False)
+
+    draw.new_figure = lambda T: _panels(2)
+    html = aw.live_slider(draw, caption="two panels", T=(0.5, 2.0, 0.5))._repr_mimebundle_()["text/html"]
+    assert "<picture><source" in html and kept.get_size_inches()[0] == 9
+    assert f'<figure class="{aw.FIGURE_CLASS}"' in html and '<figcaption class="attnlab-caption">two panels<' in html
+    html = aw.live_slider(lambda T: aw.render(_panels(2)), T=(0.5, 2.0, 0.5))._repr_mimebundle_()["text/html"]
+    assert "<picture><source" in html and "<figcaption" in html
