@@ -182,6 +182,11 @@ def phone_layout(fig: Any) -> bool:
     for t in _texts(fig):
         if t.get_fontsize() < PHONE_MIN_PT:
             t.set_fontsize(PHONE_MIN_PT)
+    for leg in list(fig.legends):              # a legend of the whole figure: below the panels, one entry per row
+        handles, labels = leg.legend_handles, [t.get_text() for t in leg.texts]
+        size, frame = max([PHONE_MIN_PT] + [t.get_fontsize() for t in leg.texts]), leg.get_frame_on()
+        leg.remove()
+        fig.legend(handles, labels, loc="outside lower center", ncols=1, fontsize=size, frameon=frame)
     try:
         fig.set_layout_engine("constrained")
     except RuntimeError:                       # a colorbar made under another engine: keep it
