@@ -182,6 +182,7 @@ def phone_layout(fig: Any) -> bool:
     for t in _texts(fig):
         if t.get_fontsize() < PHONE_MIN_PT:
             t.set_fontsize(PHONE_MIN_PT)
+    _wrap_x_labels(fig, axes)
     for leg in list(fig.legends):              # a legend of the whole figure: below the panels, one entry per row
         handles, labels = leg.legend_handles, [t.get_text() for t in leg.texts]
         size, frame = max([PHONE_MIN_PT] + [t.get_fontsize() for t in leg.texts]), leg.get_frame_on()
@@ -195,6 +196,20 @@ def phone_layout(fig: Any) -> bool:
     if any(extra):
         _stack(fig, axes, [hh + e for hh, e in zip(heights, extra)], title)
     return True
+
+
+def _wrap_x_labels(fig: Any, axes: list) -> None:
+    """Each x label wider than the phone figure broken into lines that fit it (a label runs off the image
+    otherwise: the layout engine sees no automatic wrapping)."""
+    import textwrap
+
+    renderer = fig.canvas.get_renderer()
+    room = 0.92 * fig.bbox.width
+    for ax in axes:
+        label = ax.xaxis.label
+        text, width = label.get_text(), label.get_window_extent(renderer).width
+        if text and width > room:
+            label.set_text("\n".join(textwrap.wrap(text, max(12, int(len(text) * room / width)))))
 
 
 def _stack(fig: Any, axes: list, heights: list[float], title: float) -> None:
