@@ -203,11 +203,10 @@ def _wrap_x_labels(fig: Any, axes: list) -> None:
     otherwise: the layout engine sees no automatic wrapping)."""
     import textwrap
 
-    renderer = fig.canvas.get_renderer()
     room = 0.92 * fig.bbox.width
     for ax in axes:
         label = ax.xaxis.label
-        text, width = label.get_text(), label.get_window_extent(renderer).width
+        text, width = label.get_text(), label.get_window_extent().width
         if text and width > room:
             label.set_text("\n".join(textwrap.wrap(text, max(12, int(len(text) * room / width)))))
 
