@@ -629,62 +629,93 @@ CHAPTER_NOTES = {"6": "every claim above in one table, with the caveats", "7": "
                  "model (no claim of the papers)", "8": "the same measurements on any model"}
 
 
-def default_verdicts(rows: Sequence[dict]) -> dict[str, str]:
-    """claim id -> verdict at the book's default readings (rows with no `reading`; the other readings' rows share
+def default_rows(rows: Sequence[dict]) -> dict[str, dict]:
+    """claim id -> its row at the book's default readings (rows with no `reading`; the other readings' rows share
     their ids), and of a claim measured under one reading only (chapter 10's per-head claim) its one row."""
-    out = {r["id"]: r["verdict"] for r in rows if not r.get("reading")}
-    only = {}
+    out = {r["id"]: r for r in rows if not r.get("reading")}
+    only: dict[str, list[dict]] = {}
     for r in rows:
         if r["id"] not in out:
-            only.setdefault(r["id"], []).append(r["verdict"])
+            only.setdefault(r["id"], []).append(r)
     return {**out, **{cid: v[0] for cid, v in only.items() if len(v) == 1}}
+
+
+def default_verdicts(rows: Sequence[dict]) -> dict[str, str]:
+    """claim id -> verdict of its `default_rows` row."""
+    return {cid: r["verdict"] for cid, r in default_rows(rows).items()}
+
+
+def row_model(row: dict) -> Optional[str]:
+    """The model a claim row was computed with: its `model`, set from its Result's provenance
+    (`attnlab.core.verdicts.with_model`); None: synthetic tokens, no model."""
+    if "model" not in row:
+        raise ValueError(f"claim row {row.get('id')!r} has no `model` (attnlab.core.verdicts.with_model sets it)")
+    return row["model"]
+
+
+#: the column (chapter map) and the group (verdict summary) of claims whose Results used no model
+NO_MODEL = "synthetic tokens<br><small>no model</small>"
 
 
 def chapter_map(rows: Sequence[dict], per_model: Optional[dict[str, list[dict]]] = None,
                 fragile: Optional[dict[str, list[str]]] = None):
-    """HTML table: chapter, the claims it checks, and each claim's verdict from the claim rows; with `per_model`
-    ({model: rows}, `claims_per_model`) a verdict column per model for the paper-1 claims (the second paper's
-    claims are measured on the build's model only: '—' in the other columns), and the chapter above its first
-    claim in the claim column (one column fewer: the verdicts stay on a phone's screen). `fragile` ({claim id:
-    models}, `fragile_claims`) marks the verdicts that depend on the text window on a model."""
-    verdicts = default_verdicts(rows)
+    """HTML table: chapter, the claims it checks (the chapter above its first claim: one column fewer, so the
+    verdicts stay on a phone's screen), and a verdict column per model: each claim's verdict stands in the column
+    of the model its row was computed with (`row_model`, from its Result's provenance), the claims on synthetic
+    tokens in a last "no model" column, '—' elsewhere. `per_model` ({model: rows}, `claims_per_model`) adds each
+    model's paper-1 verdicts (those columns first, in its order); `fragile` ({claim id: models},
+    `fragile_claims`) marks the verdicts that depend on the text window on a model."""
     per_model = per_model or {}
-    extra = {m: default_verdicts(r) for m, r in per_model.items()}
+    at: dict[tuple, str] = {}                       # (claim id, model) -> verdict
+    for model_rows in (rows, *per_model.values()):
+        for cid, r in default_rows(model_rows).items():
+            at[(cid, row_model(r))] = r["verdict"]
+    seen = list(dict.fromkeys(m for _, m in at))
+    columns = list(per_model) + [m for m in seen if m not in per_model and m is not None] + [None] * (None in seen)
+    fragile = fragile or {}
+
+    def cell(cid: str, m: Optional[str]) -> str:
+        if (cid, m) not in at:
+            return "not computed" if cid.startswith("p1-") and m in per_model else "—"
+        mark = " ⚠ <small>depends on the window</small>" if m in fragile.get(cid, ()) else ""
+        return f"<b>{at[(cid, m)]}</b>{mark}"
+
     out = []
     for number, title, page, labels in CHAPTER_CLAIMS:
-        link = f'<a href="{page}.html">{number}. {title}</a>'
+        link = f'<b><a href="{page}.html">{number}. {title}</a></b>'
         if not labels:
-            note = CHAPTER_NOTES.get(number, "")
-            out.append([f"<b>{link}</b><br>{note}"] + [""] * len(extra) if extra else [link, note, ""])
+            out.append([f"{link}<br>{CHAPTER_NOTES.get(number, '')}"] + [""] * len(columns))
         for i, (cid, label) in enumerate(labels.items()):
-            if extra:
-                cells = [f"<b>{v[cid]}</b>" + (" ⚠ <small>depends on the window</small>"
-                                                 if m in (fragile or {}).get(cid, ()) else "")
-                         if cid in v else ("not computed" if cid.startswith("p1-") else "—")
-                         for m, v in extra.items()]
-                if not cid.startswith("p1-"):
-                    cells[0] = f"<b>{verdicts.get(cid, 'not computed')}</b>"
-                out.append([(f"<b>{link}</b><br>" if i == 0 else "") + label] + cells)
-            else:
-                out.append([link if i == 0 else "", label, f"<b>{verdicts.get(cid, 'not computed')}</b>"])
-    if not extra:
-        return table(["chapter", "claim", "verdict on this build"], out)
-    heads = [f"{m}<br><small>{r[0].get('model_kind', '')}</small>" if r else m for m, r in per_model.items()]
+            out.append([(f"{link}<br>" if i == 0 else "") + label] + [cell(cid, m) for m in columns])
+    heads = [NO_MODEL if m is None else f"{m}<br><small>{per_model[m][0].get('model_kind', '')}</small>"
+             if per_model.get(m) else m for m in columns]
     return table(["chapter and claim"] + heads, out)
 
 
 def verdict_summary(rows: Sequence[dict]):
-    """HTML: the claims of the chapter map grouped by verdict (holds / does not hold / not applicable)."""
+    """HTML: the claims of the chapter map grouped by the model they were computed with (`row_model`: "Computed
+    with <model>", then the claims on synthetic tokens), and within each by verdict (holds / does not hold / not
+    applicable); claims without a row last, as not computed."""
     from IPython.display import HTML
 
-    verdicts = default_verdicts(rows)
-    groups: dict[str, list[str]] = {}
+    from attnlab.core.names import display_name
+
+    chosen = default_rows(rows)
+    groups: dict[str, dict[str, list[str]]] = {}
     for number, _, page, labels in CHAPTER_CLAIMS:
         for cid, label in labels.items():
-            groups.setdefault(verdicts.get(cid, "not computed"), []).append(
+            r = chosen.get(cid)
+            model = "not computed" if r is None else row_model(r)
+            groups.setdefault(model, {}).setdefault(r["verdict"] if r else "not computed", []).append(
                 f'<li>{label} (<a href="{page}.html">chapter {number}</a>)</li>')
-    parts = [f"<p><b>{v}</b> ({len(items)})</p><ul>{''.join(items)}</ul>"
-             for v in ("holds", "does not hold", "not applicable", "not computed") if (items := groups.get(v))]
+    order = [m for m in groups if m not in (None, "not computed")] + [m for m in (None, "not computed") if m in groups]
+    parts = []
+    for m in order:
+        title = ("Computed on synthetic tokens (no model)" if m is None else "Not computed on this build"
+                 if m == "not computed" else f"Computed with {display_name(m)}")
+        parts.append(f'<p class="attnlab-model-group"><strong>{title}</strong></p>')
+        parts += [f"<p><b>{v}</b> ({len(items)})</p><ul>{''.join(items)}</ul>"
+                  for v in ("holds", "does not hold", "not applicable", "not computed") if (items := groups[m].get(v))]
     return HTML("".join(parts))
 
 

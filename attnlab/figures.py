@@ -15,6 +15,7 @@ from typing import Callable, Optional
 
 from attnlab.core.result import Result
 from attnlab.core.util import atomic_write
+from attnlab.core.verdicts import with_model
 from attnlab.normalization import claims as normalization_claims
 from attnlab.normalization import experiments as normalization
 from attnlab.normalization import plots as normalization_plots
@@ -80,9 +81,10 @@ FIGURES: dict[str, FigureSpec] = {
 }
 
 def paper1_all_claims(results: dict) -> list[dict]:
-    """The paper-1 claim rows at the book's default readings, then one row per reading where the reading matters."""
-    return (normalization_claims.paper1_claims(results) + theorem1.reading_claims(results)
-            + theorem2.reading_claims(results) + lemma2.reading_claims(results))
+    """The paper-1 claim rows at the book's default readings, then one row per reading where the reading matters;
+    each with `model`, the one model of `results` (their provenance: `with_model`)."""
+    return with_model(normalization_claims.paper1_claims(results) + theorem1.reading_claims(results)
+                      + theorem2.reading_claims(results) + lemma2.reading_claims(results), *results.values())
 
 
 # every reading of an open formula, side by side (their claim rows carry a reading)

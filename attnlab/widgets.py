@@ -182,6 +182,12 @@ def phone_layout(fig: Any) -> bool:
     for t in _texts(fig):
         if t.get_fontsize() < PHONE_MIN_PT:
             t.set_fontsize(PHONE_MIN_PT)
+    _wrap_x_labels(fig, axes)
+    for leg in list(fig.legends):              # a legend of the whole figure: below the panels, one entry per row
+        handles, labels = leg.legend_handles, [t.get_text() for t in leg.texts]
+        size, frame = max([PHONE_MIN_PT] + [t.get_fontsize() for t in leg.texts]), leg.get_frame_on()
+        leg.remove()
+        fig.legend(handles, labels, loc="outside lower center", ncols=1, fontsize=size, frameon=frame)
     try:
         fig.set_layout_engine("constrained")
     except RuntimeError:                       # a colorbar made under another engine: keep it
@@ -190,6 +196,19 @@ def phone_layout(fig: Any) -> bool:
     if any(extra):
         _stack(fig, axes, [hh + e for hh, e in zip(heights, extra)], title)
     return True
+
+
+def _wrap_x_labels(fig: Any, axes: list) -> None:
+    """Each x label wider than the phone figure broken into lines that fit it (a label runs off the image
+    otherwise: the layout engine sees no automatic wrapping)."""
+    import textwrap
+
+    room = 0.92 * fig.bbox.width
+    for ax in axes:
+        label = ax.xaxis.label
+        text, width = label.get_text(), label.get_window_extent().width
+        if text and width > room:
+            label.set_text("\n".join(textwrap.wrap(text, max(12, int(len(text) * room / width)))))
 
 
 def _stack(fig: Any, axes: list, heights: list[float], title: float) -> None:
@@ -456,11 +475,14 @@ def frame_slider_2d(frames: Sequence[Sequence[Frame]], values1: Sequence[Any], v
     return SliderBox([slider1, slider2, outer], fallback_png=pngs[0][0], html=html).add_class(KERNEL_FREE_CLASS)
 
 
-def live_slider(update_fn: Callable[..., Any], *, dpi: int = FRAME_DPI, alt: str = "",
+def live_slider(update_fn: Callable[..., Any], *, dpi: int = FRAME_DPI, alt: str = "", caption: str = "",
                 **slider_specs: Any) -> SliderBox:
     """Kernel sliders: ``update_fn(**values)`` returns a matplotlib Figure (or PNG bytes), redrawn
     into an Image whenever a slider is released. Specs are ``interact`` abbreviations
-    (``L=(64, 1024, 64)``, ``T=[0.5, 1, 2]``) or widgets. ``update_fn`` must be cheap."""
+    (``L=(64, 1024, 64)``, ``T=[0.5, 1, 2]``) or widgets. ``update_fn`` must be cheap.
+
+    On the site: the first figure as a numbered figure with ``caption`` (what it shows; default: ``alt``, else
+    the figure's titles), drawn for phones too (`_first_frame`), and a note on how to move it."""
     if not slider_specs:
         raise ValueError("live_slider needs at least one slider spec, e.g. T=(0.1, 4.0, 0.1)")
     controls = {}
@@ -483,8 +505,10 @@ def live_slider(update_fn: Callable[..., Any], *, dpi: int = FRAME_DPI, alt: str
         w.observe(redraw, names="value")
     redraw()
     first = ", ".join(f"{k} = {w.value}" for k, w in controls.items())
-    shown = _img_tag(_first_frame(update_fn, controls, image, dpi), (alt or "Live figure") + f" ({first})")
-    html = (f'<div class="{LIVE_CLASS}">{shown}'
+    png = _first_frame(update_fn, controls, image, dpi)
+    shown = _img_tag(png, (alt or caption or "Live figure") + f" ({first})")
+    what = caption or alt or getattr(png, "fig_title", None) or "Live figure"
+    html = (f'<div class="{LIVE_CLASS}">{_figure_html(shown, what)}'
             f"<p><small>A live slider ({', '.join(controls)}) drives this figure when you run this chapter "
             f"(Colab, Binder or Jupyter: the buttons at the top); here it shows {first}.</small></p></div>")
     box = SliderBox([widgets.HBox(list(controls.values())), image, note], fallback_png=bytes(image.value),
@@ -493,13 +517,20 @@ def live_slider(update_fn: Callable[..., Any], *, dpi: int = FRAME_DPI, alt: str
 
 
 def _first_frame(update_fn: Callable[..., Any], controls: dict, image: Any, dpi: int) -> bytes:
-    """What the site shows of a live slider: its first figure drawn once more, with its phone version, when
-    `update_fn` draws a new Figure per call (one it keeps and redraws must not be re-laid out: then the
-    widget's own PNG)."""
-    kept = update_fn(**{k: w.value for k, w in controls.items()})
+    """What the site shows of a live slider: its first figure with its phone version: drawn once more when
+    `update_fn` draws a new Figure per call; from ``update_fn.new_figure(**values)`` (a new Figure of the same
+    frame) when `update_fn` keeps one Figure and redraws it (that one must not be re-laid out); as returned
+    when it returns `Rendered` PNG bytes (`attnlab.book.png`); else the widget's own PNG."""
+    values = {k: w.value for k, w in controls.items()}
+    new_figure = getattr(update_fn, "new_figure", None)
+    if new_figure is not None:
+        return render(new_figure(**values), dpi)
+    kept = update_fn(**values)
+    if isinstance(kept, Rendered):
+        return kept
     if isinstance(kept, (bytes, bytearray)):
         return bytes(image.value)
-    again = update_fn(**{k: w.value for k, w in controls.items()})
+    again = update_fn(**values)
     if again is kept:
         return bytes(image.value)
     import matplotlib.pyplot as plt

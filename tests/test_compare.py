@@ -144,3 +144,27 @@ def test_grid_critical_n_equals_the_whole_grid(scale):
     assert (crit["critical_n"] == 48) == (scale == 0.0)
     k = list(ns).index(n_top) + 1
     assert d == pytest.approx(d_all[..., :k])
+
+
+def test_length_figure_labels_every_axis_and_its_legend_covers_no_panel(quick_minilm):
+    """Fig. 7.2: each panel's y axis carries numbers (a log axis within one decade once had none), and the one
+    legend sits below the panels, overlapping none of them, on the desktop figure and its phone version."""
+    from matplotlib.text import Text
+
+    from attnlab import widgets as aw
+    from attnlab.tools import report
+
+    for phone in (False, True):
+        fig = report.length_figure(quick_minilm)
+        if phone:
+            assert aw.phone_layout(fig)
+        fig.draw_without_rendering()
+        for ax in fig.axes:
+            numbers = [t for t in ax.yaxis.get_ticklabels() if isinstance(t, Text) and t.get_text().strip()
+                       and ax.get_ylim()[0] <= t.get_position()[1] <= ax.get_ylim()[1]]
+            assert len(numbers) >= 2, (ax.get_title(), phone, [t.get_text() for t in numbers])
+            assert ax.get_legend() is None
+        (legend,) = fig.legends
+        box = legend.get_window_extent()
+        assert not any(box.overlaps(ax.get_window_extent()) for ax in fig.axes), phone
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width + 1, (phone, box, fig.bbox)

@@ -134,6 +134,9 @@ def test_claims_table(figures):
     for r in rows:
         assert set(r) == {"id", "reading", "claim", "paper", "measured", "verdict", "value", "unit"}
         assert r["verdict"] in VERDICTS
+    from attnlab.figures import paper1_all_claims
+
+    assert {r["model"] for r in paper1_all_claims(res)} == {r.provenance["model"] for r in res.values()}  # one
     by = {r["id"]: r["verdict"] for r in rows}
     assert by["p1-cor1"] == by["p1-thm1-R"] == by["p1-thm2-lower"] == by["p1-cor3-exact"] == "holds"
     assert by["p1-fig2b-plateau"] == "not applicable"          # quick grid stops at N = 20

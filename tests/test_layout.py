@@ -223,24 +223,26 @@ def test_per_model_views_read_every_models_rows():
     the claim rows of each model (no verdict typed)."""
     from attnlab import book
 
-    def rows(kind, **verdicts):
+    def rows(model, kind, **verdicts):
         return [{"id": cid, "claim": f"claim {cid}", "paper": "p", "measured": f"m {cid}", "verdict": v,
-                 "model_kind": kind} for cid, v in verdicts.items()]
+                 "model_kind": kind, "model": model} for cid, v in verdicts.items()]
 
-    per_model = {"minilm": rows("bidirectional encoder", **{"p1-cor1": "holds", "p1-fig2c-critical": "does not hold"}),
-                 "smollm2": rows("causal decoder, 4-bit weights", **{"p1-cor1": "holds",
-                                                                      "p1-fig2c-critical": "holds"})}
-    build = per_model["minilm"] + [{"id": "tsc-hardmax", "verdict": "holds"},
-                                   {"id": "tsc-real-beta-heads", "verdict": "does not hold", "reading": "per head"}]
+    per_model = {"minilm": rows("minilm", "bidirectional encoder",
+                                **{"p1-cor1": "holds", "p1-fig2c-critical": "does not hold"}),
+                 "smollm2": rows("smollm2", "causal decoder, 4-bit weights",
+                                 **{"p1-cor1": "holds", "p1-fig2c-critical": "holds"})}
+    build = per_model["minilm"] + [{"id": "tsc-hardmax", "verdict": "holds", "model": None},
+                                   {"id": "tsc-real-beta-heads", "verdict": "does not hold", "reading": "per head",
+                                    "model": "minilm"}]
     html = book.chapter_map(build, per_model).data
     heads = html[html.index("per-head β"):]                         # a claim measured under one reading only
     assert heads.index("does not hold") < heads.index("</tr>")
     assert "smollm2<br><small>causal decoder, 4-bit weights</small>" in html
     assert "minilm<br><small>bidirectional encoder</small>" in html
-    assert html.count("<th ") == 3                                    # claim + one verdict column per model
+    assert html.count("<th ") == 4                    # claim + one verdict column per model + synthetic tokens
     six = html[html.index("The 6% rule"):html.index("Geometric separability")]
     assert six.index("does not hold") < six.index("<b>holds</b>")
-    assert "—" in html[html.index("near the hardmax"):]             # paper 2: the build's model only
+    assert "—" in html[html.index("near the hardmax"):]             # paper 2: under its own model only
     changes = book.model_changes(per_model)
     assert [r["id"] for r in changes["differs"]] == ["p1-fig2c-critical"]
     assert [r["id"] for r in changes["same"]] == ["p1-cor1"]

@@ -234,9 +234,10 @@ def test_claims_rows(quick_results):
                                        "tsc-hardmax", "tsc-real-beta", "tsc-real-beta-heads"]
     assert rows[-1]["reading"] == scc.HEADS_READING and all(not r["reading"] for r in rows[:-1])
     for r in rows:
-        assert set(r) == {"id", "reading", "claim", "paper", "measured", "verdict", "value", "unit"}
+        assert set(r) == {"id", "reading", "claim", "paper", "measured", "verdict", "value", "unit", "model"}
         assert r["verdict"] in ("holds", "does not hold", "not applicable")
     assert rows[-1]["verdict"] == "not applicable"
+    assert [r["model"] for r in rows] == [None] * 6        # synthetic tokens, and no tsc_real here: no model
     assert all(r["verdict"] == "not applicable" for r in scc.tsc_claims({}))
 
 

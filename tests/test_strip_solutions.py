@@ -113,3 +113,11 @@ def test_the_try_this_line_says_the_solutions_are_held_back():
     stripped, _ = strip_solutions.strip_notebook(nb)
     text = "".join(next(c for c in stripped["cells"] if c["id"] == "try")["source"])
     assert text == "## Try this\n\nThe solutions are held back in this copy of the book."
+
+
+def test_the_landing_page_tells_an_instructor_how_to_hold_the_solutions_back():
+    """book/intro.md names the Makefile's switch and the script, and quotes the note the script writes."""
+    intro = (ROOT / "book" / "intro.md").read_text(encoding="utf-8")
+    assert "make book SOLUTIONS=0" in intro and "ifeq ($(SOLUTIONS),0)" in (ROOT / "Makefile").read_text()
+    assert "python scripts/strip_solutions.py" in intro
+    assert f'"{strip_solutions.NOTE}"' in " ".join(intro.split())

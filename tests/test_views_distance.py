@@ -6,6 +6,7 @@ import torch
 
 matplotlib.use("Agg")
 
+from attnlab import widgets as aw  # noqa: E402
 from attnlab.core.result import Result  # noqa: E402
 from attnlab.views import distance as views  # noqa: E402
 
@@ -82,6 +83,8 @@ def test_live_head_figure_redraws_the_same_figure():
     first = draw(0, 0, 2)
     assert first[:8] == b"\x89PNG\r\n\x1a\n" and draw(0, 0, 5) != first
     assert draw(0, 0, 2) == first                                   # only the data changed, and back
+    fresh = draw.new_figure(0, 0, 2)                    # the site's frame: a new Figure, the kept one untouched
+    assert aw.fig_to_png(fresh, close=False) == first and aw.render(fresh).phone and draw(0, 0, 2) == first
 
 
 def test_vectors_frame_is_a_png():

@@ -7,6 +7,7 @@ import torch
 
 matplotlib.use("Agg")
 
+from attnlab import widgets as aw  # noqa: E402
 from attnlab.core.result import Result  # noqa: E402
 from attnlab.views import vanishing as views  # noqa: E402
 
@@ -46,6 +47,8 @@ def test_head_figure_redraws_one_figure():
     draw = views.head_figure(_Trace())
     first = draw(0, 0, 1.0)
     assert first[:4] == b"\x89PNG" and draw(0, 0, 0.25) != first and draw(0, 0, 1.0) == first
+    fresh = draw.new_figure(0, 0, 1.0)                  # the site's frame: a new Figure, the kept one untouched
+    assert aw.fig_to_png(fresh, close=False) == first and aw.render(fresh).phone and draw(0, 0, 1.0) == first
 
 
 @pytest.fixture(autouse=True)

@@ -237,3 +237,36 @@ def test_a_live_sliders_page_figure_has_its_phone_version_unless_the_figure_is_k
     kept = _panels(2)
     html = aw.live_slider(lambda T: kept, T=(0.5, 2.0, 0.5))._repr_mimebundle_()["text/html"]
     assert "<picture" not in html and kept.get_size_inches()[0] == 9  # a kept Figure is never re-laid out
+
+
+def test_a_live_slider_is_a_numbered_figure_with_a_caption_and_a_phone_version():
+    """On the site a live slider's figure is a figure with its caption (the build numbers it), drawn for phones
+    too: from `update_fn.new_figure` when `update_fn` redraws one kept Figure into PNG bytes, and as returned
+    when `update_fn` returns a Rendered PNG (book.png)."""
+    kept = _panels(2)
+
+    def draw(T):
+        return aw.fig_to_png(kept, close=False)
+
+    draw.new_figure = lambda T: _panels(2)
+    html = aw.live_slider(draw, caption="two panels", T=(0.5, 2.0, 0.5))._repr_mimebundle_()["text/html"]
+    assert "<picture><source" in html and kept.get_size_inches()[0] == 9
+    assert f'<figure class="{aw.FIGURE_CLASS}"' in html and '<figcaption class="attnlab-caption">two panels<' in html
+    html = aw.live_slider(lambda T: aw.render(_panels(2)), T=(0.5, 2.0, 0.5))._repr_mimebundle_()["text/html"]
+    assert "<picture><source" in html and "<figcaption" in html
+
+
+def test_a_phone_version_keeps_long_x_labels_and_figure_legends_inside_the_image():
+    """Fig. 6.2's x label ran off the phone image ("... farthest from th"); a figure legend of 3 columns too."""
+    fig = _panels(2)
+    fig.axes[1].set_xlabel("p1-fig3-saturation: median N_s/N farthest from the band, a label that is long")
+    fig.axes[0].plot([0, 1], [0, 1], label="sa_softmax(variant=normalized)")
+    fig.axes[0].plot([0, 1], [1, 0], label="ssmax(ref_length=64)")
+    fig.legend(*fig.axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=2)
+    assert aw.phone_layout(fig)
+    fig.draw_without_rendering()
+    width = fig.bbox.width
+    for artist in [ax.xaxis.label for ax in fig.axes] + list(fig.legends):
+        box = artist.get_window_extent()
+        assert box.x0 >= -1 and box.x1 <= width + 1, (artist, box, width)
+    assert "\n" in fig.axes[1].get_xlabel()

@@ -22,6 +22,17 @@ def claim_row(cid: str, claim: str, paper: str, measured: str, verdict: str, rea
             "value": None if value is None else float(value), "unit": unit}
 
 
+
+def with_model(rows: list[dict], *results) -> list[dict]:
+    """`rows` (claim rows) with `model`: the model the Results they were read from were computed with, from each
+    Result's provenance (its `model`); None for Results of synthetic tokens (no model) or no Result at all (None
+    entries). Results of different models in one call are a bug: a ValueError."""
+    models = {r.provenance.get("model") for r in results if r is not None}
+    if len(models) > 1:
+        raise ValueError(f"claim rows read from Results of several models: {sorted(map(str, models))}")
+    model = models.pop() if models else None
+    return [dict(r, model=model) for r in rows]
+
 #: the tolerance of every inequality a claim tests (`holds_le`). The captured tensors (attention weights, scores, q, k,
 #: x) are float32: each carries a relative rounding of a few units of 2^-23 ~ 1.2e-7, and the weights of a row sum to 1
 #: only within about that (3e-8 measured on a SmolLM2 row), which abar and 1 - abar inherit. A quantity formed from

@@ -6,7 +6,7 @@ from typing import Optional
 import numpy as np
 
 from attnlab.core.result import Result
-from attnlab.core.verdicts import claim_row, holds_le, within
+from attnlab.core.verdicts import claim_row, holds_le, with_model, within
 
 _row = claim_row
 
@@ -164,8 +164,10 @@ def tsc_claims(results: dict) -> list[dict]:
     moment |beta| at or above beta(H) within 2 standard errors (the upper-bound reading; our H with
     the temperature inside A, the authors' H reported beside it); hardmax: |slope| < 0.1 for the
     covariance error at the largest scale (the mean error is fluctuation only, see _claim_hardmax); per
-    head (reading HEADS_READING, a last row): every head's exponents at or above beta(H_j)."""
+    head (reading HEADS_READING, a last row): every head's exponents at or above beta(H_j).
+    Every row carries `model`, its Result's (`with_model`: None for synthetic tokens)."""
     get = results.get
-    return (_claim_uniform(get("tsc_uniform")) + _claim_moments(get("tsc_moments"))
-            + _claim_hardmax(get("tsc_hardmax")) + _claim_real(get("tsc_real"))
-            + _claim_real_heads(get("tsc_real")))
+    return [row for fig, claim in (("tsc_uniform", _claim_uniform), ("tsc_moments", _claim_moments),
+                                   ("tsc_hardmax", _claim_hardmax), ("tsc_real", _claim_real),
+                                   ("tsc_real", _claim_real_heads))
+            for row in with_model(claim(get(fig)), get(fig))]

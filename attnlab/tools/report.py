@@ -463,13 +463,16 @@ def length_figure(
             )
         ax.set_xscale("log", base=2)
         if key in log_keys:
-            from matplotlib.ticker import NullFormatter
+            from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-            ax.set_yscale("log")
+            ax.set_yscale("log")                # 1-2-5 ticks, labelled: a range within one decade keeps numbers
+            ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("L")
         ax.set_title(LABELS.get(key, key), fontsize=9)
-    axes[-1].legend(loc="best")
+    # one legend below the panels, covering none of them (a phone's version stacks it in one column)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=min(3, len(axes[0].lines)))
     return fig
 
 

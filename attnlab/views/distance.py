@@ -98,7 +98,8 @@ def sweep_frame(result, by: str, x):
 def head_distance_figure(tr, keys: Sequence[str] = ("dmax_R", "dmax_B", "E", "dtilde_b")):
     """The live one-head figure, built once: returns draw(layer, head, N) -> PNG bytes of d~, E and both bounds
     per query row of Trace `tr`, which only sets the new data (a new figure per update spent most of its time
-    building axes, ticks and texts)."""
+    building axes, ticks and texts). ``draw.new_figure(layer, head, N)``:
+    the same frame in a new Figure (what `attnlab.widgets.live_slider` lays out for a phone)."""
     from matplotlib.figure import Figure
 
     from attnlab.normalization.metrics import distance
@@ -106,27 +107,37 @@ def head_distance_figure(tr, keys: Sequence[str] = ("dmax_R", "dmax_B", "E", "dt
 
     vis = tr.visible()
     t = np.arange(tr.n_tokens)
-    fig = Figure(figsize=(6.0, 2.6))               # not pyplot's: it stays open and is never shown by itself
-    ax = fig.subplots()
-    fig.subplots_adjust(left=0.13, right=0.98, bottom=0.17, top=0.9)   # room for 5-digit tick labels
-    lines = {key: ax.plot(t, np.ones(len(t)), "-" if key != "dtilde_b" else ".", ms=2, lw=0.8,
-                          color=COLORS[key], label=LABELS[key])[0] for key in keys}
-    ax.set(yscale="log", xlabel="query position t", ylabel="distance")
-    book.plain_log(ax)
-    ax.legend(ncol=2, loc="upper left")            # two rows: four labels do not fit one line
-    title = ax.set_title("")
+
+    def build():                                   # the figure and its update(...) -> Figure
+        fig = Figure(figsize=(6.0, 2.6))           # not pyplot's: it stays open and is never shown by itself
+        ax = fig.subplots()
+        fig.subplots_adjust(left=0.13, right=0.98, bottom=0.17, top=0.9)   # room for 5-digit tick labels
+        lines = {key: ax.plot(t, np.ones(len(t)), "-" if key != "dtilde_b" else ".", ms=2, lw=0.8,
+                              color=COLORS[key], label=LABELS[key])[0] for key in keys}
+        ax.set(yscale="log", xlabel="query position t", ylabel="distance")
+        book.plain_log(ax)
+        ax.legend(ncol=2, loc="upper left")            # two rows: four labels do not fit one line
+        title = ax.set_title("")
+
+        def update(layer, head, N):
+            st = distance.distance_stats(tr.probs[layer, head], tr.v[layer, head], [N], vis, stats=tuple(keys))
+            ys = {key: st[key][:, 0].numpy() for key in keys}
+            for key in keys:
+                lines[key].set_ydata(ys[key])
+            shown = np.concatenate([y[np.isfinite(y) & (y > 0)] for y in ys.values()])
+            if len(shown):
+                ax.set_ylim(shown.min() / 1.5, shown.max() * 40)      # room for the legend at the top
+            title.set_text(f"layer {tr.layers[layer]}, head {tr.heads[head]}, L = {tr.n_tokens}, N = {N}")
+            return fig
+
+        return update
+
+    kept = build()
 
     def draw(layer, head, N):
-        st = distance.distance_stats(tr.probs[layer, head], tr.v[layer, head], [N], vis, stats=tuple(keys))
-        ys = {key: st[key][:, 0].numpy() for key in keys}
-        for key in keys:
-            lines[key].set_ydata(ys[key])
-        shown = np.concatenate([y[np.isfinite(y) & (y > 0)] for y in ys.values()])
-        if len(shown):
-            ax.set_ylim(shown.min() / 1.5, shown.max() * 40)      # room for the legend at the top
-        title.set_text(f"layer {tr.layers[layer]}, head {tr.heads[head]}, L = {tr.n_tokens}, N = {N}")
-        return fig_to_png(fig, close=False)
+        return fig_to_png(kept(layer, head, N), close=False)
 
+    draw.new_figure = lambda layer, head, N: build()(layer, head, N)   # the site's frame, drawn for phones too
     return draw
 
 

@@ -75,7 +75,9 @@ def sorted_weights(tr, layer: int, head: int, tau: float) -> np.ndarray:
 def head_figure(tr, ranks: Sequence[int] | None = None):
     """The live figure for Trace `tr`, built once: returns draw(layer, head, tau) -> PNG bytes (the 10-90% band
     and median of the sorted weights against rank, and every row's largest weight), which only sets the new data
-    (a new figure per update spent most of its time building axes, ticks and texts)."""
+    (a new figure per update spent most of its time building axes, ticks and texts).
+    ``draw.new_figure(layer, head, tau)``: the same frame in a new Figure (what `attnlab.widgets.live_slider`
+    lays out for a phone)."""
     from matplotlib.figure import Figure
 
     from attnlab.widgets import fig_to_png
@@ -83,28 +85,38 @@ def head_figure(tr, ranks: Sequence[int] | None = None):
     L = tr.n_tokens
     ranks = np.unique(np.geomspace(1, L, 400).round().astype(int)) if ranks is None else np.asarray(ranks)
     rank = ranks[ranks <= L]
-    fig = Figure(figsize=(6.4, 2.5))               # not pyplot's: it stays open and is never shown by itself
-    a1, a2 = fig.subplots(1, 2)
-    fig.subplots_adjust(left=0.13, right=0.98, bottom=0.19, top=0.88, wspace=0.35)
-    floor = np.full(len(rank), 1e-12)
-    band = a1.fill_between(rank, floor, floor, color="tab:purple", alpha=0.25, lw=0, label="10-90% of rows")
-    (median,) = a1.plot(rank, floor, color="tab:purple", lw=1.2, label="median row")
-    a1.axhline(1 / L, color="k", ls="--", lw=1, label="1/L")
-    a1.set(xscale="log", yscale="log", ylim=(1e-8, 1.2), xlabel="rank of the key in its row", ylabel="weight")
-    a1.legend()
-    (top,) = a2.plot(np.arange(L), np.ones(L), ".", ms=2, color="tab:purple")
-    a2.axhline(1 / L, color="k", ls="--", lw=1)
-    a2.set(yscale="log", ylim=(1 / L / 2, 1.2), xlabel="query position t", ylabel="largest weight")
-    book.plain_log(a1, a2)
-    title = fig.suptitle("")
+
+    def build():                                   # the figure and its update(...) -> Figure
+        fig = Figure(figsize=(6.4, 2.5))           # not pyplot's: it stays open and is never shown by itself
+        a1, a2 = fig.subplots(1, 2)
+        fig.subplots_adjust(left=0.13, right=0.98, bottom=0.19, top=0.88, wspace=0.35)
+        floor = np.full(len(rank), 1e-12)
+        band = a1.fill_between(rank, floor, floor, color="tab:purple", alpha=0.25, lw=0, label="10-90% of rows")
+        (median,) = a1.plot(rank, floor, color="tab:purple", lw=1.2, label="median row")
+        a1.axhline(1 / L, color="k", ls="--", lw=1, label="1/L")
+        a1.set(xscale="log", yscale="log", ylim=(1e-8, 1.2), xlabel="rank of the key in its row", ylabel="weight")
+        a1.legend()
+        (top,) = a2.plot(np.arange(L), np.ones(L), ".", ms=2, color="tab:purple")
+        a2.axhline(1 / L, color="k", ls="--", lw=1)
+        a2.set(yscale="log", ylim=(1 / L / 2, 1.2), xlabel="query position t", ylabel="largest weight")
+        book.plain_log(a1, a2)
+        title = fig.suptitle("")
+
+        def update(layer, head, tau):
+            srt = sorted_weights(tr, layer, head, tau)
+            lo, med, hi = np.maximum(np.percentile(srt[:, rank - 1], [10, 50, 90], axis=0), 1e-12)   # over rows
+            band.set_verts([np.column_stack([np.r_[rank, rank[::-1]], np.r_[lo, hi[::-1]]])])
+            median.set_ydata(med)
+            top.set_ydata(srt[:, 0])
+            title.set_text(f"layer {tr.layers[layer]}, head {tr.heads[head]}, L = {L}, temperature {tau:g} x model's")
+            return fig
+
+        return update
+
+    kept = build()
 
     def draw(layer, head, tau):
-        srt = sorted_weights(tr, layer, head, tau)
-        lo, med, hi = np.maximum(np.percentile(srt[:, rank - 1], [10, 50, 90], axis=0), 1e-12)   # over rows
-        band.set_verts([np.column_stack([np.r_[rank, rank[::-1]], np.r_[lo, hi[::-1]]])])
-        median.set_ydata(med)
-        top.set_ydata(srt[:, 0])
-        title.set_text(f"layer {tr.layers[layer]}, head {tr.heads[head]}, L = {L}, temperature {tau:g} x model's")
-        return fig_to_png(fig, close=False)
+        return fig_to_png(kept(layer, head, tau), close=False)
 
+    draw.new_figure = lambda layer, head, tau: build()(layer, head, tau)   # the site's frame, drawn for phones too
     return draw
