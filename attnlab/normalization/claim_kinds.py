@@ -96,11 +96,11 @@ def _claim(cid: str, spec: dict, known: dict) -> Claim:
         raise ValueError(f"claims.toml: claim {cid}: missing or unknown fields {missing}")
     spec = dict(spec, kind=KIND_NAMES.get(spec["kind"], spec["kind"]), threshold=spec.get("threshold", ""),
                 also=tuple(spec.get("also", ())))
-    judged = spec["compare"] != "every row"          # a claim judged against a threshold names a known one
+    # a claim judged against a threshold names a known one; a claim about every row names none
+    threshold_ok = spec["threshold"] in known if spec["compare"] != "every row" else spec["threshold"] == ""
     bad = ([k for k in sorted(required) if not isinstance(spec[k], str) or not spec[k].strip()]
            + ["kind"] * (spec["kind"] not in KINDS) + ["compare"] * (spec["compare"] not in TOLERANCES)
-           + ["threshold"] * ((spec["threshold"] in known) != judged or (not judged and spec["threshold"] != ""))
-           + ["also"] * (not all(a in known for a in spec["also"])))
+           + ["threshold"] * (not threshold_ok) + ["also"] * (not all(a in known for a in spec["also"])))
     if bad:
         raise ValueError(f"claims.toml: claim {cid}: empty or wrong {', '.join(dict.fromkeys(bad))}")
     return Claim(id=cid, **spec)
