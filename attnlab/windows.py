@@ -19,7 +19,7 @@ from attnlab.core.result import Result
 from attnlab.core.util import progress as progress_bar
 from attnlab.core.verdicts import holds_le
 from attnlab.figures import Inputs, claim_rows, model_kind
-from attnlab.normalization.claim_kinds import thresholds
+from attnlab.normalization.claim_kinds import threshold, thresholds
 
 #: the corpora every window set draws from: the paper's novel, and a second corpus of another kind
 WINDOW_CORPORA = ("war_and_peace", "wikitext2")
@@ -155,8 +155,8 @@ def reading_critical_over_windows(model: str, windows: Sequence[TextWindow], rea
                                   max_length: int = BOOK_MAX_LENGTH, lengths: Sequence[int] = (64, 128, 256, 512)
                                   ) -> list[dict]:
     """Fig. 2c's critical N under one reading "E / d / vectors" (`readings.theorem1`) in each window: rows window
-    (label), L, critical_n, critical_frac (NaN where none), holds (the 6% rule at that L)."""
-    from attnlab.normalization.paper import CRITICAL_FRAC
+    (label), L, critical_n, critical_frac (NaN where none), holds (the 6% rule at that L: the claim registry's
+    CRITICAL_FRAC)."""
     from attnlab.normalization.readings.theorem1 import thm1_readings
 
     e, d, vec = reading.split(" / ")
@@ -169,7 +169,8 @@ def reading_critical_over_windows(model: str, windows: Sequence[TextWindow], rea
             if r["kind"] == "critical":
                 rows.append({"window": w.label, "corpus": w.corpus, "start": w.start, "L": r["L"],
                              "critical_n": r["critical_n"], "critical_frac": r["critical_frac"],
-                             "holds": 0 < r["critical_n"] and holds_le(r["critical_n"], CRITICAL_FRAC * r["L"])})
+                             "holds": 0 < r["critical_n"] and holds_le(r["critical_n"],
+                                                                       threshold("CRITICAL_FRAC") * r["L"])})
     return rows
 
 

@@ -12,7 +12,7 @@ Data flows one way, from a model's captured attention (`core.capture.Trace`) to 
                 (separability), lemma2 (Fig. 4's slope)
     paper, bounds       the paper's numbers and closed-form bounds
     experiments         the six figures from a model and a text (streaming: long windows in blocks)
-    plots, claims       their figures and claim rows; claim_kinds: the claim registry (kind, chapter, threshold,
-                        what a failure means)
+    plots, claims       their figures and claim rows; claim_kinds: the claim registry (claims.toml: one table
+                        per claim, its words, kind, test, unit, threshold, tolerance, failure, chapter)
     oracle              per-row reference implementations (tests and benchmarks only)
 """

@@ -1,109 +1,164 @@
-"""The paper-1 claim registry: one `Claim` per claim id of `claims.paper1_claims` -- what kind of statement it is,
-the chapter that shows it and its label there (`book.CHAPTER_CLAIMS`), the paper's value or band its number is judged
-against (`windows.claim_thresholds`), and what a failure of it means (chapter 6). Every comparison a claim makes
-uses the one tolerance rule `core.verdicts.holds_le`. The claim rows themselves (the paper's words, the measured
-number and its unit) come from `claims.paper1_claims`."""
+"""The paper-1 claim registry: one `Claim` per claim id, loaded from claims.toml (one table per claim: the paper's
+words, kind, this book's test, the number it turns on with its unit, threshold, tolerance, what a failure means,
+the chapter that shows it and its label there), and the thresholds (`THRESHOLDS`) its tests read.
+
+Everything else reads it: the checker (`claims.paper1_claims`, the readings' `reading_claims`) takes its texts and
+thresholds from here (`threshold`, `claim_text`), the chapter map its labels (`chapter_labels`), the text windows
+the lines they draw (`thresholds`), chapter 6 the kinds and explanations (`by_kind`, `why`) and the threshold
+sweeps (`trial`: a threshold tried at another value for the claims checked inside a `with` block)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from attnlab.normalization.claims import DROP_FACTOR, LINEAR_R2, PLATEAU_REL, SLOPE_TOL
-from attnlab.normalization.paper import CRITICAL_FRAC, SEPARABILITY_BAND
+from attnlab.core.verdicts import RTOL
+from attnlab.normalization import paper
+
+try:
+    import tomllib
+except ModuleNotFoundError:          # Python 3.10: the same parser, as a package (pyproject's dependencies)
+    import tomli as tomllib
 
 THEOREM = "Theorems (must hold)"                                       # proved: must hold on every row of every model
 PRINTED = "Bounds as printed (not proved in that form)"                # the paper's bounds as printed / read
 EMPIRICAL = "Empirical statements about GPT-2 (may differ on another model)"   # what the authors saw on GPT-2
 KINDS = (THEOREM, PRINTED, EMPIRICAL)
+KIND_NAMES = {"theorem": THEOREM, "printed": PRINTED, "empirical": EMPIRICAL}   # claims.toml's names
+
+#: compare -> the tolerance of the comparison (the one rule `core.verdicts.holds_le`, RTOL relative, and absolute on
+#: the scale of the terms where a side is near zero by cancellation)
+TOLERANCES = {
+    "every row": f"each row's inequality holds up to holds_le (RTOL = {RTOL:g} of the terms' magnitude); the claim "
+                 "holds when the share of rows is exactly 1",
+    "at most": f"holds_le(number, threshold): RTOL = {RTOL:g} relative",
+    "at least": f"holds_le(threshold, number): RTOL = {RTOL:g} relative",
+    "within": f"holds_le on both ends of the band: RTOL = {RTOL:g} relative",
+    "near -1": f"holds_le(|number + 1|, threshold): RTOL = {RTOL:g} relative",
+}
+REGISTRY_FILE = Path(__file__).with_name("claims.toml")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A number verdicts turn on: `value` (a float, or a band's two ends), what it bounds (`means`), and whether the
+    paper states it (`source` "paper": the value is `normalization.paper`'s) or it is this book's reading ("book")."""
+
+    name: str
+    value: float | tuple[float, ...]
+    means: str
+    source: str
 
 
 @dataclass(frozen=True)
 class Claim:
-    """One paper-1 claim. kind: one of KINDS; chapter: the number of the chapter that shows it; label: its line in
-    the chapter map; failure: what a failure means, a `str.format` template over `failure_facts` (literal braces
-    doubled), written in advance for either outcome; threshold: the paper's value, or the two ends of its band,
-    that the claim's number is judged against (() for the claims about every row: share of rows = 1)."""
+    """One paper-1 claim (a table of claims.toml). kind: one of KINDS; chapter: the number of the chapter that shows
+    it; label: its line in the chapter map; paper: the paper's words; claim: this book's test (a template, see
+    `claim_text`); unit: the number its verdict turns on; threshold: the name of the threshold that number is judged
+    against ("" for the claims about every row); also: other thresholds the test reads; compare: how (a key of
+    TOLERANCES); failure: what a failure means, a template over `failure_facts` (literal braces doubled)."""
 
+    id: str
     kind: str
     chapter: str
     label: str
+    paper: str
+    claim: str
+    unit: str
+    threshold: str
+    compare: str
     failure: str
-    threshold: tuple[float, ...] = ()
+    also: tuple[str, ...] = ()
+
+    @property
+    def tolerance(self) -> str:
+        return TOLERANCES[self.compare]
 
 
-CLAIMS: dict[str, Claim] = {   # in the chapters' order (the chapter map's)
-    "p1-cor1": Claim(THEOREM, "1", "every weight inside the Corollary 1 band (theorem)", (
-        "A failure would be a bug: Corollary 1 follows from |qᵀk| ≤ ‖q‖‖k‖.")),
-    "p1-thm1-R": Claim(THEOREM, "2", "Theorem 1 bound above the distance (reconstruction; theorem)", (
-        "A failure would be a bug: the reconstruction is proved by the triangle inequality.")),
-    "p1-thm1-B": Claim(PRINTED, "2", "Theorem 1 bound as printed in a summary", (
-        "The published summary's printed form of Theorem 1 follows from the triangle inequality for N = 1; "
-        "for N > 1 it leaves out the spread of the selected tokens around s, so rows whose selected tokens "
-        "point in different directions can exceed it. The reconstruction (p1-thm1-R) keeps that term and "
-        "holds.")),
-    "p1-thm1-a": Claim(THEOREM, "2", "reading (a) bound (theorem)", (
-        "A failure would be a bug.")),
-    "p1-fig2a-linear": Claim(EMPIRICAL, "2", "the distance grows about linearly in L (Fig. 2a)", (
-        "A straight line in L needs each extra unselected token to add about the same distance. The head "
-        "population and the masking (bidirectional rows see all L keys; causal rows see fewer) change the "
-        "curvature. For E, chapter 2 measures how far below its proved bound each reading starts, which "
-        "decides whether it can grow linearly over these lengths, and how the readings fare against Corollary "
-        "2(i) as this book reads it."),
-        threshold=(LINEAR_R2,)),
-    "p1-fig2b-plateau": Claim(EMPIRICAL, "2", "the distance plateaus for N ≥ 20 (Fig. 2b)", (
-        "The plateau after N = 20 is a property of GPT-2's heads at L = 1024; with a shorter window N = 100 "
-        "removes a much larger share of the keys, so the distance can keep falling."),
-        threshold=(PLATEAU_REL,)),
-    "p1-fig2c-critical": Claim(EMPIRICAL, "3", "critical N at most 6% of L (Fig. 2c)", (
-        "The two per-head samples become indistinguishable only when the true distance d̃ has come down to "
-        "its random-set expectation E. Compare the slopes of d̃ and E in the p1-fig2a-linear row: on this "
-        "model d̃ is far above E, so only N close to L brings them together. The power of the KS test also "
-        "depends on the number of heads (72 for MiniLM, 144 for GPT-2). Every other reading of E, d̃ and the "
-        "vectors is counted in the next section."),
-        threshold=(CRITICAL_FRAC,)),
-    "p1-thm2-lower": Claim(THEOREM, "4", "Theorem 2 lower bound (theorem)", (
-        "A failure would be a bug: 1{{X < r}} ≥ 1 − X/r.")),
-    "p1-thm2-upper-R": Claim(PRINTED, "4", "Theorem 2 upper bound (reconstruction)", (
-        "The reconstruction uses (ξ_i − r)₊: every selected token with ξ_i < r contributes exactly 1, so it "
-        "is loose wherever tokens are inside the ball; it can fail where many ξ_i exceed r and yet N_s/N is "
-        "high.")),
-    "p1-thm2-upper-B": Claim(PRINTED, "4", "Theorem 2 upper bound as printed in a summary", (
-        "It fails at N = 1 by construction, on any model: the single selected token is s itself, so ξ = 0 and "
-        "N_s/N = 1, while the printed bound is exp(−r²/16) < 1. More generally it comes from a Hoeffding-type "
-        "step applied to one bounded variable, with ξ_i standing in for an expectation over random "
-        "configurations (Assumption 1): a heuristic for averages, not a bound for single rows. The paper "
-        "itself only says that it 'tracks the empirical maxima closely'.")),
-    "p1-fig3-saturation": Claim(EMPIRICAL, "4", "N_s/N saturates in 70–85% (Fig. 3)", (
-        "The 70–85% band is what GPT-2's heads do; the level depends on how concentrated each head's "
-        "attention is. On this model the rows are diffuse (mean largest weight {max_weight:.2f} at L = "
-        "{L_top}, from the fig1 Result), so the extra selected tokens are light ones in the crowd near the "
-        "origin (chapter 4's circle picture). The choice of vectors moves it most: see the next section."),
-        threshold=tuple(SEPARABILITY_BAND)),
-    "p1-cor3-exact": Claim(THEOREM, "5", "g ≤ 1/(2T), the exact bound (theorem)", (
-        "A failure would be a bug: the Jacobian's norm is at most 1/(2T).")),
-    "p1-cor3-paper": Claim(PRINTED, "5", "g ≤ min{1/(4T), √2} as printed", (
-        "Two things. For T < 1/(4√2) ≈ 0.18 the curve is the flat √2. But √2 (the diameter of the simplex) "
-        "caps the change of the weights, ‖Δα‖ ≤ √2, so it bounds g only by √2/ε: with ε = 10⁻³ rows near a "
-        "tie give g far above √2. And for larger T, 1/(4T) bounds the Jacobian's entries, while its norm "
-        "reaches 1/(2T) at a tie (chapter 5). The exact bound 1/(2T) (p1-cor3-exact) holds. {cor3_flat}")),
-    "p1-fig4-slope": Claim(EMPIRICAL, "5", "g follows 1/T below T = 0.1 (Fig. 4)", (
-        "The row mean of g at temperature T is carried by the rows whose two largest logits lie within about "
-        "T of each other; each contributes up to 1/(2T), but their share shrinks as T falls. If that share "
-        "shrinks like T, the mean stays flat; a 1/T law needs a share of near-tied rows that does not shrink. "
-        "The maximum over the rows does follow 1/T: see the next section and chapter 5."),
-        threshold=(-1 - SLOPE_TOL, -1 + SLOPE_TOL)),
-    "p1-fig4-drop": Claim(EMPIRICAL, "5", "g drops 100× from T = 0.01 to T ≥ 1", (
-        "The drop is measured from T = 0.01, where the curve has already flattened (see p1-fig4-slope); a "
-        "flatter small-T end means a smaller drop."),
-        threshold=(DROP_FACTOR,)),
-    "p1-fig4-eps": Claim(EMPIRICAL, "5", "smaller ε, larger g below T = 0.1", (
-        "In the flat regime a perturbation of size ε flips the rows whose top two logits are within about ε, "
-        "each by up to √2, so each contributes about √2/ε while their share grows like ε: the mean hardly "
-        "depends on ε, and the order of the ε = 10⁻³ and 10⁻¹ curves is decided by noise.")),
-}
+def _threshold(name: str, spec: dict) -> Threshold:
+    if ("paper" in spec) == ("value" in spec):
+        raise ValueError(f"claims.toml: threshold {name} needs exactly one of paper = NAME or value")
+    if "paper" in spec:
+        return Threshold(name, getattr(paper, spec["paper"]), spec["means"], "paper")
+    value = spec["value"]
+    return Threshold(name, tuple(value) if isinstance(value, list) else float(value), spec["means"], "book")
+
+
+def _claim(cid: str, spec: dict, known: dict) -> Claim:
+    """One claims.toml table as a Claim; ValueError naming the claim and what is missing, empty or wrong."""
+    required = {f.name for f in fields(Claim)} - {"id", "threshold", "also"}
+    missing = sorted(required - set(spec)) + sorted(set(spec) - required - {"threshold", "also"})
+    if missing:
+        raise ValueError(f"claims.toml: claim {cid}: missing or unknown fields {missing}")
+    spec = dict(spec, kind=KIND_NAMES.get(spec["kind"], spec["kind"]), threshold=spec.get("threshold", ""),
+                also=tuple(spec.get("also", ())))
+    # a claim judged against a threshold names a known one; a claim about every row names none
+    threshold_ok = spec["threshold"] in known if spec["compare"] != "every row" else spec["threshold"] == ""
+    bad = ([k for k in sorted(required) if not isinstance(spec[k], str) or not spec[k].strip()]
+           + ["kind"] * (spec["kind"] not in KINDS) + ["compare"] * (spec["compare"] not in TOLERANCES)
+           + ["threshold"] * (not threshold_ok) + ["also"] * (not all(a in known for a in spec["also"])))
+    if bad:
+        raise ValueError(f"claims.toml: claim {cid}: empty or wrong {', '.join(dict.fromkeys(bad))}")
+    return Claim(id=cid, **spec)
+
+
+def load(path: Path = REGISTRY_FILE) -> tuple[dict[str, Threshold], dict[str, str], dict[str, Claim],
+                                                 dict[str, Claim]]:
+    """(thresholds, texts, claims, reading-only claims) of the registry file, each field checked (`_claim`)."""
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    known = {name: _threshold(name, spec) for name, spec in data["thresholds"].items()}
+    return (known, dict(data["texts"]), {cid: _claim(cid, s, known) for cid, s in data["claims"].items()},
+            {cid: _claim(cid, s, known) for cid, s in data["readings"].items()})
+
+
+THRESHOLDS, TEXTS, CLAIMS, READING_CLAIMS = load()
+#: every claim id of the registry: `CLAIMS` (in the chapters' order: the chapter map's), then `READING_CLAIMS`
+#: (checked only under chapter 2's readings)
+ALL_CLAIMS: dict[str, Claim] = {**CLAIMS, **READING_CLAIMS}
 NO_EXPLANATION = "No explanation written yet for this claim."
+
+_TRIAL: ContextVar[dict] = ContextVar("attnlab_threshold_trial", default={})
+
+
+def threshold(name: str):
+    """The value of threshold `name` (`THRESHOLDS`), or the value a surrounding `trial` gives it."""
+    trial_values = _TRIAL.get()
+    return trial_values[name] if name in trial_values else THRESHOLDS[name].value
+
+
+@contextmanager
+def trial(**values):
+    """Within the block, `threshold(name)` is values[name] (the claims checked there use it); restored after, also
+    on an error. ValueError for a name the registry has no threshold of."""
+    unknown = sorted(set(values) - set(THRESHOLDS))
+    if unknown:
+        raise ValueError(f"no such threshold in the claim registry: {', '.join(unknown)}")
+    token = _TRIAL.set({**_TRIAL.get(), **values})
+    try:
+        yield
+    finally:
+        _TRIAL.reset(token)
+
+
+def limits() -> dict:
+    """{threshold name: value} (with a surrounding `trial`'s values) and the registry's texts formatted with them:
+    the names the claim templates use."""
+    values = {name: threshold(name) for name in THRESHOLDS}
+    return {**values, **{k: t.format(**values) for k, t in TEXTS.items()}}
+
+
+def text(name: str) -> str:
+    """A sentence of the registry's [texts] (e.g. LINEAR_CLAIM), with the thresholds in."""
+    return limits()[name]
+
+
+def claim_text(cid: str, **facts) -> str:
+    """This book's test of claim `cid` as its rows state it: the template with the thresholds and `facts` in."""
+    return ALL_CLAIMS[cid].claim.format(**limits(), **facts)
 
 
 def chapter_labels(chapter: str) -> dict[str, str]:
@@ -111,14 +166,24 @@ def chapter_labels(chapter: str) -> dict[str, str]:
     return {cid: c.label for cid, c in CLAIMS.items() if c.chapter == chapter}
 
 
+def lines(cid: str) -> list[float]:
+    """The paper's value or the two ends of its band, in the unit of claim `cid`'s number ([] for the claims about
+    every row)."""
+    c = ALL_CLAIMS[cid]
+    if not c.threshold:
+        return []
+    t = threshold(c.threshold)
+    return [-1 - t, -1 + t] if c.compare == "near -1" else list(t) if c.compare == "within" else [t]
+
+
 def thresholds() -> dict[str, list[float]]:
-    """{claim id: the paper's value or band} of the claims judged against one (`Claim.threshold`)."""
-    return {cid: list(c.threshold) for cid, c in CLAIMS.items() if c.threshold}
+    """{claim id: `lines`} of the claims judged against a threshold."""
+    return {cid: lines(cid) for cid, c in CLAIMS.items() if c.threshold}
 
 
 def claim_kind(cid: str) -> str:
-    """THEOREM, PRINTED or EMPIRICAL (a claim id not in the table is an empirical statement)."""
-    return CLAIMS[cid].kind if cid in CLAIMS else EMPIRICAL
+    """THEOREM, PRINTED or EMPIRICAL (a claim id not in the registry is an empirical statement)."""
+    return ALL_CLAIMS[cid].kind if cid in ALL_CLAIMS else EMPIRICAL
 
 
 def is_theorem(cid: str) -> bool:
@@ -146,4 +211,4 @@ def failure_facts(results: dict) -> dict:
 
 def why(cid: str, facts: dict) -> str:
     """What a failure of claim `cid` means, with this build's numbers (`failure_facts`)."""
-    return CLAIMS[cid].failure.format(**facts) if cid in CLAIMS else NO_EXPLANATION
+    return ALL_CLAIMS[cid].failure.format(**facts) if cid in ALL_CLAIMS else NO_EXPLANATION

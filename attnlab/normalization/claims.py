@@ -1,7 +1,9 @@
 """The claim table of arXiv 2508.17821: each claim with its measured value and a verdict, from computed
 Results (`paper1_claims`). Rows: `attnlab.core.verdicts.claim_row`; a missing Result or a grid that
-does not reach the claim's range gives "not applicable". Thresholds where the paper gives no number
-are stated in each row's `claim` text (e.g. "about linear" = least-squares fit with R^2 >= 0.95).
+does not reach the claim's range gives "not applicable". What each claim is (the paper's words, this book's
+test, the unit of its number, its threshold) is the claim registry's (`claim_kinds`, claims.toml): the checks
+read the thresholds there when they run (`claim_kinds.threshold`), so a `claim_kinds.trial` moves them. The
+thresholds' old names (CRITICAL_FRAC, LINEAR_R2, ...; LINEAR_CLAIM) read the registry too (`__getattr__`).
 """
 from __future__ import annotations
 
@@ -11,20 +13,31 @@ import numpy as np
 
 from attnlab.core.result import Result
 from attnlab.core.verdicts import claim_row, holds_le, percent, verdict, within
-from attnlab.normalization.paper import CRITICAL_FRAC, ONE_OVER_T_BELOW, PLATEAU_N, SATURATION_N, SEPARABILITY_BAND
+from attnlab.normalization.claim_kinds import ALL_CLAIMS, THRESHOLDS, claim_text, text, threshold
+from attnlab.normalization.paper import EPSILONS, ONE_OVER_T_BELOW, PLATEAU_N, SATURATION_N
 
-LINEAR_R2 = 0.95          # "grows roughly linearly": R^2 of a straight-line fit ...
-LINEAR_RATIO = 0.5        # ... and y(L_max) / y(L_min) at least this share of L_max / L_min (growth proportional to L,
-                          # not a logarithm that a line fits over a few doublings)
-PLATEAU_REL = 0.25        # "plateaus": |d(N_max) - d(20)| / d(20) at most this
-SLOPE_TOL = 0.25          # "follows 1/T": log-log slope within -1 -+ this
-DROP_FACTOR = 100.0       # "two orders of magnitude"
-row = claim_row
 _v = verdict
 
 
-def _na(cid: str, claim: str, paper: str, why: str) -> dict:
-    return row(cid, claim, paper, why, "not applicable")
+def __getattr__(name: str):
+    """The thresholds' old names (claims.PLATEAU_REL, ...) and LINEAR_CLAIM: the registry's, read when asked."""
+    if name in THRESHOLDS:
+        return threshold(name)
+    if name == "LINEAR_CLAIM":
+        return text(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def row(cid: str, measured: str, outcome: str, value: Optional[float] = None, **facts) -> dict:
+    """A claim row of claim `cid`: its test (`claim_text`, with `facts`), the paper's words and the unit of `value`
+    from the registry."""
+    c = ALL_CLAIMS[cid]
+    return claim_row(cid, claim_text(cid, **facts), c.paper, measured, outcome, value=value,
+                     unit=c.unit if value is not None else "")
+
+
+def _na(cid: str, why: str, **facts) -> dict:
+    return row(cid, why, "not applicable", **facts)
 
 
 def _get(results: dict, name: str) -> Optional[Result]:
@@ -63,18 +76,16 @@ def _head_mean(res: Result, key: str, by: str, **where) -> tuple[np.ndarray, np.
 
 
 def linear_growth(x, y) -> dict:
-    """"Grows about linearly" (Fig. 2a), the one test of the book: a straight-line fit with slope > 0 and
-    R^2 >= LINEAR_R2, and y(x_max) / y(x_min) >= LINEAR_RATIO * x_max / x_min. dict(slope, r2, ratio, ok, text)."""
+    """"Grows about linearly" (Fig. 2a), the one test of the book (the registry's LINEAR_CLAIM): a straight-line fit
+    with slope > 0 and R^2 >= LINEAR_R2, and y(x_max) / y(x_min) >= LINEAR_RATIO * x_max / x_min (the registry's
+    thresholds). dict(slope, r2, ratio, ok, text)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     slope, _, r2 = linear_fit(x, y)
     ratio = float(y[-1] / y[0]) if y[0] > 0 else float("nan")
-    ok = bool(slope > 0 and holds_le(LINEAR_R2, r2) and holds_le(LINEAR_RATIO * x[-1] / x[0], ratio))
+    ok = bool(slope > 0 and holds_le(threshold("LINEAR_R2"), r2)
+              and holds_le(threshold("LINEAR_RATIO") * x[-1] / x[0], ratio))
     return {"slope": slope, "r2": r2, "ratio": ratio, "ok": ok,
             "text": f"slope {slope:.3g} per token, R^2 = {r2:.3f}, x{ratio:.3g} from L = {int(x[0])} to {int(x[-1])}"}
-
-
-LINEAR_CLAIM = (f"a straight-line fit of the head mean with slope > 0 and R^2 >= {LINEAR_R2}, growing at least "
-                f"{LINEAR_RATIO:g} x as fast as L from the shortest to the longest L")
 
 
 def linear_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
@@ -89,14 +100,10 @@ def linear_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
 # -------------------------------------------------------------------------------------- paper 1
 
 def _claims_cor1(results) -> list[dict]:
-    cid, claim = (
-        "p1-cor1",
-        "Corollary 1: every weight lies in (1/L) exp(-+2 Delta/T) (Delta = ||q|| max ||k_i||, T = 1/scaling)",
-    )
-    paper = "Corollary 1 (a theorem); Fig. 1 illustrates vanishing attention"
+    cid = "p1-cor1"
     res = _get(results, "fig1")
     if res is None:
-        return [_na(cid, claim, paper, "fig1 not computed")]
+        return [_na(cid, "fig1 not computed")]
     frac, worst = _weighted_frac(res.rows, "cor1_holds")
     err = max(r["logit_err"] for r in res.rows)
     mw = _head_mean(res, "max_weight", "L")
@@ -104,7 +111,7 @@ def _claims_cor1(results) -> list[dict]:
         f"{percent(frac)} of rows inside (worst head {percent(worst)}); max |scores - scaling q.k| = {err:.2g}; "
         f"mean max weight {mw[1][0]:.3f} at L={int(mw[0][0])} -> {mw[1][-1]:.3f} at L={int(mw[0][-1])} ({_model(res)})"
     )
-    return [row(cid, claim, paper, measured, _v(frac == 1.0), value=frac, unit="share of rows inside")]
+    return [row(cid, measured, _v(frac == 1.0), value=frac)]
 
 
 def _dist_rows(results) -> list[dict]:
@@ -119,30 +126,14 @@ def _dist_rows(results) -> list[dict]:
 def _claims_thm1(results) -> list[dict]:
     out = []
     rows = _dist_rows(results)
-    paper = "Theorem 1 (fixed top-N): d~ <= d_max; Fig. 2a/b: 'the red upper bound is safe but conservative'"
-    specs = [
-        (
-            "p1-thm1-B",
-            "holds_B",
-            "Theorem 1 bound, [B] published-summary reading, above the true d~ (reading b) in every row",
-            "[B] is not proof-level for N > 1 (drops a within-selected spread term)",
-        ),
-        (
-            "p1-thm1-R",
-            "holds_R",
-            "Theorem 1 bound, [R] reconstruction, above the true d~ (reading b) in every row",
-            "a theorem (triangle inequality): a failure would be a bug",
-        ),
-        (
-            "p1-thm1-a",
-            "holds_a",
-            "Reading (a) analogue [R]: ||sum_out a_i x_i - s|| <= (1 - abar) d1 + R in every row",
-            "a theorem for reading (a)",
-        ),
+    specs = [   # (claim id, Result column, a note on the claim's standing)
+        ("p1-thm1-B", "holds_B", "[B] is not proof-level for N > 1 (drops a within-selected spread term)"),
+        ("p1-thm1-R", "holds_R", "a theorem (triangle inequality): a failure would be a bug"),
+        ("p1-thm1-a", "holds_a", "a theorem for reading (a)"),
     ]
-    for cid, key, claim, note in specs:
+    for cid, key, note in specs:
         if not rows:
-            out.append(_na(cid, claim, paper, "fig2a / fig2b not computed"))
+            out.append(_na(cid, "fig2a / fig2b not computed"))
             continue
         frac, worst = _weighted_frac(rows, key)
         ratio = np.array(
@@ -154,8 +145,8 @@ def _claims_thm1(results) -> list[dict]:
         )
         extra = f"; median head-mean d~/d_max = {np.median(ratio):.3f}" if len(ratio) else ""
         out.append(
-            row(cid, claim, paper, f"{percent(frac)} of rows (worst head {percent(worst)}){extra}; {note}",
-                _v(frac == 1.0), value=frac, unit="share of rows")
+            row(cid, f"{percent(frac)} of rows (worst head {percent(worst)}){extra}; {note}", _v(frac == 1.0),
+                value=frac)
         )
     return out
 
@@ -164,27 +155,19 @@ def _claims_fig2(results) -> list[dict]:
     out = []
     res = _get(results, "fig2a")
     cid = "p1-fig2a-linear"
-    claim = f"At N = 5 the true distance d~ grows about linearly in L ({LINEAR_CLAIM})"
-    paper = "Sec. 3.1 / Fig. 2a: 'both the true distance and its expectation grow roughly linearly in L'"
     if res is None or len(res.unique("L")) < 3:
-        out.append(_na(cid, claim, paper, "fig2a not computed or fewer than 3 lengths"))
+        out.append(_na(cid, "fig2a not computed or fewer than 3 lengths"))
     else:
         L, d, _ = _head_mean(res, "dtilde_b", "L", N=res.rows[0]["N"])
         _, e, _ = _head_mean(res, "E", "L", N=res.rows[0]["N"])
         gd, ge = linear_growth(L, d), linear_growth(L, e)
         measured = f"d~: {gd['text']}; E: {ge['text']} ({_model(res)})"
-        out.append(row(cid, claim, paper, measured, _v(gd["ok"]), value=gd["r2"], unit="R^2 of d~'s line"))
+        out.append(row(cid, measured, _v(gd["ok"]), value=gd["r2"]))
     res = _get(results, "fig2b")
     cid = "p1-fig2b-plateau"
-    claim = (
-        f"d~ plateaus for N >= 20: |d~(N_max) - d~(20)| / d~(20) <= {PLATEAU_REL} (N_max = largest N of the grid, 100)"
-    )
-    paper = (
-        "Fig. 2b: 'increasing N beyond 20 yields diminishing returns: the distance plateaus while the bound tightens'"
-    )
     ns = sorted(res.unique("N")) if res is not None else []
     if res is None or PLATEAU_N not in ns or ns[-1] <= PLATEAU_N:
-        out.append(_na(cid, claim, paper, "fig2b not computed or its N grid does not go beyond 20"))
+        out.append(_na(cid, "fig2b not computed or its N grid does not go beyond 20"))
     else:
         N, d, _ = _head_mean(res, "dtilde_b", "N")
         _, dm, _ = _head_mean(res, "dmax_B", "N")
@@ -194,44 +177,49 @@ def _claims_fig2(results) -> list[dict]:
             f"d~ = {', '.join(f'{x:.3g} (N={int(n)})' for n, x in zip(N, d))}; relative change 20 -> "
             f"{int(N[-1])}: {rel:.3f}; d_max[B] {dm[0]:.3g} -> {dm[-1]:.3g} (L={res.rows[0]['L']}, {_model(res)})"
         )
-        out.append(row(cid, claim, paper, measured, _v(holds_le(rel, PLATEAU_REL)), value=rel, unit="relative change"))
+        out.append(row(cid, measured, _v(holds_le(rel, threshold("PLATEAU_REL"))), value=rel))
     res = _get(results, "fig2c")
     cid = "p1-fig2c-critical"
-    claim = f"The critical N (KS, alpha = 0.01) is at most {CRITICAL_FRAC} L for every L"
-    paper = "Fig. 2c: 'fewer than 6% of the tokens need to be selected'; text: 'critical-N curve ... (~0.06 L)'"
     if res is None:
-        out.append(_na(cid, claim, paper, "fig2c not computed"))
+        out.append(_na(cid, "fig2c not computed"))
     else:
-        per = {}
-        for r in res.rows:
-            per.setdefault(r["L"], []).append(r["critical_n"])
-        crit = {L: sorted(set(v)) for L, v in per.items()}
+        crit = critical_ns(res)
+        frac_max = threshold("CRITICAL_FRAC")
         worst = []
         ok = True
         for L, vals in sorted(crit.items()):
             for c in vals:
-                if c < 0 or not holds_le(c, CRITICAL_FRAC * L):
+                if c < 0 or not holds_le(c, frac_max * L):
                     ok = False
             worst.append(
                 f"L={L}: N*={'/'.join(str(c) for c in vals)} "
                 f"({'/'.join(f'{c / L:.3f}' for c in vals if c > 0) or 'none'})"
             )
-        fracs = [c / L if c > 0 else 1.0 for L, vals in crit.items() for c in vals]   # none found: at least 1
-        out.append(row(cid, claim, paper, "; ".join(worst) + f" ({_model(res)})", _v(ok), value=max(fracs),
-                       unit="largest N*/L"))
+        out.append(row(cid, "; ".join(worst) + f" ({_model(res)})", _v(ok), value=max(critical_fracs(crit))))
     return out
+
+
+def critical_ns(res: Result) -> dict[int, list[int]]:
+    """{L: the distinct critical N of Fig. 2c's Result at that L (-1 where none was found)}, in the Result's order."""
+    per: dict[int, list[int]] = {}
+    for r in res.rows:
+        per.setdefault(r["L"], []).append(r["critical_n"])
+    return {L: sorted(set(v)) for L, v in per.items()}
+
+
+def critical_fracs(crit: dict[int, list[int]]) -> list[float]:
+    """Every critical N / L of `critical_ns` (none found counts as 1: at least L)."""
+    return [c / L if c > 0 else 1.0 for L, vals in crit.items() for c in vals]
 
 
 def _claims_fig3(results) -> list[dict]:
     out = []
     res = _get(results, "fig3")
-    lo, hi = SEPARABILITY_BAND
+    lo, hi = threshold("SEPARABILITY_BAND")
     cid = "p1-fig3-saturation"
-    claim = f"N_s/N lies in [{lo}, {hi}] for N >= 16 (median over heads of the token-mean, every N >= 16 of the grid)"
-    paper = "Fig. 3: 'declines up to N ~ 16 and then saturates between 0.7 and 0.85'; abstract: 'no more than ~80%'"
     ns = sorted(res.unique("N")) if res is not None else []
     if res is None or not [n for n in ns if n >= SATURATION_N]:
-        out.append(_na(cid, claim, paper, "fig3 not computed or no N >= 16 in its grid"))
+        out.append(_na(cid, "fig3 not computed or no N >= 16 in its grid"))
     else:
         med = {}
         for n in ns:
@@ -243,30 +231,14 @@ def _claims_fig3(results) -> list[dict]:
             f"(L={res.rows[0]['L']}, {_model(res)})"
         )
         far = max(big.values(), key=lambda m: max(lo - m, m - hi))   # the N >= 16 value farthest out of the band
-        out.append(row(cid, claim, paper, measured, _v(ok), value=far, unit="median N_s/N farthest from the band"))
-    paper2 = "Theorem 2 (Eq. 11): lower <= E[N_s]/N <= upper"
-    for cid, key, claim, note in (
-        (
-            "p1-thm2-lower",
-            "lower_holds",
-            "Theorem 2 lower bound 1 - sum xi/(rN) (xi = the row's ||a_i x_i - s||) below N_s/N in every row",
-            "a theorem with this xi (1{X < r} >= 1 - X/r)",
-        ),
-        (
-            "p1-thm2-upper-B",
-            "upper_B_holds",
-            "Theorem 2 upper bound, [B] (16 M^2), above N_s/N in every row",
-            "heuristic (Hoeffding-type) bound",
-        ),
-        (
-            "p1-thm2-upper-R",
-            "upper_R_holds",
-            "Theorem 2 upper bound, [R] (2 M^2), above N_s/N in every row",
-            "reconstruction",
-        ),
+        out.append(row(cid, measured, _v(ok), value=far))
+    for cid, key, note in (    # (claim id, Result column, a note on the claim's standing)
+        ("p1-thm2-lower", "lower_holds", "a theorem with this xi (1{X < r} >= 1 - X/r)"),
+        ("p1-thm2-upper-B", "upper_B_holds", "heuristic (Hoeffding-type) bound"),
+        ("p1-thm2-upper-R", "upper_R_holds", "reconstruction"),
     ):
         if res is None:
-            out.append(_na(cid, claim, paper2, "fig3 not computed"))
+            out.append(_na(cid, "fig3 not computed"))
             continue
         frac = float(np.nanmean(res.column(key)))
         worst = float(np.nanmin(res.column(key)))
@@ -276,7 +248,7 @@ def _claims_fig3(results) -> list[dict]:
                 f"{float(np.nanmean(res.column('lower_pair_holds'))):.1%} of rows (not a theorem)"
             )
         measured = f"{percent(frac)} of rows (worst head/N {percent(worst)}); {note}"
-        out.append(row(cid, claim, paper2, measured, _v(worst == 1.0), value=frac, unit="share of rows"))
+        out.append(row(cid, measured, _v(worst == 1.0), value=frac))
     return out
 
 
@@ -285,85 +257,71 @@ def _fig4_series(res: Result, eps: float) -> tuple[np.ndarray, np.ndarray]:
     return T, g
 
 
-FIG4_PAPER = "Fig. 4 / Sec. 3.3"
 FIG4_IDS = ("p1-fig4-slope", "p1-fig4-drop", "p1-fig4-eps", "p1-cor3-paper", "p1-cor3-exact")
-# the claims' short texts, for the rows of a missing fig4
-FIG4_NA_CLAIMS = ("max g ~ 1/T for T < 0.1", "100x drop from T = 0.01 to T >= 1", "smaller eps, larger g at T < 0.1",
-                  "g <= min{1/(4T), sqrt 2}", "g <= 1/(2T)")
-FIG4_SLOPE_QUOTE = FIG4_PAPER + ": 'for T < 0.1 the empirical curves follow the 1/T trend'"
-FIG4_DROP_QUOTE = FIG4_PAPER + ": 'once T >= 1 all curves ... drop by two orders of magnitude'"
-FIG4_EPS_QUOTE = FIG4_PAPER + ": 'smaller eps values yield larger gradients'"
-COR3_QUOTE = "Corollary 3: ||grad alpha|| <= min{1/(4T), sqrt 2}"
-# Corollary 3's two readings: (claim id, Result column, claim, note)
+# Corollary 3's two readings: (claim id, Result column, a note on the claim's standing)
 COR3_CLAIMS = (
-    (FIG4_IDS[3], "holds_paper", "g(T, eps) <= min{1/(4T), sqrt 2} (the paper's curve) in every row",
-     "1/(4T) is the largest Jacobian entry; the spectral norm can reach 1/(2T)"),
-    (FIG4_IDS[4], "holds_exact", "g(T, eps) <= 1/(2T) (exact spectral bound, mean-value theorem) in every row",
-     "a theorem: a failure would be a bug"),
+    (FIG4_IDS[3], "holds_paper", "1/(4T) is the largest Jacobian entry; the spectral norm can reach 1/(2T)"),
+    (FIG4_IDS[4], "holds_exact", "a theorem: a failure would be a bug"),
 )
 
 
 def _fig4_slope(res: Result, T: np.ndarray, g: np.ndarray, e0: float) -> dict:
     """"max g ~ 1/T" below T = 0.1: the log-log slope of the smallest eps's curve (T, g [temperatures])."""
     small = (T < ONE_OVER_T_BELOW) & (g > 0)
-    claim = f"For T < 0.1 the max-over-heads g follows 1/T: log-log slope within -1 -+ {SLOPE_TOL} (eps = {e0:g})"
     if small.sum() < 2:
-        return _na(FIG4_IDS[0], claim, FIG4_SLOPE_QUOTE, "fewer than 2 grid points with T < 0.1")
+        return _na(FIG4_IDS[0], "fewer than 2 grid points with T < 0.1", eps=e0)
     slope, _, r2 = linear_fit(np.log10(T[small]), np.log10(g[small]))
-    return row(FIG4_IDS[0], claim, FIG4_SLOPE_QUOTE,
+    return row(FIG4_IDS[0],
                f"slope {slope:.3f} (R^2 {r2:.3f}) over {int(small.sum())} temperatures "
                f"{T[small].min():.3g}..{T[small].max():.3g}; "
                f"g = {g[small].min():.3g}..{g[small].max():.3g} ({_model(res)})",
-               _v(holds_le(abs(slope + 1), SLOPE_TOL)), value=slope, unit="log-log slope")
+               _v(holds_le(abs(slope + 1), threshold("SLOPE_TOL"))), value=slope, eps=e0)
 
 
 def _fig4_drop(res: Result, eps: list, T: np.ndarray) -> dict:
     """"100x drop": g(T = 0.01) / max g(T >= 1) of each eps; the verdict reads the smallest eps."""
-    claim = f"max g drops at least {DROP_FACTOR:g}x from T = 0.01 to every T >= 1 (eps = {eps[0]:g})"
     if not (T >= 1).any() or T.min() > 0.01:
-        return _na(FIG4_IDS[1], claim, FIG4_DROP_QUOTE, "the T grid does not span 0.01 .. 1")
+        return _na(FIG4_IDS[1], "the T grid does not span 0.01 .. 1", eps=eps[0])
     i01 = int(np.argmin(np.abs(np.log(T) - np.log(0.01))))
     ratios = {}
     for e in eps:
         Te, ge = _fig4_series(res, e)
         ratios[float(e)] = ge[i01] / max(ge[Te >= 1].max(), 1e-300)
     r0 = ratios[float(eps[0])]
-    return row(FIG4_IDS[1], claim, FIG4_DROP_QUOTE,
+    return row(FIG4_IDS[1],
                f"g(T={T[i01]:.3g}) / max g(T >= 1): " + ", ".join(f"{r:.3g} (eps={e:g})" for e, r in ratios.items()),
-               _v(holds_le(DROP_FACTOR, r0)), value=r0, unit="drop factor")
+               _v(holds_le(threshold("DROP_FACTOR"), r0)), value=r0, eps=eps[0])
 
 
 def _fig4_eps_order(res: Result, eps: list, T: np.ndarray) -> dict:
     """"Smaller eps, larger g": the share of temperatures T < 0.1 where the curves are ordered by eps."""
-    claim = "Smaller eps gives larger max g at every T < 0.1"
     sm = T < ONE_OVER_T_BELOW
     if len(eps) < 2 or not sm.any():
-        return _na(FIG4_IDS[2], claim, FIG4_EPS_QUOTE, "one eps or no T < 0.1")
+        return _na(FIG4_IDS[2], "one eps or no T < 0.1")
     curves = [_fig4_series(res, e)[1] for e in eps]
     frac = float(
         np.mean([all(holds_le(curves[i + 1][j], curves[i][j]) for i in range(len(eps) - 1))
                  for j in np.flatnonzero(sm)])
     )
-    return row(FIG4_IDS[2], claim, FIG4_EPS_QUOTE,
+    return row(FIG4_IDS[2],
                f"ordered at {frac:.0%} of the {int(sm.sum())} temperatures < 0.1 "
                f"(eps = {', '.join(f'{e:g}' for e in eps)}; "
                "note g <= sqrt(2)/eps caps large eps)",
-               _v(frac == 1.0), value=frac, unit="share of temperatures ordered")
+               _v(frac == 1.0), value=frac)
 
 
-def _cor3_row(res: Result, cid: str, key: str, claim: str, note: str) -> dict:
+def _cor3_row(res: Result, cid: str, key: str, note: str) -> dict:
     """Corollary 3 under one reading: the share of rows where the bound holds (column `key`)."""
     frac = float(np.mean(res.column(key)))
     worst = float(np.min(res.column(key)))
-    return row(cid, claim, COR3_QUOTE,
-               f"{percent(frac)} of rows over the (T, eps) grid (worst point {percent(worst)}); {note}",
-               _v(worst == 1.0), value=frac, unit="share of rows")
+    return row(cid, f"{percent(frac)} of rows over the (T, eps) grid (worst point {percent(worst)}); {note}",
+               _v(worst == 1.0), value=frac)
 
 
 def _claims_fig4(results) -> list[dict]:
     res = _get(results, "fig4")
     if res is None:
-        return [_na(i, c, FIG4_PAPER, "fig4 not computed") for i, c in zip(FIG4_IDS, FIG4_NA_CLAIMS)]
+        return [_na(i, "fig4 not computed", eps=EPSILONS[0]) for i in FIG4_IDS]
     eps = sorted(res.unique("eps"))
     T, g = _fig4_series(res, eps[0])
     return ([_fig4_slope(res, T, g, eps[0]), _fig4_drop(res, eps, T), _fig4_eps_order(res, eps, T)]

@@ -251,8 +251,10 @@ def plot_thm1_readings(result: Result, vectors: str = "v"):
 def plot_cor2_curves(result: Result, vectors: str = "v"):
     """Corollary 2(ii) (`readings.theorem1`): each reading of E and the true d~ (b) against N / L at the largest L,
     relative to their value at N = 1 (head means), with the test's level COR2_VANISH."""
+    from attnlab.normalization.claim_kinds import threshold
     from attnlab.normalization.readings import E_READINGS
-    from attnlab.normalization.readings.theorem1 import COR2_VANISH
+
+    COR2_VANISH = threshold("COR2_VANISH")
 
     curve = [r for r in result.rows if r["kind"] == "curve" and r["vectors"] == vectors]
     L = max(r["L"] for r in curve)

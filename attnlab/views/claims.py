@@ -3,7 +3,6 @@ readings counted, and the figures with their verdicts. Views only: every number 
 the cached Results."""
 from __future__ import annotations
 
-import re
 import textwrap
 from functools import partial
 from typing import Sequence
@@ -13,7 +12,7 @@ import numpy as np
 
 from attnlab import book
 from attnlab.normalization import readings
-from attnlab.normalization.claim_kinds import by_kind, failure_facts, why
+from attnlab.normalization.claim_kinds import by_kind, failure_facts, threshold, trial, why
 
 VERDICT_COLORS = {"holds": "#1a7f37", "does not hold": "#cf222e", "not applicable": "#6e7781"}
 # the statements of Theorem 1 / Figure 2 counted over the readings: (claim id, column label)
@@ -181,7 +180,8 @@ def live_head(curves: list[tuple], layer: int, head: int):
     return fig
 
 
-# threshold -> values to try, from the book's value outward, in both directions where both make sense
+# threshold (a name of the claim registry's THRESHOLDS) -> values to try, from the book's value outward, in both
+# directions where both make sense
 THRESHOLD_SWEEPS = {
     "CRITICAL_FRAC": [0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.99, 0.03, 0.01],
     "LINEAR_R2": [0.9, 0.8, 0.6, 0.3, 0.99, 0.999],
@@ -193,17 +193,14 @@ THRESHOLD_SWEEPS = {
 
 
 def flipped(results: dict, name: str, value, base: dict | None = None) -> list[str]:
-    """Claim ids whose verdict changes when the threshold `attnlab.normalization.claims.<name>` is `value` (the
-    claim checker re-run on the same Results; the module constant is restored). `base`: {id: verdict} before."""
+    """Claim ids whose verdict changes when the registry's threshold `name` is `value` (the claim checker re-run on
+    the same Results within `claim_kinds.trial`; the registry itself is not changed). `base`: {id: verdict}
+    before."""
     from attnlab.normalization import claims as claim_module
 
     base = base or {r["id"]: r["verdict"] for r in claim_module.paper1_claims(results)}
-    old = getattr(claim_module, name)
-    setattr(claim_module, name, value)
-    try:
+    with trial(**{name: value}):
         new = {r["id"]: r["verdict"] for r in claim_module.paper1_claims(results)}
-    finally:
-        setattr(claim_module, name, old)
     return sorted(k for k in base if new.get(k) != base[k])
 
 
@@ -215,7 +212,7 @@ def first_flips(results: dict, sweeps: dict = THRESHOLD_SWEEPS) -> list[str]:
     out = []
     for name, values in sweeps.items():
         hit = next(((v, f) for v in values if (f := flipped(results, name, v, base))), None)
-        now = getattr(claim_module, name)
+        now = threshold(name)
         out.append(f"{name} = {now}: " + (f"at {hit[0]} -> {', '.join(hit[1])} flips" if hit
                                           else f"no verdict flips over {values}"))
     return out
@@ -245,17 +242,19 @@ def separability_levels(sep_result) -> dict[str, tuple[float, float]]:
 
 
 def critical_per_model(inp) -> dict[str, tuple]:
-    """model -> (lowest, highest critical N / L, longest L, causal, heads) from its default p1-fig2c-critical row
-    ('none' found counts as 1: at least L)."""
+    """model -> (lowest, highest critical N / L, longest L, causal, heads) of each model whose default
+    p1-fig2c-critical row has a verdict, from its fig2c Result (`claims.critical_ns`: the numbers that row's
+    verdict reads; 'none' found counts as 1: at least L)."""
+    from attnlab.normalization.claims import critical_fracs, critical_ns
+
     crit = {}
     for name, mrows in book.claims_per_model(inp).items():
-        row = next((r for r in mrows if r["id"] == "p1-fig2c-critical" and r["verdict"] != "not applicable"), None)
-        if row is None:
+        if not any(r["id"] == "p1-fig2c-critical" and r["verdict"] != "not applicable" for r in mrows):
             continue
-        found = re.findall(r"L=(\d+): N\*=[^(]*\(([^)]*)\)", row["measured"])
-        fr = [1.0 if f == "none" else float(f) for _, part in found for f in part.split("/")]
-        m = inp.model if name == inp.model.name else book.inputs(name).model
-        crit[name] = (min(fr), max(fr), max(int(L) for L, _ in found), m.causal, m.n_layers * m.n_heads)
+        m_inp = inp if name == inp.model.name else book.inputs(name, inp.device)
+        ns = critical_ns(book.figure_results(["fig2c"], m_inp)["fig2c"])
+        fr, m = critical_fracs(ns), m_inp.model
+        crit[name] = (min(fr), max(fr), max(ns), m.causal, m.n_layers * m.n_heads)
     return crit
 
 
@@ -285,9 +284,9 @@ def readings_prose(inp, extra: dict, rclaims: Sequence[dict]):
     """HTML list: what the readings explain of each failed statement, and what is left for the model (the 6% rule,
     Figure 2a, separability, the 1/T law, the model), every number from `extra` (the three readings Results)
     and the reading claim rows."""
-    from attnlab.normalization.paper import CRITICAL_FRAC, SATURATION_N
+    from attnlab.normalization.paper import SATURATION_N
 
-    model = inp.model
+    model, CRITICAL_FRAC = inp.model, threshold("CRITICAL_FRAC")       # the claim registry's
     expect = [f for e in ("E1", "E4") for f in _critical_fracs(extra["thm1_readings"].rows, e, "b")]
     six_ok = _holding(rclaims, "p1-fig2c-critical", lambda s: s.split(" / ")[1] == "b")
     sep_ok = _holding(rclaims, "p1-fig3-saturation",

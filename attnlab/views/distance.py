@@ -11,18 +11,16 @@ import numpy as np
 from attnlab import book
 from attnlab.core.verdicts import percent
 from attnlab.normalization import readings
-from attnlab.normalization.claims import LINEAR_RATIO, linear_growth
+from attnlab.normalization.claim_kinds import ALL_CLAIMS, threshold
+from attnlab.normalization.claims import linear_growth
 from attnlab.normalization.readings import theorem1
 
 COLORS = {"dtilde_b": "tab:green", "E": "tab:blue", "dmax_B": "tab:red", "dmax_R": "darkred"}
 LABELS = {"dtilde_b": "true d~", "E": "expectation E", "dmax_B": "bound (summary)", "dmax_R": "bound (reconstr.)"}
 E_COLORS = {"E1": "tab:blue", "E2": "tab:orange", "E3": "tab:purple", "E4_b": "tab:cyan", "E5": "tab:brown"}
-# the chapter's claims, with the label it gives each
-CLAIM_LABELS = (("p1-fig2a-linear", "Fig. 2a: d~ grows about linearly in L (N = 5)"),
-                ("p1-fig2b-plateau", "Fig. 2b: d~ plateaus for N ≥ 20"),
-                ("p1-thm1-R", "Theorem 1, reconstruction: bound above d~"),
-                ("p1-thm1-B", "Theorem 1, summary's form: bound above d~"),
-                ("p1-thm1-a", "reading (a) bound (reconstruction)"))
+# the chapter's claims in the order its table shows them, with their labels (the claim registry's)
+CLAIM_LABELS = tuple((cid, ALL_CLAIMS[cid].label)
+                     for cid in ("p1-fig2a-linear", "p1-fig2b-plateau", "p1-thm1-R", "p1-thm1-B", "p1-thm1-a"))
 
 
 def claims_table(claims: dict, ra):
@@ -33,7 +31,7 @@ def claims_table(claims: dict, ra):
     Ls = sorted(ra.unique("L"))
     growth_e = linear_growth(Ls, [book.head_mean(ra, "E", L=L) for L in Ls])
     rows.insert(1, ["Fig. 2a: E grows about linearly in L (N = 5; same test, computed here)",
-                    "Sec. 3.1 / Fig. 2a: 'both the true distance and its expectation grow roughly linearly in L'",
+                    ALL_CLAIMS["p1-fig2a-linear"].paper,
                     f"E: {growth_e['text']}", f"<b>{'holds' if growth_e['ok'] else 'does not hold'}</b>"])
     return book.table(["claim", "paper", "this book", "verdict"], rows)
 
@@ -236,14 +234,13 @@ def cor2_prose(model_name: str, rr, rclaims: Sequence[dict]):
             and statement_holds("p1-cor2-bounded", "{} / - / {}".format(*r["reading"].split(" / ")[::2]))]
     linear = sorted({r["reading"].split(" / ")[0] for r in rclaims if r["id"] == "p1-fig2a-linear"
                      and r["verdict"] == "holds"})
-    gap = {e: np.median([float(r["measured"].split("gap ")[1].split("%")[0]) for r in rclaims
-                         if r["id"] == "p1-cor2-i" and r["reading"].startswith(f"{e} / ")])
+    gap = {e: np.median([r["value"] for r in rclaims if r["id"] == "p1-cor2-i" and r["reading"].startswith(f"{e} / ")])
            for e in ("E1", "E2", "E5")}
     growth = {e: np.median([linear_growth(*head_curve(rr, x, e))["ratio"] for x in VECS])
               for e in ("E1", "E4_b", "E2", "E5")}
     Lc = rr.provenance["grids"]["curve_lengths"]
     start, end, room, e1_growth, e1_linear, over_sum = _e1_against_bound(rr, VECS)
-    need = LINEAR_RATIO * Lc[-1] / Lc[0]                     # the growth the linear test asks for
+    need = threshold("LINEAR_RATIO") * Lc[-1] / Lc[0]                     # the growth the linear test asks for
     ruled = [r < need for r in room]
     free = [(g, ok) for g, ok, r in zip(e1_growth, e1_linear, ruled) if not r]
     cor2_i = [r for r in rclaims if r["id"] == "p1-cor2-i"]
@@ -271,8 +268,8 @@ def cor2_prose(model_name: str, rr, rclaims: Sequence[dict]):
         f"×{growth['E2']:.3g} and ×{growth['E5']:.3g} (median over the vector choices), E1 only ×{growth['E1']:.2g} "
         "and "
         f"E4 ×{growth['E4_b']:.2g}. E2 and E5 are also the readings that break the bound, and at the largest L they "
-        f"are {1 + gap['E2'] / 100:.0f} and {1 + gap['E5'] / 100:.0f} times the limit of Corollary 2(i) as read here "
-        f"(median over the vector choices; E1: {1 + gap['E1'] / 100:.1f} times). "
+        f"are {1 + gap['E2']:.0f} and {1 + gap['E5']:.0f} times the limit of Corollary 2(i) as read here "
+        f"(median over the vector choices; E1: {1 + gap['E1']:.1f} times). "
         f"Readings that pass both the linear test and the bound: {len(both)}.</p>"
         f"<p>The bound is proved; what it decides over these lengths is measured. At L = {Lc[0]} E1 sits at "
         f"{span(start)} of its bound (over the {len(VECS)} vector choices; claim rows <code>p1-cor2-bounded</code>) "
@@ -282,7 +279,7 @@ def cor2_prose(model_name: str, rr, rclaims: Sequence[dict]):
         f"test out for {sum(ruled)} of the {len(VECS)} vector choices{rest}. On a model whose E1 started further below "
         "its bound, the bound would not rule out linear growth over these lengths.</p>"
         f"<p>Corollary 2(i), read as E → Σ<sub>i</sub> ‖α<sub>i</sub> x<sub>i</sub>‖ (claim rows "
-        f"<code>p1-cor2-i</code>: relative gap at most {theorem1.COR2_GAP:.0%} at the largest L), holds for "
+        f"<code>p1-cor2-i</code>: relative gap at most {threshold('COR2_GAP'):.0%} at the largest L), holds for "
         f"{len(cor2_ok)} of the {len(cor2_i)} reading rows here"
         + (f" ({', '.join(f'<code>{c}</code>' for c in cor2_ok)})" if cor2_ok else "")
         + f"; at L = {Lc[-1]} E1 itself is {span(over_sum)} times that sum. "

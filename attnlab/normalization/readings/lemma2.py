@@ -22,7 +22,8 @@ from attnlab.core.util import figure_row, with_threads
 from attnlab.core.util import progress as progress_bar
 from attnlab.core.verdicts import claim_row, holds_le, verdict
 from attnlab.normalization import readings
-from attnlab.normalization.claims import SLOPE_TOL, linear_fit
+from attnlab.normalization.claim_kinds import ALL_CLAIMS, threshold
+from attnlab.normalization.claims import linear_fit
 from attnlab.normalization.experiments import head_rows, temperature_grid, with_defaults
 from attnlab.normalization.metrics import gradients
 from attnlab.normalization.metrics.engine import DEFAULT_CHUNK, row_mean, visible_scores
@@ -184,7 +185,7 @@ def g_slope(T: np.ndarray, g: np.ndarray) -> tuple[float, float, int]:
 
 def _slope_claims(res) -> list[dict]:
     cid = "p1-fig4-slope"
-    paper = "Fig. 4 / Sec. 3.3: 'for T < 0.1 the empirical curves follow the 1/T trend'"
+    paper, tol = ALL_CLAIMS[cid].paper, threshold("SLOPE_TOL")     # the claim registry's
     table = g_table(res) if res is not None else {}
     eps_grid = sorted({k[1] for k in table if k[0] != "worst"}) or list(EPSILONS)
     out = []
@@ -193,7 +194,7 @@ def _slope_claims(res) -> list[dict]:
             for eps in ([0.0] if d == "worst" else eps_grid):
                 e_txt = "eps->0" if d == "worst" else f"eps={eps:g}"
                 reading = f"{agg} / {d} / {e_txt}"
-                claim = (f"For T < 0.1 g follows 1/T: log-log slope within -1 -+ {SLOPE_TOL} ({agg}, {d} direction, "
+                claim = (f"For T < 0.1 g follows 1/T: log-log slope within -1 -+ {tol} ({agg}, {d} direction, "
                          f"{e_txt.replace('eps=', 'eps = ')})")
                 if (d, eps) not in table:
                     out.append(claim_row(cid, claim, paper, f"{GRAD_NAME} not computed for this reading",
@@ -211,7 +212,7 @@ def _slope_claims(res) -> list[dict]:
                 measured = (f"slope {slope:.3f} (R^2 {r2:.3f}) over {n} temperatures {T[small].min():.3g}.."
                             f"{T[small].max():.3g}; g = {g[small].min():.3g}..{g[small].max():.3g}{plateau} "
                             f"({window_label(res)})")
-                ok = holds_le(abs(slope + 1), SLOPE_TOL)
+                ok = holds_le(abs(slope + 1), tol)
                 out.append(claim_row(cid, claim, paper, measured, verdict(ok), reading))
     return out
 
@@ -265,8 +266,8 @@ def plot_gradient_readings(result: Result, *, aggregate: str = "max_head_mean", 
 def reading_claims(results: dict) -> list[dict]:
     """Claim rows of every reading (`reading` set) from the Result keyed "gradient_readings" (missing or empty:
     "not applicable"): "p1-fig4-slope", reading "<aggregate> / <direction> / eps=<eps>" (worst: "eps->0"): the
-    log-log slope over T < 0.1 within -1 -+ SLOPE_TOL (the fit of `claims`). The default reading (`G_DEFAULT`)
-    measures what `claims.paper1_claims` does."""
+    log-log slope over T < 0.1 within -1 -+ the registry's SLOPE_TOL (the fit of `claims`). The default reading
+    (`G_DEFAULT`) measures what `claims.paper1_claims` does."""
     grad = results.get(GRAD_NAME)
     grad = grad if grad is not None and grad.rows else None
     return _slope_claims(grad)

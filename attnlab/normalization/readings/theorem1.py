@@ -27,18 +27,17 @@ from attnlab.core.util import progress as progress_bar
 from attnlab.core.util import with_threads
 from attnlab.core.verdicts import claim_row, holds_le, verdict
 from attnlab.normalization import readings as R
-from attnlab.normalization.claims import LINEAR_CLAIM, linear_growth
+from attnlab.normalization.claim_kinds import ALL_CLAIMS, claim_text, text, threshold
+from attnlab.normalization.claims import linear_growth
 from attnlab.normalization.experiments import Captures, as_windows, length_grid
 from attnlab.normalization.metrics.distance import distance_stats
 from attnlab.normalization.metrics.engine import prefix_lengths, row_mean
-from attnlab.normalization.paper import CRITICAL_FRAC, FIG2A_N, KS_ALPHA
+from attnlab.normalization.paper import FIG2A_N, KS_ALPHA
 from attnlab.normalization.readings.six_percent import ALL_PAIRS, DEFAULT_SAMPLES, check_pairs, critical_n_readings
 
 NAME = "thm1_readings"
 LENGTHS = (64, 128, 256, 512)             # the critical-N table (issue #14); capped by the model
 QUICK_LENGTHS = (64, 128)
-COR2_GAP = 0.25                           # Cor. 2(i): |E - sum_i ||a_i x_i|| | / sum_i ||a_i x_i|| at the largest L
-COR2_VANISH = 0.1                         # Cor. 2(ii): E(L - 1) / E(N = 1) at the largest L
 
 
 def cor2_ns(L: int) -> list[int]:
@@ -202,7 +201,8 @@ def reading_claims(results: dict) -> list[dict]:
     """Claim rows, one per reading, for the statements of Theorem 1's experiments that depend on the reading:
     p1-fig2c-critical (critical N <= 0.06 L at every L), p1-fig2a-linear (d~ and E both grow about linearly in L
     at N = 5), p1-cor2-i (E(N = 5) -> sum_i ||a_i x_i|| as L grows), p1-cor2-ii (E -> 0 as N -> L). `results`
-    holds the Result under "thm1_readings"; missing gives no rows (the default readings' rows are in `claims`)."""
+    holds the Result under "thm1_readings"; missing gives no rows (the default readings' rows are in `claims`).
+    The statements' texts, paper's words and thresholds are the claim registry's (`claim_kinds`)."""
     res = results.get(NAME)
     if res is None or not res.rows:
         return []
@@ -215,14 +215,15 @@ def reading_claims(results: dict) -> list[dict]:
             rs = sorted((r for r in crit if (r["e"], r["d"], r["vectors"]) == (e, d, vec)), key=lambda r: r["L"])
             if not rs:
                 continue
-            ok = all(0 < r["critical_n"] and holds_le(r["critical_n"], CRITICAL_FRAC * r["L"]) for r in rs)
+            ok = all(0 < r["critical_n"] and holds_le(r["critical_n"], threshold("CRITICAL_FRAC") * r["L"])
+                     for r in rs)
             meas = "; ".join(f"L={r['L']}: " + (f"N*={r['critical_n']} ({r['critical_frac']:.3f} L)"
                                                 if r["critical_n"] > 0 else "none") for r in rs)
-            out.append(claim_row("p1-fig2c-critical", f"The critical N (KS, alpha = 0.01) is at most {CRITICAL_FRAC} L "
-                                 "for every L", "Fig. 2c: 'fewer than 6% of the tokens need to be selected'",
-                                 f"{meas} ({model})", verdict(ok), _label(e, d, vec),
+            out.append(claim_row("p1-fig2c-critical", claim_text("p1-fig2c-critical"),
+                                 ALL_CLAIMS["p1-fig2c-critical"].paper, f"{meas} ({model})", verdict(ok),
+                                 _label(e, d, vec),
                                  value=max(r["critical_n"] / r["L"] if r["critical_n"] > 0 else 1.0 for r in rs),
-                                 unit="largest N*/L"))
+                                 unit=ALL_CLAIMS["p1-fig2c-critical"].unit))
     curve = [r for r in res.rows if r["kind"] == "curve" and r["N"] == FIG2A_N]
     cres = Result(NAME, curve, prov)
     for vec in prov.get("vectors", []):
@@ -233,8 +234,8 @@ def reading_claims(results: dict) -> list[dict]:
         for e, d in [tuple(p) for p in prov.get("pairs", ALL_PAIRS)]:
             fd, fe = fits[f"d_{d}"], fits[f"E4_{d}" if e == "E4" else e]
             out.append(claim_row(
-                "p1-fig2a-linear", f"At N = 5 both d~ and E grow about linearly in L (each: {LINEAR_CLAIM})",
-                "Sec. 3.1 / Fig. 2a: 'both the true distance and its expectation grow roughly linearly in L'",
+                "p1-fig2a-linear", f"At N = 5 both d~ and E grow about linearly in L (each: {text('LINEAR_CLAIM')})",
+                ALL_CLAIMS["p1-fig2a-linear"].paper,
                 f"d~: {fd['text']}; E: {fe['text']} ({model})", verdict(fd["ok"] and fe["ok"]), _label(e, d, vec)))
         L_top = max(r["L"] for r in curve if r["vectors"] == vec)
         top = [r for r in res.rows if r["kind"] == "curve" and r["vectors"] == vec and r["L"] == L_top]
@@ -250,26 +251,21 @@ def reading_claims(results: dict) -> list[dict]:
                 gap = abs(at[FIG2A_N] - sum_y) / sum_y
                 lab = _label(e, d or "-", vec)
                 out.append(claim_row(
-                    "p1-cor2-i", f"For fixed N = 5, E approaches sum_i ||a_i x_i|| (relative gap <= {COR2_GAP:.0%} at "
-                    "the largest L)", "Corollary 2(i): 'the expected distance is dominated by the individual "
-                    "contributions ||a_i x_i|| of those low-weight tokens'",
+                    "p1-cor2-i", claim_text("p1-cor2-i"), ALL_CLAIMS["p1-cor2-i"].paper,
                     f"E = {at[FIG2A_N]:.3g}, sum_i ||a_i x_i|| = {sum_y:.3g} (<= max_i ||x_i|| = {x_max:.3g}), gap "
-                    f"{gap:.0%} at L = {L_top} ({model})", verdict(holds_le(gap, COR2_GAP)), lab))
+                    f"{gap:.0%} at L = {L_top} ({model})", verdict(holds_le(gap, threshold("COR2_GAP"))), lab,
+                    value=gap, unit=ALL_CLAIMS["p1-cor2-i"].unit))
                 _, e_L = _head_means(cres, q, vectors=vec)
                 over = [L for L, v, b in zip(Ls, e_L, bound) if not holds_le(v, b)]
                 out.append(claim_row(
-                    "p1-cor2-bounded", "E at N = 5 stays below (1 + 2N L/(L-1)) max_i ||x_i|| at every L (bounded in "
-                    "L, as Cor. 2(i)'s limit is; a derived consequence [R])",
-                    "Corollary 2(i), with sum_i ||a_i x_i|| <= max_i ||x_i||",
+                    "p1-cor2-bounded", claim_text("p1-cor2-bounded"), ALL_CLAIMS["p1-cor2-bounded"].paper,
                     f"E / bound = {e_L[0] / bound[0]:.2f} at L = {Ls[0]} .. {e_L[-1] / bound[-1]:.2f} at L = {Ls[-1]}"
                     + (f"; above it at L = {over}" if over else "") + f" ({model})",
                     verdict(not over), lab))
                 vanish = at[max(at)] / at[min(at)]
                 out.append(claim_row(
-                    "p1-cor2-ii", f"E vanishes as N -> L: E(L - 1) <= {COR2_VANISH} E(N = 1) at the largest L "
-                    "(E measured against its value at the smallest N, not against its peak)",
-                    "Corollary 2(ii): 'When N -> L, we have E -> 0'",
+                    "p1-cor2-ii", claim_text("p1-cor2-ii"), ALL_CLAIMS["p1-cor2-ii"].paper,
                     ", ".join(f"E(N={N}) = {v:.3g}" for N, v in at.items()) + f" at L = {L_top}: E(L - 1) / E(1) = "
-                    f"{vanish:.2f} ({model})", verdict(holds_le(vanish, COR2_VANISH)), lab, value=vanish,
-                    unit="E(L - 1) / E(1)"))
+                    f"{vanish:.2f} ({model})", verdict(holds_le(vanish, threshold("COR2_VANISH"))), lab, value=vanish,
+                    unit=ALL_CLAIMS["p1-cor2-ii"].unit))
     return out

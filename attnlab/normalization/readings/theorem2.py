@@ -21,6 +21,7 @@ from attnlab.core.util import figure_row, with_threads
 from attnlab.core.util import progress as progress_bar
 from attnlab.core.verdicts import RTOL, claim_row, holds_le, percent, verdict, within
 from attnlab.normalization import readings
+from attnlab.normalization.claim_kinds import ALL_CLAIMS, threshold
 from attnlab.normalization.experiments import head_rows, with_defaults
 from attnlab.normalization.metrics import separability
 from attnlab.normalization.metrics.engine import DEFAULT_CHUNK, row_mean
@@ -134,9 +135,10 @@ def sep_curve(table: dict, vectors: str, radius: str, rows: str, aggregate: str)
 
 
 def _sep_claims(res) -> list[dict]:
-    lo, hi = SEPARABILITY_BAND
+    """p1-fig3-saturation under every reading: the band and the paper's words are the claim registry's."""
+    lo, hi = threshold("SEPARABILITY_BAND")
     cid = "p1-fig3-saturation"
-    paper = "Fig. 3: 'declines up to N ~ 16 and then saturates between 0.7 and 0.85'; abstract: 'no more than ~80%'"
+    paper = ALL_CLAIMS[cid].paper
     out = []
     table = sep_table(res) if res is not None else {}
     for agg in readings.SEP_AGGREGATES:
