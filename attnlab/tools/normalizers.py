@@ -179,7 +179,7 @@ def softpick(scores, visible=None, *, eps: float = SOFTPICK_EPS, T: float = 1.0)
     visible keys (z = scores / T). Not sum-to-one: a row sums to P / (P + N) <= 1 (P, N: the masses of its
     positive and negative scores) and is all zeros when every score is <= 0.
 
-    Numerically stable form (the paper's): with m = max(the row's largest visible score, 0),
+    Numerically stable form (the paper's, with m clamped at 0 here): m = max(the row's largest visible score, 0),
     e^z - 1 = e^m (e^(z-m) - e^-m), so weight_i = ReLU(e^(z_i-m) - e^-m) / (sum_j |e^(z_j-m) - e^-m| + eps).
     The eps is added after the shift, as in the code released with the paper: it differs from the formula's by
     the factor e^-m, which matters only when no visible score is positive enough to outweigh it [R: the place
