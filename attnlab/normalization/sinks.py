@@ -24,6 +24,7 @@ heads alone; Fig. 3 from the per-head rows of the fig3 Result given (no recomput
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Optional, Sequence
 
@@ -140,22 +141,29 @@ def _prov(name: str, model, ids, caps: Captures, text: Optional[dict], t0: float
 
 
 @with_threads
-def sink_shares(model, ids, *, lengths: Optional[Sequence[int]] = None, text: Optional[dict] = None,
-                threads: Optional[int] = None) -> Result:
+def sink_shares(model, ids, *, lengths: Optional[Sequence[int]] = None, normalizer: Optional[str] = None,
+                text: Optional[dict] = None, threads: Optional[int] = None) -> Result:
     """Result "sink_shares": one row per (L, layer, head) of the window ids [L_max] (its first L tokens; an
-    encoder: `WINDOW_RULE`): first, repeated, sep (encoders), their uniform baselines, sink (bool), n_repeated
-    (repeated keys among the L), L. Causal models: one pass at the longest L (rows of a prefix are exact)."""
+    encoder: `WINDOW_RULE`): normalizer, first, repeated, sep (encoders), their uniform baselines, sink (bool),
+    n_repeated (repeated keys among the L), L. Causal models: one pass at the longest L (rows of a prefix are
+    exact). normalizer: a `tools.normalizers` name swapped into every layer (None: the model's softmax); the
+    shares are then the swapped weights as they are (softpick and sigmoid rows need not sum to 1)."""
+    from attnlab.tools.normalizers import get_normalizer
+
     t0 = time.perf_counter()
     ids = torch.as_tensor(ids).long()
     grid = _lengths(model, ids, lengths)
     caps = Captures(model, ids, {"probs"})
+    swap = model.normalizer(get_normalizer(normalizer)) if normalizer else contextlib.nullcontext()
     rows = []
-    for L in grid:
-        tr = caps.get(L)
+    with swap:
+        traces = [caps.get(L) for L in grid]
+    for L, tr in zip(grid, traces):
         st = head_shares(tr.probs, tr.token_ids, tr.visible(), sep=not model.causal)
         base = {k: float(st.pop(k)) for k in ("first_uniform", "repeated_uniform")}
         st["sink"] = sink_heads(st["first"]).double()
-        for r in head_rows(tr, st, L=L, n_repeated=int(repeated_keys(tr.token_ids).sum()), **base):
+        for r in head_rows(tr, st, L=L, normalizer=normalizer or "softmax",
+                           n_repeated=int(repeated_keys(tr.token_ids).sum()), **base):
             r["sink"] = bool(r["sink"])
             r.setdefault("sep", None)
             rows.append(r)
@@ -193,13 +201,16 @@ def sink_claims(model, ids, *, fig3: Optional[Result] = None, lengths: Optional[
         vis = tr.visible()
         sink = sink_heads(head_shares(tr.probs, tr.token_ids, vis)["first"])
         masks = subset_masks(sink)
+        done: dict[bytes, float] = {}    # a subset equal to one scanned before (no sink heads) is not scanned again
         for name, m in masks.items():
             n = int(m.sum())
-            frac = float("nan")
-            if n >= 2:
-                res = critical_n(_masked(tr.probs, m), _masked(tr.v, m), vis, alpha=KS_ALPHA)
-                frac = int(res["n"]) / L if int(res["n"]) > 0 else float("nan")
-            rows.append({"subset": name, "quantity": "critical_frac", "L": L, "value": frac, "n_heads": n,
+            key = m.numpy().tobytes()
+            if key not in done:
+                done[key] = float("nan")
+                if n >= 2:
+                    crit = int(critical_n(_masked(tr.probs, m), _masked(tr.v, m), vis, alpha=KS_ALPHA)["n"])
+                    done[key] = crit / L if crit > 0 else float("nan")
+            rows.append({"subset": name, "quantity": "critical_frac", "L": L, "value": done[key], "n_heads": n,
                          "detail": "critical N / L"})
         if L != grid[-1]:
             continue
@@ -215,9 +226,10 @@ def sink_claims(model, ids, *, fig3: Optional[Result] = None, lengths: Optional[
         g = row_mean(fd_grad_norms(tr.scores, Ts, [EPSILONS[0]], vis, seed=seed), dim=-3)[..., 0]  # [l, h, T]
         for name, m in masks.items():
             gmax = _masked(g, m).amax(0).numpy() if bool(m.any()) else np.full(len(Ts), np.nan)
-            slope, r2, k = fig4_slope(Ts, gmax)
+            slope, _, k = fig4_slope(Ts, gmax)
             rows.append({"subset": name, "quantity": "fig4_slope", "L": L, "value": slope, "n_heads": int(m.sum()),
-                         "detail": f"R^2 {r2:.3f} over {k} temperatures < 0.1, eps = {EPSILONS[0]:g}"})
+                         "detail": f"max over heads of the token-mean g, {k} temperatures < 0.1, "
+                                   f"eps = {EPSILONS[0]:g}"})
     return Result("sink_claims", rows, _prov("sink_claims", model, ids, caps, text, t0, lengths=grid,
                                              sink_rule=SINK_RULE, alpha=KS_ALPHA, temperatures=Ts,
                                              eps=EPSILONS[0], seed=seed,

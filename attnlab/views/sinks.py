@@ -1,0 +1,173 @@
+"""Views for the attention-sink section of chapter 7: the cached sink Results of both offline models
+(`normalization.sinks`), the sink table per model (share on the first token by layer, against L), the headline
+claims with and without the sink heads, and the sentences that say which way they move, computed from the rows.
+Views only: the science is in `attnlab.normalization.sinks`."""
+from __future__ import annotations
+
+import numpy as np
+
+from attnlab import book
+from attnlab.core.result import Result
+from attnlab.figures import FIGURES, Inputs
+from attnlab.normalization import sinks
+from attnlab.normalization.claims import SLOPE_TOL
+from attnlab.normalization.paper import CRITICAL_FRAC, SEPARABILITY_BAND
+
+MODELS = ("minilm", "smollm2")
+SHARE_LENGTHS = (64, 128, 256, 512, 1024)      # cut at the model's positions (MiniLM: 512)
+CLAIM_MAX_LENGTH = 512                         # the claims at the window set's lengths (`windows.BOOK_LENGTHS`)
+SWAP_LENGTH = 512                              # the swapped normalizers' sink shares, one length
+WINDOW = "W&P #1"                              # the text window: the first tokens of War and Peace
+
+
+def _inputs(name: str, max_length=None, device: str = "cpu") -> Inputs:
+    return Inputs(name, device, max_length=max_length)
+
+
+def _text(inp: Inputs) -> dict:
+    return dict(inp.corpus.provenance(), window=WINDOW)
+
+
+def shares(name: str, device: str = "cpu", normalizer=None) -> Result:
+    """The "sink_shares" Result of model `name` on W&P #1 (cached): L in SHARE_LENGTHS up to its positions;
+    with `normalizer` swapped into every layer, at SWAP_LENGTH only."""
+    inp = _inputs(name, device=device)
+    lengths = [L for L in SHARE_LENGTHS if L <= inp.window_length] if normalizer is None else [SWAP_LENGTH]
+    ids = inp.ids(max(lengths))
+    key = {"window": WINDOW, "lengths": lengths, "normalizer": normalizer, "device": device}
+    return book.cached_result("sink_shares", key, lambda: sinks.sink_shares(inp.model, ids, lengths=lengths,
+                                                                             normalizer=normalizer,
+                                                                             text=_text(inp)),
+                              version=1, model=inp.model, text_sha256=inp.corpus.sha256)
+
+
+def claims(name: str, device: str = "cpu") -> Result:
+    """The "sink_claims" Result of model `name` on W&P #1, L up to CLAIM_MAX_LENGTH (cached); Fig. 3 from the
+    per-head rows of the book's cached fig3 Result of that window and length (`book.figure_results`)."""
+    inp = _inputs(name, CLAIM_MAX_LENGTH, device)
+    fig3 = book.figure_results(["fig3"], inp)["fig3"]
+    L = inp.window_length
+    lengths = [n for n in SHARE_LENGTHS if n <= L]
+    key = {"window": WINDOW, "lengths": lengths, "fig3_version": FIGURES["fig3"].version, "device": device}
+    return book.cached_result("sink_claims", key, lambda: sinks.sink_claims(inp.model, inp.ids(), fig3=fig3,
+                                                                             lengths=lengths, text=_text(inp)),
+                              version=1, model=inp.model, text_sha256=inp.corpus.sha256)
+
+
+# ------------------------------------------------------------------------------------------ tables
+
+def layer_table(res: Result) -> tuple[list[str], list[list]]:
+    """(header, rows): mean over heads of the weight on the first token, one row per layer and one column per
+    L; then the mean over all heads, the sink heads' count, the repeated-token share, their uniform baselines."""
+    Ls = res.unique("L")
+    header = ["layer"] + [f"L = {L}" for L in Ls]
+    mean = {(L, layer): np.mean(res.column("first", L=L, layer=layer)) for L in Ls for layer in res.unique("layer")}
+    rows = [[str(layer)] + [f"{mean[L, layer]:.2f}" for L in Ls] for layer in res.unique("layer")]
+    rows.append(["<b>all heads</b>"] + [f"<b>{np.mean(res.column('first', L=L)):.2f}</b>" for L in Ls])
+    rows.append(["first token, uniform weights"] + [f"{res.select(L=L)[0]['first_uniform']:.4f}" for L in Ls])
+    rows.append(["sink heads (first >= 0.5)"] + [f"{sum(res.column('sink', L=L))} of {len(res.select(L=L))}"
+                                                  for L in Ls])
+    rows.append(["repeated tokens"] + [f"{np.mean(res.column('repeated', L=L)):.2f}" for L in Ls])
+    rows.append(["repeated tokens, uniform weights"] + [f"{res.select(L=L)[0]['repeated_uniform']:.2f}" for L in Ls])
+    if res.rows[0].get("sep") is not None:
+        rows.append(["[SEP] (last token)"] + [f"{np.mean(res.column('sep', L=L)):.3f}" for L in Ls])
+    return header, rows
+
+
+def share_table(res: Result):
+    """HTML: `layer_table` with a caption naming the model, the window and the definitions."""
+    p = res.provenance
+    first = "[CLS]" if not p["causal"] else "the text's first token (no BOS)"
+    return book.table(*layer_table(res), caption=f"{p['model']} ({'causal' if p['causal'] else 'bidirectional'}), "
+                      f"{WINDOW}: mean weight on the first token ({first}) per layer against L")
+
+
+QUANTITIES = {"critical_frac": "critical N / L", "fig3_median_lo": "Fig. 3: median N_s/N, N >= 16 (lowest)",
+              "fig3_median_hi": "Fig. 3: median N_s/N, N >= 16 (highest)", "fig4_slope": "Fig. 4: 1/T slope"}
+
+
+def claims_rows(res: Result) -> list[list]:
+    """One row per (quantity, L): the value for each subset of heads (count of heads in brackets)."""
+    out = []
+    for q, label in QUANTITIES.items():
+        for L in sorted({r["L"] for r in res.select(quantity=q)}):
+            cells = []
+            for s in sinks.SUBSETS:
+                r = res.select(quantity=q, L=L, subset=s)[0]
+                cells.append("" if not np.isfinite(r["value"]) else f"{r['value']:.3f} ({r['n_heads']})")
+            out.append([label, L, *cells])
+    return out
+
+
+def claims_table(res: Result):
+    p = res.provenance
+    return book.table(["quantity", "L", *sinks.SUBSETS], claims_rows(res),
+                      caption=f"{p['model']}, {WINDOW}: the claims on each subset of heads (number of heads)")
+
+
+# --------------------------------------------------------------------------------- the sentences
+
+def _value(res: Result, q: str, subset: str, L=None) -> float:
+    rows = res.select(quantity=q, subset=subset)
+    L = max(r["L"] for r in rows) if L is None else L
+    return next(r["value"] for r in rows if r["L"] == L)
+
+
+def distance_to_paper(q: str, v: float) -> float:
+    """How far a value is from what the paper reports: critical N / L above 0.06; Fig. 3's median outside
+    [0.7, 0.85]; Fig. 4's slope from -1. (0 = the paper's value; NaN stays NaN.)"""
+    lo, hi = SEPARABILITY_BAND
+    if q == "critical_frac":
+        return max(v - CRITICAL_FRAC, 0.0)
+    if q.startswith("fig3"):
+        return max(lo - v, v - hi, 0.0)
+    return max(abs(v + 1) - SLOPE_TOL, 0.0)
+
+
+def verdicts(res: Result) -> list[dict]:
+    """Per claim: the values with all heads and without the sink heads (critical N: every L; the others: the
+    longest L), whether removing the sink heads moves it toward the paper's number ("toward", "away",
+    "unchanged"), and whether it reaches it ("explains": the claim holds without them but not with them)."""
+    out = []
+    Ls = sorted({r["L"] for r in res.select(quantity="critical_frac")})
+    groups = [("critical N / L", "critical_frac", Ls), ("Fig. 3's band", "fig3_median_lo", None),
+              ("Fig. 3's band", "fig3_median_hi", None), ("Fig. 4's 1/T slope", "fig4_slope", None)]
+    for label, q, lengths in groups:
+        if not res.select(quantity=q):
+            continue
+        for L in (lengths or [None]):
+            a, w = _value(res, q, "all heads", L), _value(res, q, "without sink heads", L)
+            da, dw = distance_to_paper(q, a), distance_to_paper(q, w)
+            move = "unchanged" if abs(w - a) < 1e-9 else ("toward" if dw < da else "away")
+            out.append({"claim": label, "quantity": q, "L": L or max(r["L"] for r in res.select(quantity=q)),
+                        "all": a, "without": w, "move": move, "explains": bool(da > 0 and dw == 0)})
+    return out
+
+
+def summary(res: Result) -> str:
+    """One sentence per claim, from `verdicts`."""
+    p = res.provenance
+    v = verdicts(res)
+    crit = [r for r in v if r["quantity"] == "critical_frac"]
+    lines = []
+    if crit:
+        lo_a, hi_a = min(r["all"] for r in crit), max(r["all"] for r in crit)
+        lo_w, hi_w = min(r["without"] for r in crit), max(r["without"] for r in crit)
+        moves = sorted({r["move"] for r in crit})
+        lines.append(f"critical N: {lo_a:.2f}-{hi_a:.2f} L with all heads, {lo_w:.2f}-{hi_w:.2f} L without the sink "
+                     f"heads (L = {', '.join(str(r['L']) for r in crit)}: {'/'.join(moves)} the paper's "
+                     f"{CRITICAL_FRAC} L); sinks explain it: {'yes' if all(r['explains'] for r in crit) else 'no'}")
+    band = [r for r in v if r["quantity"].startswith("fig3")]
+    if band:
+        lines.append(f"Fig. 3 (L = {band[0]['L']}): median N_s/N {band[0]['all']:.2f}..{band[1]['all']:.2f} with all "
+                     f"heads, {band[0]['without']:.2f}..{band[1]['without']:.2f} without the sink heads "
+                     f"({'/'.join(sorted({r['move'] for r in band}))} the paper's band {SEPARABILITY_BAND[0]}-"
+                     f"{SEPARABILITY_BAND[1]}); sinks explain it: "
+                     f"{'yes' if all(r['explains'] for r in band) else 'no'}")
+    slope = [r for r in v if r["quantity"] == "fig4_slope"]
+    if slope:
+        r = slope[0]
+        lines.append(f"Fig. 4 (L = {r['L']}): slope {r['all']:.2f} with all heads, {r['without']:.2f} without the sink "
+                     f"heads ({r['move']}{'' if r['move'] == 'unchanged' else ' the paper’s -1'}); sinks explain it: "
+                     f"{'yes' if r['explains'] else 'no'}")
+    return f"<b>{p['model']}, {WINDOW}</b><ul>" + "".join(f"<li>{s}</li>" for s in lines) + "</ul>"
