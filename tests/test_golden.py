@@ -113,6 +113,19 @@ def _windows_probe(name: str) -> Result:
                                                               lengths=(64,)))
 
 
+def _sinks_probe(name: str) -> Result:
+    """The attention-sink computations on tiny-gpt2's first 64 tokens (Fig. 3 from the quick fig3, N = 1..8:
+    its band rows are NaN; Fig. 4 on the quick temperature grid)."""
+    from attnlab.normalization import sinks
+    from attnlab.normalization.experiments import temperature_grid
+
+    ids = figures.Inputs("tiny-gpt2", "cpu", max_length=64).ids()
+    if name == "sink_shares":
+        return sinks.sink_shares(_tiny(), ids, lengths=[32, 64])
+    return sinks.sink_claims(_tiny(), ids, fig3=_paper1()["fig3"], lengths=[32, 64],
+                             temperatures=temperature_grid(quick=True))
+
+
 def _probe(name: str) -> Result:
     """`name`'s computation on its tiny probe input."""
     from attnlab import benchmarks
@@ -134,6 +147,8 @@ def _probe(name: str) -> Result:
         "diagnose": lambda: diagnose.diagnose(_tiny(), _text(), lengths=[64], progress=False),
         "perplexity": lambda: perplexity.perplexity(_tiny(), _text(), tokens=256, window=64, stride=32),
         "pooled_ks": lambda: _windows_probe("pooled_ks"),
+        "sink_shares": lambda: _sinks_probe("sink_shares"),
+        "sink_claims": lambda: _sinks_probe("sink_claims"),
         "reading_windows": lambda: _windows_probe("reading_windows"),
     }
     if name in probes:
@@ -152,7 +167,8 @@ def _minilm():
 
 PROBED = sorted(set(figures.FIGURES) | {"tsc_sample_reference_effect", "tsc_authors_sphere_reference",
                                         "compare_normalizers", "compare_normalizers_each", "bench_normalizers",
-                                        "diagnose", "perplexity", "pooled_ks", "reading_windows"})
+                                        "diagnose", "perplexity", "pooled_ks", "reading_windows", "sink_shares",
+                                        "sink_claims"})
 
 
 def golden_path(name: str, version: int) -> Path:
