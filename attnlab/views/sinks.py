@@ -4,6 +4,8 @@ claims with and without the sink heads, and the sentences that say which way the
 Views only: the science is in `attnlab.normalization.sinks`."""
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from attnlab import book
@@ -20,38 +22,59 @@ SWAP_LENGTH = 512                              # the swapped normalizers' sink s
 WINDOW = "W&P #1"                              # the text window: the first tokens of War and Peace
 
 
-def _inputs(name: str, max_length=None, device: str = "cpu") -> Inputs:
-    return Inputs(name, device, max_length=max_length)
+def model_inputs(name: str, inp: Optional[Inputs] = None, device: str = "cpu") -> Inputs:
+    """`inp` when it holds model `name` (the chapter's, loaded once), else `book.inputs(name, device)`."""
+    return inp if inp is not None and inp.model.name == name else book.inputs(name, device)
+
+
+def _sharing(inp: Inputs, max_length: Optional[int]) -> Inputs:
+    """Inputs of the same model and text (loaded once) with another `max_length`."""
+    out = Inputs(inp.model_name, inp.device, text=inp.text_name, max_length=max_length, start=inp.start)
+    out._model, out._corpus = inp.model, inp.corpus
+    return out
 
 
 def _text(inp: Inputs) -> dict:
     return dict(inp.corpus.provenance(), window=WINDOW)
 
 
-def shares(name: str, device: str = "cpu", normalizer=None) -> Result:
-    """The "sink_shares" Result of model `name` on W&P #1 (cached): L in SHARE_LENGTHS up to its positions;
+def shares(inp: Inputs, normalizer: Optional[str] = None) -> Result:
+    """The "sink_shares" Result of `inp`'s model on W&P #1 (cached): L in SHARE_LENGTHS up to its positions;
     with `normalizer` swapped into every layer, at SWAP_LENGTH only."""
-    inp = _inputs(name, device=device)
+    inp = _sharing(inp, None)
     lengths = [L for L in SHARE_LENGTHS if L <= inp.window_length] if normalizer is None else [SWAP_LENGTH]
     ids = inp.ids(max(lengths))
-    key = {"window": WINDOW, "lengths": lengths, "normalizer": normalizer, "device": device}
+    key = {"window": WINDOW, "lengths": lengths, "normalizer": normalizer, "device": inp.device}
     return book.cached_result("sink_shares", key, lambda: sinks.sink_shares(inp.model, ids, lengths=lengths,
                                                                              normalizer=normalizer,
                                                                              text=_text(inp)),
                               version=1, model=inp.model, text_sha256=inp.corpus.sha256)
 
 
-def claims(name: str, device: str = "cpu") -> Result:
-    """The "sink_claims" Result of model `name` on W&P #1, L up to CLAIM_MAX_LENGTH (cached); Fig. 3 from the
+def claims(inp: Inputs) -> Result:
+    """The "sink_claims" Result of `inp`'s model on W&P #1, L up to CLAIM_MAX_LENGTH (cached); Fig. 3 from the
     per-head rows of the book's cached fig3 Result of that window and length (`book.figure_results`)."""
-    inp = _inputs(name, CLAIM_MAX_LENGTH, device)
+    inp = _sharing(inp, CLAIM_MAX_LENGTH)
     fig3 = book.figure_results(["fig3"], inp)["fig3"]
-    L = inp.window_length
-    lengths = [n for n in SHARE_LENGTHS if n <= L]
-    key = {"window": WINDOW, "lengths": lengths, "fig3_version": FIGURES["fig3"].version, "device": device}
+    lengths = [n for n in SHARE_LENGTHS if n <= inp.window_length]
+    key = {"window": WINDOW, "lengths": lengths, "fig3_version": FIGURES["fig3"].version, "device": inp.device}
     return book.cached_result("sink_claims", key, lambda: sinks.sink_claims(inp.model, inp.ids(), fig3=fig3,
                                                                              lengths=lengths, text=_text(inp)),
                               version=1, model=inp.model, text_sha256=inp.corpus.sha256)
+
+
+def swap_table(native: Result, swapped: dict[str, Result]):
+    """HTML: mean weight on the first token and sink heads at SWAP_LENGTH, the model's softmax (from `native`)
+    against each swapped normalizer ({label: its "sink_shares" Result})."""
+    rows = []
+    for label, res in {"softmax (the model)": native, **swapped}.items():
+        sel = res.select(L=SWAP_LENGTH)
+        rows.append([label, f"{np.mean([r['first'] for r in sel]):.3f}", f"{np.max([r['first'] for r in sel]):.3f}",
+                     f"{sum(r['sink'] for r in sel)} of {len(sel)}", f"{np.mean([r['repeated'] for r in sel]):.3f}"])
+    p = native.provenance
+    return book.table(["normalizer", "first token: mean over heads", "largest head", "sink heads", "repeated tokens"],
+                      rows, caption=f"{p['model']}, {WINDOW}, L = {SWAP_LENGTH}: weights as each normalizer gives "
+                                    "them (not renormalized), swapped into every layer without retraining")
 
 
 # ------------------------------------------------------------------------------------------ tables
@@ -144,30 +167,38 @@ def verdicts(res: Result) -> list[dict]:
     return out
 
 
+MOVES = {"toward": "moves toward", "away": "moves away from", "unchanged": "does not move relative to"}
+
+
+def _explained(rows: list[dict]) -> str:
+    return "yes" if all(r["explains"] for r in rows) else "no"
+
+
 def summary(res: Result) -> str:
-    """One sentence per claim, from `verdicts`."""
+    """One sentence per claim, from `verdicts`: the values with and without the sink heads, which way removing
+    them moves the claim relative to the paper's number, and whether that reaches it (sinks explain it)."""
     p = res.provenance
     v = verdicts(res)
-    crit = [r for r in v if r["quantity"] == "critical_frac"]
     lines = []
+    crit = [r for r in v if r["quantity"] == "critical_frac"]
     if crit:
-        lo_a, hi_a = min(r["all"] for r in crit), max(r["all"] for r in crit)
-        lo_w, hi_w = min(r["without"] for r in crit), max(r["without"] for r in crit)
-        moves = sorted({r["move"] for r in crit})
-        lines.append(f"critical N: {lo_a:.2f}-{hi_a:.2f} L with all heads, {lo_w:.2f}-{hi_w:.2f} L without the sink "
-                     f"heads (L = {', '.join(str(r['L']) for r in crit)}: {'/'.join(moves)} the paper's "
-                     f"{CRITICAL_FRAC} L); sinks explain it: {'yes' if all(r['explains'] for r in crit) else 'no'}")
+        per_L = "; ".join(f"L = {r['L']}: {r['all']:.2f} -> {r['without']:.2f}" for r in crit)
+        counts = {m: sum(r["move"] == m for r in crit) for m in MOVES}
+        moved = ", ".join(f"{MOVES[m]} the paper's {CRITICAL_FRAC} L at {n} of {len(crit)} lengths"
+                          for m, n in counts.items() if n)
+        lines.append(f"critical N / L, all heads -> without the sink heads: {per_L}. Removing the sink heads "
+                     f"{moved}; sinks explain it: {_explained(crit)}")
     band = [r for r in v if r["quantity"].startswith("fig3")]
     if band:
+        moves = sorted({r["move"] for r in band})
         lines.append(f"Fig. 3 (L = {band[0]['L']}): median N_s/N {band[0]['all']:.2f}..{band[1]['all']:.2f} with all "
-                     f"heads, {band[0]['without']:.2f}..{band[1]['without']:.2f} without the sink heads "
-                     f"({'/'.join(sorted({r['move'] for r in band}))} the paper's band {SEPARABILITY_BAND[0]}-"
-                     f"{SEPARABILITY_BAND[1]}); sinks explain it: "
-                     f"{'yes' if all(r['explains'] for r in band) else 'no'}")
+                     f"heads, {band[0]['without']:.2f}..{band[1]['without']:.2f} without the sink heads: removing "
+                     f"them {' / '.join(MOVES[m] for m in moves)} the paper's band {SEPARABILITY_BAND[0]}-"
+                     f"{SEPARABILITY_BAND[1]}; sinks explain it: {_explained(band)}")
     slope = [r for r in v if r["quantity"] == "fig4_slope"]
     if slope:
         r = slope[0]
-        lines.append(f"Fig. 4 (L = {r['L']}): slope {r['all']:.2f} with all heads, {r['without']:.2f} without the sink "
-                     f"heads ({r['move']}{'' if r['move'] == 'unchanged' else ' the paper’s -1'}); sinks explain it: "
-                     f"{'yes' if r['explains'] else 'no'}")
+        lines.append(f"Fig. 4 (L = {r['L']}): log-log slope {r['all']:.2f} with all heads, {r['without']:.2f} without "
+                     f"the sink heads: removing them {MOVES[r['move']]} the paper's -1; sinks explain it: "
+                     f"{_explained(slope)}")
     return f"<b>{p['model']}, {WINDOW}</b><ul>" + "".join(f"<li>{s}</li>" for s in lines) + "</ul>"
