@@ -116,8 +116,8 @@ def _windows_probe(name: str) -> Result:
 def _sinks_probe(name: str) -> Result:
     """The attention-sink computations on tiny-gpt2's first 64 tokens (Fig. 3 from the quick fig3, N = 1..8:
     its band rows are NaN; Fig. 4 on the quick temperature grid)."""
-    from attnlab.normalization import sinks
     from attnlab.normalization.experiments import temperature_grid
+    from attnlab.tools import sinks
 
     ids = figures.Inputs("tiny-gpt2", "cpu", max_length=64).ids()
     if name == "sink_shares":

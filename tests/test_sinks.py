@@ -9,8 +9,9 @@ import torch
 from attnlab import figures
 from attnlab.core.result import Result
 from attnlab.normalization import claims as paper_claims
-from attnlab.normalization import experiments, sinks
+from attnlab.normalization import experiments
 from attnlab.normalization.experiments import temperature_grid
+from attnlab.tools import sinks
 from attnlab.views import sinks as views
 
 
@@ -63,6 +64,9 @@ def test_sink_shares_rows_and_causal_prefixes(tiny):
                                                                                                   rel=1e-6)
     assert all(0 <= r["first"] <= 1 and 0 <= r["repeated"] <= 1 and r["sep"] is None for r in res.rows)
     assert all(r["sink"] == (r["first"] >= sinks.SINK_RULE) for r in res.rows)
+    header, rows = views.layer_table(res)
+    assert header == ["layer", "L = 32", "L = 64"] and len(rows) == tiny.n_layers + 5
+    assert rows[tiny.n_layers][2] == f"<b>{np.mean([r['first'] for r in res.select(L=64)]):.2f}</b>"
     swapped = sinks.sink_shares(tiny, ids, lengths=[64], normalizer="sigmoid")
     assert {r["normalizer"] for r in swapped.rows} == {"sigmoid"}
     assert [r["first"] for r in swapped.rows] != [r["first"] for r in res.select(L=64)]

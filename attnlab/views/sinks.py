@@ -1,7 +1,7 @@
 """Views for the attention-sink section of chapter 7: the cached sink Results of both offline models
-(`normalization.sinks`), the sink table per model (share on the first token by layer, against L), the headline
+(`tools.sinks`), the sink table per model (share on the first token by layer, against L), the headline
 claims with and without the sink heads, and the sentences that say which way they move, computed from the rows.
-Views only: the science is in `attnlab.normalization.sinks`."""
+Views only: the science is in `attnlab.tools.sinks`."""
 from __future__ import annotations
 
 from typing import Optional
@@ -11,9 +11,9 @@ import numpy as np
 from attnlab import book
 from attnlab.core.result import Result
 from attnlab.figures import FIGURES, Inputs
-from attnlab.normalization import sinks
 from attnlab.normalization.claims import SLOPE_TOL
 from attnlab.normalization.paper import CRITICAL_FRAC, SEPARABILITY_BAND
+from attnlab.tools import sinks
 
 MODELS = ("minilm", "smollm2")
 SHARE_LENGTHS = (64, 128, 256, 512, 1024)      # cut at the model's positions (MiniLM: 512)
