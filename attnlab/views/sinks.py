@@ -100,7 +100,7 @@ def layer_table(res: Result) -> tuple[list[str], list[list]]:
 def share_table(res: Result):
     """HTML: `layer_table` with a caption naming the model, the window and the definitions."""
     p = res.provenance
-    first = "[CLS]" if not p["causal"] else "the text's first token (no BOS)"
+    first = "[CLS]" if not p["causal"] else "the text's first word piece; no BOS"
     return book.table(*layer_table(res), caption=f"{p['model']} ({'causal' if p['causal'] else 'bidirectional'}), "
                       f"{WINDOW}: mean weight on the first token ({first}) per layer against L")
 
