@@ -136,6 +136,8 @@ def _probe(name: str) -> Result:
     if name in figures.figure_ids("normalization"):
         return _paper1()[name]
     probes = {
+        "sink_shares": lambda: _sinks_probe("sink_shares"),
+        "sink_claims": lambda: _sinks_probe("sink_claims"),
         "tsc_real": lambda: real_tokens.real_encoder(_minilm(), quick=True),
         "tsc_sample_reference_effect": lambda: experiments.sample_reference_effect(quick=True),
         "tsc_authors_sphere_reference": lambda: sphere.authors_sphere_reference(quick=True),
@@ -147,8 +149,6 @@ def _probe(name: str) -> Result:
         "diagnose": lambda: diagnose.diagnose(_tiny(), _text(), lengths=[64], progress=False),
         "perplexity": lambda: perplexity.perplexity(_tiny(), _text(), tokens=256, window=64, stride=32),
         "pooled_ks": lambda: _windows_probe("pooled_ks"),
-        "sink_shares": lambda: _sinks_probe("sink_shares"),
-        "sink_claims": lambda: _sinks_probe("sink_claims"),
         "reading_windows": lambda: _windows_probe("reading_windows"),
     }
     if name in probes:
@@ -167,8 +167,8 @@ def _minilm():
 
 PROBED = sorted(set(figures.FIGURES) | {"tsc_sample_reference_effect", "tsc_authors_sphere_reference",
                                         "compare_normalizers", "compare_normalizers_each", "bench_normalizers",
-                                        "diagnose", "perplexity", "pooled_ks", "reading_windows", "sink_shares",
-                                        "sink_claims"})
+                                        "diagnose", "perplexity", "pooled_ks", "reading_windows"})
+PROBED = sorted(set(PROBED) | {"sink_shares", "sink_claims"})          # attention sinks (tools.sinks)
 
 
 def golden_path(name: str, version: int) -> Path:
