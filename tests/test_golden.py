@@ -168,11 +168,13 @@ def _minilm():
 PROBED = sorted(set(figures.FIGURES) | {"tsc_sample_reference_effect", "tsc_authors_sphere_reference",
                                         "compare_normalizers", "compare_normalizers_each", "bench_normalizers",
                                         "diagnose", "perplexity", "pooled_ks", "reading_windows"})
-PROBED = sorted(set(PROBED) | {"sink_shares", "sink_claims"})          # attention sinks (tools.sinks)
 
 
 def golden_path(name: str, version: int) -> Path:
     return GOLDEN / f"{name}@v{version}.json"
+
+
+PROBED = sorted(set(PROBED) | {"sink_shares", "sink_claims"})          # attention sinks (tools.sinks)
 
 
 # ------------------------------------------------------------------ the tests
