@@ -118,6 +118,19 @@ def _windows_probe(name: str) -> Result:
                                                               lengths=(64,)))
 
 
+def _sinks_probe(name: str) -> Result:
+    """The attention-sink computations on tiny-gpt2's first 64 tokens (Fig. 3 from the quick fig3, N = 1..8:
+    its band rows are NaN; Fig. 4 on the quick temperature grid)."""
+    from attnlab.normalization.experiments import temperature_grid
+    from attnlab.tools import sinks
+
+    ids = figures.Inputs("tiny-gpt2", "cpu", max_length=64).ids()
+    if name == "sink_shares":
+        return sinks.sink_shares(_tiny(), ids, lengths=[32, 64])
+    return sinks.sink_claims(_tiny(), ids, fig3=_paper1()["fig3"], lengths=[32, 64],
+                             temperatures=temperature_grid(quick=True))
+
+
 def _probe(name: str) -> Result:
     """`name`'s computation on its tiny probe input."""
     from attnlab import benchmarks
@@ -128,6 +141,8 @@ def _probe(name: str) -> Result:
     if name in figures.figure_ids("normalization"):
         return _paper1()[name]
     probes = {
+        "sink_shares": lambda: _sinks_probe("sink_shares"),
+        "sink_claims": lambda: _sinks_probe("sink_claims"),
         "tsc_real": lambda: real_tokens.real_encoder(_minilm(), quick=True),
         "tsc_sample_reference_effect": lambda: experiments.sample_reference_effect(quick=True),
         "tsc_authors_sphere_reference": lambda: sphere.authors_sphere_reference(quick=True),
@@ -164,6 +179,9 @@ PROBED = sorted(set(figures.FIGURES) | {"tsc_sample_reference_effect", "tsc_auth
 
 def golden_path(name: str, version: int) -> Path:
     return GOLDEN / f"{name}@v{version}.json"
+
+
+PROBED = sorted(set(PROBED) | {"sink_shares", "sink_claims"})          # attention sinks (tools.sinks)
 
 
 # ------------------------------------------------------------------ the tests

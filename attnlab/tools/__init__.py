@@ -1,2 +1,4 @@
-"""Tools beyond the papers, built on both: normalizers (softmax/T, sparsemax, entmax, SSMax, SA-softmax),
-compare (normalizers swapped into a model), diagnose (any model on any text), report (their views)."""
+"""Tools beyond the papers, built on both: normalizers (softmax/T, sparsemax, entmax, SSMax, SA-softmax, softpick,
+sigmoid attention), compare (normalizers swapped into a model), diagnose (any model on any text), report (their
+views), sinks (attention sinks: the weight on the first and repeated tokens, and the paper's claims without the
+sink heads)."""

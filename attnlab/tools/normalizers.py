@@ -4,7 +4,9 @@
 
 `scores` are the scaled logits of a row (`scaling * q.k`); `visible` (bool, broadcastable) marks the keys a
 row may attend to (causal mask, padding). Masked keys get weight exactly 0; a row with no visible key
-gets all zeros. Every normalizer takes a temperature T > 0 (scores are divided by T first).
+gets all zeros. Every normalizer takes a temperature T > 0 (scores are divided by T first). Weights sum to 1
+over the visible keys for the normalizers of `SUMS_TO_ONE`; SA-Softmax, softpick and sigmoid attention do not, by
+their papers' definitions.
 
 Sparsemax and entmax come from the `entmax` library (deep-spin), wrapped for masking and float32.
 """
@@ -169,6 +171,46 @@ def sa_softmax(scores, visible=None, *, variant: str = "normalized", T: float = 
     return (z - lo).div_((hi - lo).clamp(min=1e-12)).mul_(p)        # (z - lo) / (hi - lo) * p, one new tensor
 
 
+SOFTPICK_EPS = 1e-8       # softpick's eps (the authors' code: added to the max-shifted denominator)
+
+
+def softpick(scores, visible=None, *, eps: float = SOFTPICK_EPS, T: float = 1.0) -> torch.Tensor:
+    """Softpick (Zuhri et al. 2025, arXiv:2504.20966): ReLU(e^z_i - 1) / (sum_j |e^z_j - 1| + eps) over the
+    visible keys (z = scores / T). Not sum-to-one: a row sums to P / (P + N) <= 1 (P, N: the masses of its
+    positive and negative scores) and is all zeros when every score is <= 0.
+
+    Numerically stable form (the paper's, with m clamped at 0 here): m = max(the row's largest visible score, 0),
+    e^z - 1 = e^m (e^(z-m) - e^-m), so weight_i = ReLU(e^(z_i-m) - e^-m) / (sum_j |e^(z_j-m) - e^-m| + eps).
+    The eps is added after the shift, as in the code released with the paper: it differs from the formula's by
+    the factor e^-m, which matters only when no visible score is positive enough to outweigh it [R: the place
+    of eps is read from the code, not from the typeset formula].
+    """
+    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
+        raise ValueError(f"softpick eps must be a finite number > 0, got {eps!r}")
+    z, visible, _ = _prepare(scores, visible, T)
+    # m >= every visible score and >= 0: e^(z-m) <= 1 and e^-m <= 1 never overflow (a row whose scores are all
+    # <= 0 is shifted by 0, and its weights are exactly 0)
+    m = z.masked_fill(~visible, float("-inf")).amax(dim=-1, keepdim=True).clamp(min=0.0)
+    shifted = (torch.exp(z - m) - torch.exp(-m)).masked_fill(~visible, 0.0)     # (e^z - 1) e^-m
+    return torch.relu(shifted) / (shifted.abs().sum(dim=-1, keepdim=True) + eps)
+
+
+def sigmoid_attention(scores, visible=None, *, bias: Optional[float] = None, T: float = 1.0) -> torch.Tensor:
+    """Sigmoid attention (Ramapuram et al. 2024, arXiv:2409.04431): sigmoid(z_i + b) on each visible key, no
+    normalization over the row (weights need not sum to 1). b = -log n by default, the paper's choice, with n
+    read here as the row's own number of visible keys (a causal row t: n = t + 1) [R: the paper's n is the
+    sequence length of a trained model; per row it makes a row of n equal scores 0 sum to n / (n + 1)]; `bias`
+    fixes b instead."""
+    z, visible, _ = _prepare(scores, visible, T)
+    if bias is None:
+        b = -torch.log(visible.sum(dim=-1, keepdim=True).clamp(min=1).to(z.dtype))
+    elif isinstance(bias, (int, float)) and math.isfinite(bias):
+        b = float(bias)
+    else:
+        raise ValueError(f"sigmoid attention bias must be a finite number or None (-log n), got {bias!r}")
+    return torch.sigmoid(z + b) * visible
+
+
 NORMALIZERS: dict[str, Callable[..., torch.Tensor]] = {
     "softmax": softmax,
     "sparsemax": sparsemax_,
@@ -176,6 +218,8 @@ NORMALIZERS: dict[str, Callable[..., torch.Tensor]] = {
     "entmax": entmax,
     "ssmax": ssmax,
     "sa_softmax": sa_softmax,
+    "softpick": softpick,
+    "sigmoid": sigmoid_attention,
 }
 SUMS_TO_ONE = {"softmax", "sparsemax", "entmax15", "entmax", "ssmax"}
 
