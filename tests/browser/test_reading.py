@@ -21,10 +21,10 @@ _OPEN_ALL = "() => document.querySelectorAll('article details').forEach(d => { d
 _OVERFLOW = """() => {
   const W = window.innerWidth, out = [];
   const held = (e) => { for (let p = e.parentElement; p && p.tagName !== 'ARTICLE'; p = p.parentElement) {
-      const s = getComputedStyle(p);
-      if (s.overflowX !== 'visible' || s.clip !== 'auto' || s.position === 'absolute' && p.offsetWidth <= 1) {
-        const r = p.getBoundingClientRect(); return r.right <= W + 1 && r.left >= -1; } } return false; };
+      const s = getComputedStyle(p), r = p.getBoundingClientRect();
+      if (s.overflowX !== 'visible' && r.right <= W + 1 && r.left >= -1) return true; } return false; };
   for (const e of document.querySelectorAll('article.bd-article *')) {
+    if (e.closest('mjx-assistive-mml')) continue;     // MathJax's MathML for screen readers: clipped, not shown
     const r = e.getBoundingClientRect();
     if (r.width === 0 || r.height === 0) continue;
     if ((r.right > W + 1 || r.left < -1) && !held(e))
