@@ -174,6 +174,32 @@ def prose(html: str):
     return HTML(f'<div class="mathjax_process">{rendered(html)}</div>')
 
 
+def answer(markdown: str):
+    """An exercise's answer: Markdown prose with `$..$` maths, built from computed numbers (`tex`). The page shows
+    it above the solution's code (book/_assets/site/attnlab-site.css); Jupyter renders it too."""
+    from IPython.display import Markdown
+
+    return Markdown(markdown)
+
+
+def tex(x, fmt: str = ".3g") -> str:
+    """A number as LaTeX for `$..$`: 1.23e+04 -> `1.23 \\times 10^{4}`, inf -> `\\infty`, nan -> `\\text{n/a}`."""
+    import math
+    import re
+
+    x = float(x)
+    if math.isnan(x):
+        return r"\text{n/a}"
+    if math.isinf(x):
+        return r"\infty" if x > 0 else r"-\infty"
+    m = re.fullmatch(r"(-?[0-9.]+)e([+-])0*([0-9]+)", format(x, fmt))
+    if not m:
+        return format(x, fmt)
+    mant, sign, exp = m.groups()
+    power = f"10^{{{'-' if sign == '-' else ''}{exp}}}"
+    return power if mant in ("1", "1.0", "1.00") else f"{mant} \\times {power}"
+
+
 def png(fig, dpi: int = 100, colors: int = 64) -> bytes:
     """The figure as a light PNG (a `colors`-colour palette; with its phone version, `widgets.render`):
     frames are embedded in the page and the notebook, and this makes them about four times lighter with

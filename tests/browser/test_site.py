@@ -118,6 +118,8 @@ def test_page(doc, site, server, browser, screenshots):
                   if 0 < i["shown"] < i["natural"] - 1]        # (0: a frame not on screen, e.g. a hidden tab)
         assert not shrunk, f"{doc}: images drawn smaller than their own size (text shrinks): {shrunk}"
 
+        # sections for researchers and folded outputs (closed on load) hold sliders too: open every fold
+        page.evaluate("() => document.querySelectorAll('article details').forEach(d => { d.open = true; })")
         boxes = page.locator(KERNEL_FREE)
         if is_chapter:
             assert boxes.count() >= 1, (
@@ -332,6 +334,7 @@ def test_figures_are_legible_on_a_phone(doc, site, server, browser):
     page = context.new_page()
     try:
         page.goto(f"{server}/{doc}.html", wait_until="load")
+        page.evaluate("() => document.querySelectorAll('article details').forEach(d => { d.open = true; })")
         page.wait_for_timeout(300)
         figures = page.evaluate(_FIGURE_TEXT)
     finally:
