@@ -156,12 +156,19 @@ def _probe(name: str) -> Result:
         "pooled_ks": lambda: _windows_probe("pooled_ks"),
         "reading_windows": lambda: _windows_probe("reading_windows"),
         "fig4_without_repeats": lambda: _windows_probe("fig4_without_repeats"),
+        "head_separability": lambda: _head_separability(),
     }
     if name in probes:
         return probes[name]()
     if name in figures.FIGURES:                                  # the synthetic figures of paper 2
         return figures.FIGURES[name].compute(quick=True, device="cpu")
     raise KeyError(name)
+
+
+def _head_separability() -> Result:
+    from attnlab.normalization.experiments import separability_by_concentration
+
+    return separability_by_concentration(_paper1()["fig1"], _paper1()["fig3"])
 
 
 @lru_cache(maxsize=1)
@@ -174,7 +181,7 @@ def _minilm():
 PROBED = sorted(set(figures.FIGURES) | {"tsc_sample_reference_effect", "tsc_authors_sphere_reference",
                                         "compare_normalizers", "compare_normalizers_each", "bench_normalizers",
                                         "diagnose", "perplexity", "pooled_ks", "reading_windows",
-                                        "fig4_without_repeats"})
+                                        "fig4_without_repeats", "head_separability"})
 
 
 def golden_path(name: str, version: int) -> Path:

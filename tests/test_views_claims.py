@@ -36,16 +36,31 @@ def test_kinds_group_rows_in_order_and_unknown_ids_are_empirical():
     assert by_kind([]) == {THEOREM: [], PRINTED: [], EMPIRICAL: []}
 
 
-def _fig1_fig4(T_bad):
-    fig1 = Result("fig1", [{"L": L, "max_weight": w} for L, w in ((64, 0.5), (128, 0.2), (128, 0.4))])
+def _fig1_fig4(T_bad, sign=-1):
+    """fig1 and fig3 with ten heads at L = 128 whose N_s/N falls (sign -1) or rises (+1) with the largest weight."""
+    heads = range(10)
+    fig1 = Result("fig1", [{"L": 64, "layer": 0, "head": h, "max_weight": 0.5} for h in heads]
+                  + [{"L": 128, "layer": 0, "head": h, "max_weight": 0.1 + 0.05 * h} for h in heads])
+    fig3 = Result("fig3", [{"L": 128, "N": N, "layer": 0, "head": h, "ns_frac": 0.5 + sign * 0.04 * (h - 4.5)}
+                           for N in (1, 16, 32) for h in heads])
     fig4 = Result("fig4", [{"T": T, "holds_paper": 0.5 if T in T_bad else 1.0} for T in (0.01, 0.1, 1.0)])
-    return {"fig1": fig1, "fig4": fig4}
+    return {"fig1": fig1, "fig3": fig3, "fig4": fig4}
 
 
 def test_explanations_quote_the_measured_numbers():
     facts = claim_kinds.failure_facts(_fig1_fig4({0.01, 0.1}))
-    assert facts["L_top"] == 128 and math.isclose(facts["max_weight"], 0.3)
-    assert "mean largest weight 0.30 at L = 128" in why("p1-fig3-saturation", facts)
+    assert facts["L_top"] == 128 and math.isclose(facts["max_weight"], 0.325)
+    falls = why("p1-fig3-saturation", facts)
+    assert "N_s/N at N = 32 falls as a head's attention concentrates (Spearman ρ = -1.00" in falls
+    assert "at L = 128, over 10 heads; median 0.32 in the most concentrated tenth, 0.68 in the least" in falls
+    assert "diffuse rows do not explain the level" in falls
+    rises = why("p1-fig3-saturation", claim_kinds.failure_facts(_fig1_fig4(set(), sign=+1)))
+    assert "rises as a head's attention concentrates (Spearman ρ = +1.00" in rises
+    assert "the more diffuse heads do lose separable tokens" in rises and "do not explain" not in rises
+    flat = why("p1-fig3-saturation", claim_kinds.failure_facts(_fig1_fig4(set(), sign=0)))
+    assert "hardly changes" in flat
+    assert "sample size is the number of heads: 10 on this model against GPT-2's 144. Fewer heads" in \
+        why("p1-fig2c-critical", facts)
     assert why("p1-cor3-paper", facts).endswith("holds. Here every failing row is at T ≤ 0.1, where the curve is √2.")
     late = claim_kinds.failure_facts(_fig1_fig4({1.0}))            # a failure above T = 0.17: no such sentence
     assert why("p1-cor3-paper", late).endswith("holds. ")
@@ -149,3 +164,24 @@ def test_the_registry_has_one_entry_per_claim_the_checker_makes_and_the_chapter_
     assert mapped == {cid: c.label for cid, c in claim_kinds.CLAIMS.items()}
     assert claim_kinds.thresholds()["p1-fig2c-critical"] == [checker.CRITICAL_FRAC]
     assert claim_kinds.thresholds()["p1-fig4-slope"] == [-1 - checker.SLOPE_TOL, -1 + checker.SLOPE_TOL]
+
+
+def test_theorem1_counts_mark_the_cross_pairs_as_not_counted():
+    """Chapter 6's counts table marks the pairs of E and d~ that no formula of the paper makes, as chapter 3 does."""
+    from attnlab.normalization import readings
+
+    html = claim_views.theorem1_counts([], {}).data
+    for e in readings.E_READINGS:
+        for d in readings.D_READINGS:
+            marked = f"{e} / {d}<br><small>cross pair: not counted" in html
+            assert marked == (not readings.is_paper_pair(e, d)), (e, d)
+
+
+def test_e4a_spans_read_every_length_and_count_none_found_as_l():
+    rows = [{"kind": "critical", "e": "E4", "d": "a", "vectors": v, "L": L, "critical_n": n, "critical_frac": n / L}
+            for v, L, n in (("v", 128, 1), ("v", 64, 1), ("k", 64, -1), ("k", 128, 8))]
+    rows.append({"kind": "critical", "e": "E1", "d": "a", "vectors": "v", "L": 64, "critical_n": 60,
+                 "critical_frac": 60 / 64})
+    got = claim_views._e4a_by_vectors(rows)
+    assert got == {"v": [1 / 64, 1 / 128], "k": [1.0, 8 / 128]}
+    assert claim_views._frac_span(got["v"]) == "0.0078–0.016 L" and claim_views._frac_span([]) == "–"

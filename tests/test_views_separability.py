@@ -1,4 +1,6 @@
 """Chapter 4's views: the circle example, Figure 3's summary and grid, the live histogram and the readings tables."""
+import math
+
 import matplotlib
 import matplotlib.pyplot
 import numpy as np
@@ -82,3 +84,69 @@ def test_bound_table_has_one_row_per_bound_and_xi():
 def _close_figures():
     yield
     matplotlib.pyplot.close("all")
+
+
+# ------------------------------------------------------------- concentration against separability, head by head
+
+def _fig1_fig3(sign: float, n_heads: int = 20, L: int = 64):
+    """fig1 / fig3 of one window whose heads' N_s/N changes with their mean largest weight by `sign`; the last head
+    has no fig1 row (left out), and fig1 also has a shorter L (not read)."""
+    from attnlab.core.result import Result
+
+    heads = range(n_heads)
+    fig1 = Result("fig1", [{"window": 0, "L": L, "layer": h % 2, "head": h, "max_weight": 0.05 + 0.04 * h}
+                           for h in heads if h != n_heads - 1]
+                  + [{"window": 0, "L": 32, "layer": h % 2, "head": h, "max_weight": 0.9} for h in heads])
+    fig3 = Result("fig3", [{"window": 0, "L": L, "N": N, "layer": h % 2, "head": h,
+                            "ns_frac": 1.0 if N == 1 else 0.5 + sign * 0.02 * (h - 10)}
+                           for N in (1, 8, 16, 32) for h in heads],
+                  provenance={"model": "m", "text": "war_and_peace", "window_tokens": L, "x": "v"})
+    return fig1, fig3
+
+
+def test_concentration_rows_join_the_two_results_at_fig3s_length_from_n_16():
+    from attnlab.normalization import experiments as ex
+
+    fig1, fig3 = _fig1_fig3(-1)
+    rows = ex.concentration_rows(fig1, fig3)
+    assert sorted({r["N"] for r in rows}) == [16, 32] and len(rows) == 2 * 19       # the head without fig1: out
+    r = next(r for r in rows if r["head"] == 3 and r["N"] == 16)
+    assert math.isclose(r["max_weight"], 0.17) and math.isclose(r["ns_frac"], 0.64) and r["L"] == 64
+    assert ex.relation_ns([1, 2, 8]) == [8] and ex.relation_ns([4, 16, 20]) == [16, 20]
+    with pytest.raises(ValueError, match="fig1 has no row at Fig. 3's L = 64"):
+        ex.concentration_rows(Result("fig1", [{"L": 32, "layer": 0, "head": 0, "max_weight": 0.5}]), fig3)
+
+
+def test_concentration_relation_reads_rho_and_the_tenths():
+    from attnlab.normalization import experiments as ex
+
+    x = np.linspace(0.1, 0.9, 20)
+    rel = ex.concentration_relation(np.append(x, np.nan), np.append(1 - x, 0.5))        # NaN pair: left out
+    assert math.isclose(rel["rho"], -1.0) and rel["n_heads"] == 20 and rel["k"] == 2
+    assert math.isclose(rel["ns_concentrated"], np.median((1 - x)[-2:]))
+    assert math.isclose(rel["ns_diffuse"], np.median((1 - x)[:2]))
+    assert ex.concentration_relation(x, x)["rho"] == 1.0
+    assert [ex.concentration_direction(r, "u", "d", "f") for r in (0.5, -0.5, 0.05)] == ["u", "d", "f"]
+    with pytest.raises(ValueError, match="1-D of one length"):
+        ex.concentration_relation(x, x[:3])
+    with pytest.raises(ValueError, match="at least 3 heads"):
+        ex.concentration_relation([0.1, np.nan], [0.2, 0.3])
+
+
+def test_relation_prose_follows_the_sign_of_each_model():
+    from attnlab.normalization import experiments as ex
+
+    res = {"falls": ex.separability_by_concentration(*_fig1_fig3(-1)),
+           "rises": ex.separability_by_concentration(*_fig1_fig3(+1))}
+    assert res["falls"].provenance["L"] == 64 and res["falls"].provenance["ns"] == [16, 32]
+    html = views.relation_prose(res).data
+    assert "<b>falls</b>: over its 19 heads, \\(N_s/N\\) at N = 32 falls as the mean largest weight grows " \
+           "(Spearman ρ = -1.00; ρ from -1.00 to -1.00 over N = 16…32)" in html
+    assert "<b>rises</b>: over its 19 heads, \\(N_s/N\\) at N = 32 rises" in html
+    assert "On falls the concentrated heads are the ones that lose separability" in html
+    assert "On rises the concentrated heads separate more" in html
+    assert "m, war_and_peace (first 64 tokens, L = 64); \\(N_s/N\\): value vectors" in html
+    fig = views.relation_figure(res)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]         # (the colour bars have none)
+    assert titles == ["falls, L = 64, N = 32\nSpearman ρ = -1.00 over 19 heads",
+                      "rises, L = 64, N = 32\nSpearman ρ = +1.00 over 19 heads"]

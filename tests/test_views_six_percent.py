@@ -76,3 +76,43 @@ def test_readings_table_and_holding_pairs():
 def _close_figures():
     yield
     matplotlib.pyplot.close("all")
+
+
+def test_expectation_note_reads_e1_over_the_sum_and_says_where_it_sits(monkeypatch):
+    from attnlab.views import distance
+
+    rr = Result("thm1_readings", [], {"vectors": ["v", "k"], "grids": {"curve_N": 5, "curve_lengths": [32, 512]}})
+    monkeypatch.setattr(distance, "head_curve", lambda rr, x, key: ([32, 512], [1, {"v": 3.3, "k": 4.3}[x]]
+                                                                       if key == "E1" else [1, 1]))
+    html = views.expectation_note(rr, "m").data
+    assert "N = 5, L = 512): E1, the head mean, is 3.3–4.3 times" in html and "(value vectors: 3.3)" in html
+    assert "not within 25% of it for any" in html and "its proved bound" in html and "6 times the sum" in html
+    monkeypatch.setattr(distance, "head_curve", lambda rr, x, key: ([32, 512], [1, {"v": 1.1, "k": 4.3}[x]]
+                                                                       if key == "E1" else [1, 1]))
+    html = views.expectation_note(rr, "m").data
+    assert "within 25% of it for 1 (v)" in html and "proved bound" not in html
+
+
+class _Model:
+    name, n_layers, n_heads, causal = "m", 30, 9, True
+
+
+def test_differs_prose_reads_the_critical_n_the_heads_and_the_readings():
+    scan = views.scans(_fig2c())
+    rc = Result("fig2c", [], {"runtime_seconds": 40.2, "device": "cpu"})
+    rclaims = [{"id": "p1-fig2c-critical", "reading": r, "verdict": v}
+               for r, v in (("E4 / a / v", "holds"), ("E1 / b / v", "does not hold"), ("E2 / b / v", "holds"))]
+    html = views.differs_prose(scan, rclaims, rc, _Model()).data
+    assert "it is 0.12 L at L = 64, 128 (none found below L at L = 128)" in html
+    assert "the claim does not reproduce under this reading" in html
+    assert "270 on this model against GPT-2's 144. More heads make a stronger test" in html
+    assert "1 meet the 6% rule at every length (<code>E4 / a / v</code>) — with reading a only" in html
+    assert "this Result took 40 s (cpu" in html
+
+
+def test_heads_note_follows_the_count_against_gpt2():
+    from attnlab.normalization.claim_kinds import heads_note
+
+    assert "270 on this model against GPT-2's 144. More heads make a stronger test" in heads_note(270)
+    assert "72 on this model against GPT-2's 144. Fewer heads make a weaker test" in heads_note(72)
+    assert heads_note(144) == "The KS test has GPT-2's sample size here (144 heads)." and heads_note(0) == ""

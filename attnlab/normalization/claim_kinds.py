@@ -206,7 +206,45 @@ def failure_facts(results: dict) -> dict:
     T_bad = sorted({r["T"] for r in r4.rows if r["holds_paper"] < 1})
     flat = bool(T_bad) and max(T_bad) < 0.17
     return {"L_top": L_top, "max_weight": float(np.mean(r1.column("max_weight", L=L_top))),
-            "cor3_flat": f"Here every failing row is at T ≤ {max(T_bad):.2g}, where the curve is √2." if flat else ""}
+            "cor3_flat": f"Here every failing row is at T ≤ {max(T_bad):.2g}, where the curve is √2." if flat else "",
+            "sep_relation": separability_relation(r1, results["fig3"]) if "fig3" in results else "",
+            "heads_note": heads_note(len({(r["layer"], r["head"]) for r in r1.rows if "layer" in r}))}
+
+
+def heads_note(n_heads: int) -> str:
+    """One sentence: the KS test's sample size (one value per head) on this model against GPT-2's, and which way
+    that moves the critical N (more heads: a stronger test, which keeps rejecting to a larger N)."""
+    if n_heads <= 0:
+        return ""
+    if n_heads == paper.N_HEADS:
+        return f"The KS test has GPT-2's sample size here ({paper.N_HEADS} heads)."
+    more = n_heads > paper.N_HEADS
+    return (f"The KS test's sample size is the number of heads: {n_heads} on this model against GPT-2's "
+            f"{paper.N_HEADS}. "
+            + ("More heads make a stronger test, which keeps rejecting to a larger N: this works against the claim "
+               "here, by an amount not measured." if more else
+               "Fewer heads make a weaker test, which accepts sooner: this works for the claim here, so it cannot "
+               "explain a critical N above the paper's."))
+
+
+def separability_relation(fig1, fig3) -> str:
+    """One sentence: how N_s/N goes with a head's concentration on this model (`experiments.concentration_relation`
+    at the largest N of `experiments.relation_ns`), its direction read from the sign of Spearman's rho."""
+    from attnlab.normalization import experiments as ex
+
+    rows = ex.concentration_rows(fig1, fig3)
+    N = max(r["N"] for r in rows)
+    rel = ex.concentration_relation([r["max_weight"] for r in rows if r["N"] == N],
+                                    [r["ns_frac"] for r in rows if r["N"] == N])
+    how = ex.concentration_direction(rel["rho"], "rises", "falls", "hardly changes")
+    so = ex.concentration_direction(
+        rel["rho"], "Here the more diffuse heads do lose separable tokens.",
+        "So diffuse rows do not explain the level: on this model the concentrated heads lose the most.",
+        "So how concentrated a head is does not explain the level.")
+    return (f"On this model N_s/N at N = {N} {how} as a head's attention concentrates (Spearman ρ = {rel['rho']:+.2f} "
+            f"against the mean largest weight at L = {rows[0]['L']}, over {rel['n_heads']} heads; median "
+            f"{rel['ns_concentrated']:.2f} in the most concentrated tenth, {rel['ns_diffuse']:.2f} in the least; "
+            f"chapter 4 plots it). {so}")
 
 
 def why(cid: str, facts: dict) -> str:

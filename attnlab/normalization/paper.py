@@ -28,4 +28,5 @@ ONE_OVER_T_BELOW = 0.1
 
 # The paper's model and corpus
 MODEL = "GPT-2 124M (12 layers x 12 heads, causal, 1024 positions)"
+N_HEADS = 12 * 12          # GPT-2 124M's heads: the sample size of each KS test of Fig. 2c
 MAX_LENGTH = 1024

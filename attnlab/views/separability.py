@@ -4,14 +4,17 @@ from `attnlab.normalization.metrics.separability` on one row or Trace, or from t
 Results and their claim rows."""
 from __future__ import annotations
 
-from typing import Sequence
+import textwrap
+from typing import Optional, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
 from attnlab import book
+from attnlab.core.result import Result
 from attnlab.normalization import readings
+from attnlab.normalization.experiments import FLAT_RHO, concentration_direction
 from attnlab.normalization.metrics import engine, separability
 from attnlab.normalization.paper import SATURATION_N, SEPARABILITY_BAND
 from attnlab.normalization.readings import theorem2
@@ -189,3 +192,116 @@ def bound_table(rows_sep: Sequence[dict], units: Sequence[str]):
     return book.table(["bound", "xi"] + [f"<code>{n}</code>" for n in units],
                       [[what[cid] if j == 0 else "", readings.XI_READINGS[xi].label] + [cell(cid, xi, n) for n in units]
                        for cid in what for j, xi in enumerate(readings.XI_READINGS)])
+
+
+# ------------------------------------------------------------- concentration against separability, head by head
+
+
+
+def head_separability(model_name: Optional[str] = None) -> Result:
+    """`experiments.separability_by_concentration` of one model (the build's when None) on the book's default
+    window, cached (`book.cached_result`, keyed like the fig1 and fig3 Results it reads: model, text, window, their
+    versions; a new version of either computes it again, in milliseconds). The figures come from
+    `book.figure_results` with the set `book.claims_per_model` asks for, so that a model no chapter computed shares
+    its forward passes."""
+    from attnlab.figures import FIGURES, READING_FIGURES, figure_ids
+    from attnlab.normalization import experiments
+
+    inp = book.inputs()
+    if model_name and model_name != inp.model.name:
+        inp = book.inputs(model_name)
+    res = book.figure_results([i for i in figure_ids("normalization") if i not in READING_FIGURES], inp)
+    key = {"fig1_version": FIGURES["fig1"].version, "fig3_version": FIGURES["fig3"].version,   # the Results' key
+           "device": inp.device, "max_length": inp.window_length, "text_name": inp.text_name, "text_start": inp.start}
+    return book.cached_result("head_separability", key,
+                              lambda: experiments.separability_by_concentration(res["fig1"], res["fig3"]),
+                              version=1, model=inp.model, text_sha256=inp.corpus.sha256)
+
+
+def relation_at(res: Result, N: Optional[int] = None) -> dict:
+    """`experiments.concentration_relation` of a head_separability Result at N (its largest when None), with N."""
+    from attnlab.normalization.experiments import concentration_relation
+
+    N = max(res.unique("N")) if N is None else N
+    return dict(concentration_relation(res.column("max_weight", N=N), res.column("ns_frac", N=N)), N=N)
+
+
+def provenance_line(res: Result) -> str:
+    """'smollm2, War and Peace, first 1024 tokens (L = 1024), N_s/N of values on the unit sphere, strict radius'."""
+    from attnlab.core.models import weights_label
+
+    p = res.provenance
+    text = p.get("text") or "text"
+    offsets = p.get("window_offsets")
+    where = "first" if not offsets else f"from character {offsets} on, first"
+    x = {"v": "value", "hidden": "layer-input"}.get(p.get("x"), str(p.get("x")))
+    return (f"{p.get('model')}{weights_label(p.get('model_info'))}, {text} ({where} {p.get('window_tokens')} tokens, "
+            f"L = {p.get('L')}); N_s/N: {x} vectors on the unit sphere, strict radius, token mean per head")
+
+
+def relation_figure(results: dict, N: Optional[int] = None, figsize=(6.8, 3.0)):
+    """Figure: one panel per model ({name: head_separability Result}), each head's N_s/N at N (the largest when
+    None) against its mean largest weight, coloured by layer, Spearman's rho in the panel's title, the paper's
+    band shaded; the models, window, L and reading underneath."""
+    fig, axes = plt.subplots(1, len(results), figsize=figsize, layout="constrained", squeeze=False)
+    for ax, (name, res) in zip(axes[0], results.items()):
+        rel = relation_at(res, N)
+        rows = res.select(N=rel["N"])
+        layers = np.array([r["layer"] for r in rows])
+        ax.axhspan(*SEPARABILITY_BAND, color="tab:green", alpha=0.12, lw=0, label="paper 0.70–0.85")
+        sc = ax.scatter([r["max_weight"] for r in rows], [r["ns_frac"] for r in rows], c=layers, cmap="viridis",
+                        s=10, alpha=0.85, lw=0)
+        ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean largest weight (row mean)",
+               ylabel=f"$N_s/N$ at N = {rel['N']}")
+        ax.set_title(f"{name}, L = {res.provenance.get('L')}, N = {rel['N']}\nSpearman ρ = {rel['rho']:+.2f} "
+                     f"over {rel['n_heads']} heads", fontsize=9)
+        fig.colorbar(sc, ax=ax, label="layer", shrink=0.85)
+    axes[0][0].legend(loc="upper right", fontsize=8)
+    fig.supxlabel("\n".join(textwrap.fill(provenance_line(r), 140) for r in results.values()), fontsize=7)
+    return fig
+
+
+def relation_sentence(name: str, res: Result, N: Optional[int] = None) -> str:
+    """HTML: one model's relation at N (largest when None) in words, the direction read from the sign of rho, with
+    rho over every N of the Result and the deciles."""
+    rel = relation_at(res, N)
+    rhos = [relation_at(res, n)["rho"] for n in sorted(res.unique("N"))]
+    verb = concentration_direction(rel["rho"], "rises", "falls", "hardly changes")
+    over = (f"; ρ from {min(rhos):+.2f} to {max(rhos):+.2f} over N = {min(res.unique('N'))}…{max(res.unique('N'))}"
+            if len(rhos) > 1 else "")
+    return (f"<b>{name}</b>: over its {rel['n_heads']} heads, N_s/N at N = {rel['N']} {verb} as the mean largest "
+            f"weight grows (Spearman ρ = {rel['rho']:+.2f}{over}). The most concentrated tenth of its heads "
+            f"({rel['k']}) has median N_s/N {rel['ns_concentrated']:.2f}, the least concentrated tenth "
+            f"{rel['ns_diffuse']:.2f}. <small>({provenance_line(res)}.)</small>")
+
+
+def relation_prose(results: dict, N: Optional[int] = None):
+    """HTML: each model's relation (`relation_sentence`), how the models compare (median largest weight and median
+    N_s/N), and what follows for the explanation "diffuse heads lose separability", every direction read from the
+    rows."""
+    rel = {m: relation_at(r, N) for m, r in results.items()}
+    items = "".join(f"<li>{relation_sentence(m, r, N)}</li>" for m, r in results.items())
+    parts = [f"<ul>{items}</ul>"]
+    against = [m for m, r in rel.items() if r["rho"] <= -FLAT_RHO]
+    along = [m for m, r in rel.items() if r["rho"] >= FLAT_RHO]
+    if len(rel) >= 2:
+        (a, ra), (b, rb) = sorted(rel.items(), key=lambda kv: kv[1]["median_max_weight"])   # a: the more diffuse
+        cmp_ns = ("higher" if ra["median_ns_frac"] > rb["median_ns_frac"] else
+                  "lower" if ra["median_ns_frac"] < rb["median_ns_frac"] else "the same")
+        parts.append(f"<p>Between the models: {a}'s heads are more diffuse than {b}'s (median of the mean largest "
+                     f"weight {ra['median_max_weight']:.2f} against {rb['median_max_weight']:.2f}), and its median "
+                     f"N_s/N at N = {ra['N']} is {cmp_ns} ({ra['median_ns_frac']:.2f} against "
+                     f"{rb['median_ns_frac']:.2f}; the two models' N and L are those of their panels).</p>")
+    verdict = []
+    if against:
+        verdict.append(f"On {', '.join(against)} the concentrated heads are the ones that lose separability: "
+                       "within the model the diffuse heads separate more, so \"its rows are diffuse\" does not "
+                       "explain where its level sits.")
+    if along:
+        verdict.append(f"On {', '.join(along)} the concentrated heads separate more; there a diffuse head does lose "
+                       "separable tokens.")
+    flat = [m for m in rel if m not in against and m not in along]
+    if flat:
+        verdict.append(f"On {', '.join(flat)} N_s/N hardly depends on the concentration (|ρ| < {FLAT_RHO}).")
+    parts.append("<p>" + " ".join(verdict) + "</p>")
+    return book.prose("".join(parts))

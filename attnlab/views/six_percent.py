@@ -14,6 +14,7 @@ from attnlab import book
 from attnlab.normalization import readings
 from attnlab.normalization.claims import CRITICAL_FRAC
 from attnlab.normalization.metrics import critical_n
+from attnlab.normalization.paper import KS_ALPHA
 
 ALPHAS = (1e-20, 1e-10, 1e-5, 1e-3, 1e-2)       # the levels of the α slider
 
@@ -237,3 +238,63 @@ def readings_prose(rr, rclaims: Sequence[dict], model_name: str):
         "<li><b>The literal printed formula (E2, E5) stops early</b> because it compares norms, not sets: d~ ≈ (L − N) "
         "||s|| and E2 ≈ (L − N) ||m|| (E5: ||o||), so the test accepts where the heads' ||s|| reaches the norm of the "
         "mean vector. That happens at a few percent of L for some vector choices and never for others.</li></ul>")
+
+
+def expectation_note(rr, model_name: str):
+    """HTML: how far E1 (head mean, Fig. 2a's N) stays from sum_i ||a_i x_i||, the limit of E as this book reads
+    Corollary 2(i), at the largest curve length, per vector choice (thm1_readings Result `rr`, chapter 2's numbers)."""
+    from attnlab.normalization.claim_kinds import threshold
+    from attnlab.views.distance import head_curve
+
+    COR2_GAP = threshold("COR2_GAP")                       # the claim registry's
+
+    vecs = list(rr.provenance["vectors"])
+    over = [head_curve(rr, x, "E1")[1][-1] / head_curve(rr, x, "sum_y")[1][-1] for x in vecs]   # at the largest L
+    grids = rr.provenance["grids"]
+    near = [v for v, r in zip(vecs, over) if abs(r - 1) <= COR2_GAP]
+    lo, hi = min(over), max(over)
+    return book.prose(
+        f"<p>Measured on {model_name} (chapter 2's Result of every reading, N = {grids['curve_N']}, "
+        f"L = {grids['curve_lengths'][-1]}): E1, the head mean, is {lo:.2g}–{hi:.2g} times Σ<sub>i</sub> "
+        f"‖α<sub>i</sub> x<sub>i</sub>‖ over the {len(vecs)} vector choices"
+        + (f" (value vectors: {over[vecs.index('v')]:.2g})" if "v" in vecs else "")
+        + (f", within {COR2_GAP:.0%} of it for {len(near)} ({', '.join(near)})" if near else
+           f", not within {COR2_GAP:.0%} of it for any") + ". "
+        + (f"So here it stays between the limit Corollary 2(i) gives it, as this book reads it, and its proved bound "
+           f"(1 + N) Σ<sub>i</sub> ‖α<sub>i</sub> x<sub>i</sub>‖, {1 + grids['curve_N']} times the sum (chapter 2)."
+           if lo > 1 + COR2_GAP and hi <= 1 + grids["curve_N"] else "") + "</p>")
+
+
+def differs_prose(scan: dict, rclaims: Sequence[dict], rc, model):
+    """HTML list for 'What differs from the paper': the critical N on this model at the default reading against the
+    paper's, the test's sample size (`claim_kinds.heads_note`), which readings that are an expectation of d~ meet
+    the 6% rule, and the scan's cost, each read from fig2c Result `rc`, its scans and the reading claim rows."""
+    from attnlab.normalization.claim_kinds import heads_note
+
+    fracs = {L: (n / L if (n := critical(rows, KS_ALPHA)) > 0 else None) for L, rows in scan.items()}
+    found = [f for f in fracs.values() if f is not None]
+    none = [L for L, f in fracs.items() if f is None]
+    lo, hi = (f"{min(found):.2f}", f"{max(found):.2f}") if found else ("", "")
+    span = ("not found below L" if not found else f"{lo} L" if lo == hi else f"{lo}–{hi} L")
+    six = _six(rclaims)
+    expectation = [f"{e} / {d}" for e, d in (("E1", "b"), ("E4", "b"), ("E4", "a"))]
+    meet = sorted(k for k, ok in six.items() if ok and " / ".join(k.split(" / ")[:2]) in expectation)
+    below = all(f is not None and f <= CRITICAL_FRAC for f in fracs.values())
+    prov = rc.provenance
+    return book.prose(
+        "<ul>"
+        f"<li><b>The result.</b> The paper's critical N stays below {CRITICAL_FRAC} L; on {model.name}, at this "
+        f"book's default reading, it is {span} at L = {', '.join(map(str, scan))}"
+        + (f" (none found below L at L = {', '.join(map(str, none))})" if none and found else "")
+        + (": the claim reproduces under this reading.</li>" if below else
+           ": the claim does not reproduce under this reading.</li>")
+        + f"<li><b>Model.</b> {model.n_layers * model.n_heads} heads, {'causal' if model.causal else 'bidirectional'}, "
+        f"longest window L = {max(scan)}. {heads_note(model.n_layers * model.n_heads)}</li>"
+        f"<li><b>Readings.</b> Of the combinations where E is an expectation of d~ over random sets "
+        f"({', '.join(expectation)}) with each choice of vectors, "
+        + (f"{len(meet)} meet the 6% rule at every length ({', '.join(f'<code>{m}</code>' for m in meet)})"
+           if meet else "none meets the 6% rule at every length")
+        + (" — with reading a only where the test has no power (above)" if meet and all("/ a /" in m for m in meet)
+           else "") + ".</li>"
+        f"<li><b>The scan's cost.</b> The paper reports 17 hours for its version; this Result took "
+        f"{prov.get('runtime_seconds', float('nan')):.0f} s ({prov.get('device', 'cpu')}, every length).</li></ul>")
