@@ -22,6 +22,7 @@ from attnlab.core.result import Result
 from attnlab.core.style import use_figure_style
 from attnlab.figures import Inputs, cached_figures
 from attnlab.normalization.claim_kinds import chapter_labels
+from attnlab.sample_complexity.claims import chapter_labels as tsc_labels
 
 use_figure_style()          # every chapter's figures: text >= 9 pt at the size the page shows them
 
@@ -633,7 +634,8 @@ def is_paper_model(model) -> bool:
             and not getattr(model, "random_weights", False))
 
 
-# chapter -> (title, page, the claim ids it checks, with a short label each: paper 1's from its claim registry)
+# chapter -> (title, page, the claim ids it checks, with a short label each: from the claim registries, paper 1's
+# normalization/claims.toml and paper 2's sample_complexity/claims.toml)
 CHAPTER_CLAIMS = (
     ("1", "Vanishing attention", "01_vanishing", chapter_labels("1")),
     ("2", "Distance collapse", "02_distance_collapse", chapter_labels("2")),
@@ -643,13 +645,8 @@ CHAPTER_CLAIMS = (
     ("6", "What holds", "06_what_holds", {}),
     ("7", "Beyond softmax", "07_beyond_softmax", {}),
     ("8", "Diagnose your model", "08_diagnose", {}),
-    ("9", "Attention on infinitely many tokens", "09_infinite_tokens", {
-        "tsc-uniform-rate": "the map converges like C(R)/√n",
-        "tsc-uniform-constant": "C(R) grows with R",
-        "tsc-moments-beta": "moment errors decay at n^-β, β(H) < 1/2",
-        "tsc-hardmax": "near the hardmax: slower than any power law"}),
-    ("10", "Real tokens", "10_real_tokens", {"tsc-real-beta": "per-layer β on a real encoder",
-                                              "tsc-real-beta-heads": "per-head β, each head at its own β(H_j)"}),
+    ("9", "Attention on infinitely many tokens", "09_infinite_tokens", tsc_labels("9")),
+    ("10", "Real tokens", "10_real_tokens", tsc_labels("10")),
 )
 CHAPTER_NOTES = {"6": "every claim above in one table, with the caveats", "7": "other normalizers swapped into the "
                  "model (no claim of the papers)", "8": "the same measurements on any model"}

@@ -32,7 +32,7 @@ def test_fit_table_reads_each_layer():
 
 
 def test_at_or_above_uses_the_checkers_margin():
-    h = dict(beta_ref=0.48, beta_mean=0.48 - scc.BETA_TOL_FLOOR, beta_mean_se=0.0)
+    h = dict(beta_ref=0.48, beta_mean=0.48 - scc.threshold("BETA_TOL_FLOOR"), beta_mean_se=0.0)
     assert views.at_or_above(h, "mean") and not views.at_or_above(dict(h, beta_mean=0.3), "mean")
 
 

@@ -39,6 +39,13 @@ TOLERANCES = {
     "at least": f"holds_le(threshold, number): RTOL = {RTOL:g} relative",
     "within": f"holds_le on both ends of the band: RTOL = {RTOL:g} relative",
     "near -1": f"holds_le(|number + 1|, threshold): RTOL = {RTOL:g} relative",
+    # paper 2's (sample_complexity/claims.toml): each fit's number, every fit must pass
+    "near": f"holds_le(|number - also|, threshold) for every fit: RTOL = {RTOL:g} relative",
+    "within a factor": f"within(number, 1 / threshold, threshold) for every fit (holds_le on both ends: RTOL = "
+                       f"{RTOL:g} relative), and the numbers increasing",
+    "at or above": f"holds_le(reference - max(also * se, threshold), number) for every fit: RTOL = {RTOL:g} relative "
+                   "(a se that is not finite counts as 0)",
+    "below": "|number| < threshold for every fit, strictly (no rounding tolerance)",
 }
 REGISTRY_FILE = Path(__file__).with_name("claims.toml")
 
@@ -108,11 +115,12 @@ def _claim(cid: str, spec: dict, known: dict) -> Claim:
 
 def load(path: Path = REGISTRY_FILE) -> tuple[dict[str, Threshold], dict[str, str], dict[str, Claim],
                                                  dict[str, Claim]]:
-    """(thresholds, texts, claims, reading-only claims) of the registry file, each field checked (`_claim`)."""
+    """(thresholds, texts, claims, reading-only claims) of a registry file (this one's, or paper 2's
+    sample_complexity/claims.toml; [texts] and [readings] may be absent), each field checked (`_claim`)."""
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     known = {name: _threshold(name, spec) for name, spec in data["thresholds"].items()}
-    return (known, dict(data["texts"]), {cid: _claim(cid, s, known) for cid, s in data["claims"].items()},
-            {cid: _claim(cid, s, known) for cid, s in data["readings"].items()})
+    return (known, dict(data.get("texts", {})), {cid: _claim(cid, s, known) for cid, s in data["claims"].items()},
+            {cid: _claim(cid, s, known) for cid, s in data.get("readings", {}).items()})
 
 
 THRESHOLDS, TEXTS, CLAIMS, READING_CLAIMS = load()

@@ -1,52 +1,63 @@
 """Claim rows for "Token Sample Complexity of Attention" (arXiv 2512.10656), from computed Results."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
 from attnlab.core.result import Result
 from attnlab.core.verdicts import claim_row, holds_le, with_model, within
+from attnlab.normalization import claim_kinds
 
 _row = claim_row
 
+#: paper 2's claim registry (claims.toml beside this module; the loader and fields are paper 1's,
+#: `normalization.claim_kinds`): CLAIMS {id: Claim} in the chapters' order, THRESHOLDS {name: Threshold}, TEXTS
+REGISTRY_FILE = Path(__file__).with_name("claims.toml")
+THRESHOLDS, TEXTS, CLAIMS, _ = claim_kinds.load(REGISTRY_FILE)
+HEADS_READING = TEXTS["HEADS_READING"]
 
-CLAIM_TEXT = {
-    "uniform_rate": ("The attention map converges uniformly on a ball of radius R at rate C(R)/sqrt(n): "
-                     "fitted slope of the sup-error within 0.1 of -1/2 for every R",
-                     "abstract: 'converges uniformly on a ball of radius R at rate C(R)/sqrt(n)'"),
-    "uniform_constant": ("C(R) increases with R and tracks, within a factor 2, the exponentially growing "
-                         "delta-method constant [DERIVED] at every tested R",
-                         "abstract: 'C(R) grows exponentially with R'"),
-    "moments_beta": ("Moment errors decay as n^-beta with beta < 1/2 depending on H; read as an "
-                     "upper-bound exponent, fitted |beta| lie at or above beta(H) = 1/(2(1+H^2))",
-                     "abstract: 'rate C'(R)/n^beta with beta < 1/2'; beta(H) = 1/(2(1+H^2)) is the authors' "
-                     "reference curve in their plotting code (the theorem's beta was not available)"),
-    "hardmax": ("Near the hardmax the error falls slower than n^-0.1 over the tested range",
-                "abstract: 'in this setting, we establish a logarithmic rate of convergence'"),
-    "real_beta": ("On a real encoder, fitted |beta| per layer lie at or above beta(H)",
-                  "abstract v1: 'Experiments on ... real BERT models on Wikipedia text confirm our predictions'"),
-    "real_beta_heads": ("On a real encoder, each head's fitted |beta| (its own output block) lies at or above "
-                        "beta(H_j) at the head's own horizon H_j",
-                        "abstract v1 as above; per-head H as in the authors' downstream code [CODE]; comparing "
-                        "each head's exponent with beta(H_j) is this book's reading [R] (their plots are per layer)"),
-}
-HEADS_READING = "per head: H_j from A_j = scaling W_kj^T W_qj, |beta| of head j's output block [R]"
+
+def threshold(name: str) -> float:
+    """The value of paper-2 threshold `name` (`THRESHOLDS`)."""
+    return THRESHOLDS[name].value
+
+
+def claim_text(cid: str) -> str:
+    """This book's test of claim `cid`: the registry's template with the thresholds in."""
+    return CLAIMS[cid].claim.format(**{name: threshold(name) for name in THRESHOLDS})
+
+
+def _texts(cid: str) -> tuple[str, str]:
+    """(this book's test, the paper's words) of claim `cid`."""
+    return claim_text(cid), CLAIMS[cid].paper
+
+
+def chapter_labels(chapter: str) -> dict[str, str]:
+    """{claim id: its label} of the paper-2 claims chapter `chapter` shows, in the registry's order."""
+    return {cid: c.label for cid, c in CLAIMS.items() if c.chapter == chapter}
+
+
+def why(cid: str) -> str:
+    """What a failure of claim `cid` means (the registry's `failure`)."""
+    return CLAIMS[cid].failure
 
 
 def _claim_uniform(res: Optional[Result]) -> list[dict]:
-    (c1, p1), (c2, p2) = CLAIM_TEXT["uniform_rate"], CLAIM_TEXT["uniform_constant"]
+    (c1, p1), (c2, p2) = _texts("tsc-uniform-rate"), _texts("tsc-uniform-constant")
     if res is None:
         return [_row("tsc-uniform-rate", c1, p1, "not run", "not applicable"),
                 _row("tsc-uniform-constant", c2, p2, "not run", "not applicable")]
     fits = sorted(res.select(kind="fit"), key=lambda f: f["R"])
-    ok = all(holds_le(abs(f["slope"] + 0.5), 0.1) for f in fits)
+    ok = all(holds_le(abs(f["slope"] - threshold("RATE_SLOPE")), threshold("RATE_TOL")) for f in fits)
     meas = "; ".join(f"R={f['R']:g}: {f['slope']:.3f}±{f['slope_se']:.3f}" for f in fits)
     rows = [_row("tsc-uniform-rate", c1, p1, meas, "holds" if ok else "does not hold")]
     C = [f["C"] for f in fits]
     ratio = [f["C"] / f["C_pred"] for f in fits]
     grows = all(b > a for a, b in zip(C, C[1:]))
-    tracks = all(within(r, 0.5, 2.0) for r in ratio)
+    factor = threshold("C_FACTOR")
+    tracks = all(within(r, 1 / factor, factor) for r in ratio)
     meas2 = (", ".join(f"C({f['R']:g})={f['C']:.3g}" for f in fits)
              + "; delta-method constant exp(||Sigma^1/2 A x||^2/2)-type [DERIVED]: "
              + ", ".join(f"{f['C_pred']:.3g}" for f in fits)
@@ -55,15 +66,16 @@ def _claim_uniform(res: Optional[Result]) -> list[dict]:
     return rows
 
 
-BETA_TOL_FLOOR = 0.03  # a WLS se on a few points can be tiny; near H = 0, beta(H) = 1/2 is the Monte Carlo
-                       # rate itself, so |beta| = 0.49 +- 0.003 is a tie, not a violation
-
-
 def beta_at_or_above(beta: float, ref: float, se: float) -> bool:
-    """The test of one fitted rate: beta >= ref - max(2 se, BETA_TOL_FLOOR) (a se that is not finite counts as 0), up to
-    rounding."""
+    """The test of one fitted rate: beta >= ref - max(BETA_SE_FACTOR se, BETA_TOL_FLOOR) (the registry's; a se that
+    is not finite counts as 0), up to rounding."""
     se = float(se) if np.isfinite(se) else 0.0
-    return holds_le(ref - max(2 * se, BETA_TOL_FLOOR), beta)
+    return holds_le(ref - max(threshold("BETA_SE_FACTOR") * se, threshold("BETA_TOL_FLOOR")), beta)
+
+
+def margin_text() -> str:
+    """The margin of `beta_at_or_above` as the rows state it: "max(2 se, 0.03)"."""
+    return f"max({threshold('BETA_SE_FACTOR'):g} se, {threshold('BETA_TOL_FLOOR')})"
 
 
 def _beta_claim(fits: list[dict], cid: str, claim: str, paper: str) -> dict:
@@ -77,7 +89,7 @@ def _beta_claim(fits: list[dict], cid: str, claim: str, paper: str) -> dict:
     lab = "layer" if "layer" in fits[0] else "scale"
     detail = "; ".join(f"{lab} {f[lab]:g} {f['moment']}: |beta|={f['beta']:.3f}±{f['slope_se']:.3f} vs "
                        f"beta(H={f['horizon']:.3g})={f['beta_ref']:.3f}" for f in below[:6])
-    meas = (f"{n_ok}/{len(fits)} fits at or above beta(H) within max(2 se, {BETA_TOL_FLOOR}) "
+    meas = (f"{n_ok}/{len(fits)} fits at or above beta(H) within {margin_text()} "
             "(our H, temperature in A)")
     if n_ok_auth is not None:
         meas += f"; {n_ok_auth}/{len(fits)} with the authors' H (no temperature)"
@@ -90,7 +102,7 @@ def _beta_claim(fits: list[dict], cid: str, claim: str, paper: str) -> dict:
 
 
 def _claim_moments(res: Optional[Result]) -> list[dict]:
-    c, p = CLAIM_TEXT["moments_beta"]
+    c, p = _texts("tsc-moments-beta")
     if res is None:
         return [_row("tsc-moments-beta", c, p, "not run", "not applicable")]
     fits = res.select(kind="fit")
@@ -102,7 +114,7 @@ def _claim_hardmax(res: Optional[Result]) -> list[dict]:
     """Verdict on the covariance error at the largest scale.  The mean is not used: m_n is an odd
     function of the tokens and the sphere is symmetric, so E[m_n] = 0 = m_inf exactly and the mean
     error is pure fluctuation (near n^-1/2 at every scale); the hardmax bias shows in the covariance."""
-    c, p = CLAIM_TEXT["hardmax"]
+    c, p = _texts("tsc-hardmax")
     if res is None:
         return [_row("tsc-hardmax", c, p, "not run", "not applicable")]
     fits = res.select(kind="fit")
@@ -110,7 +122,7 @@ def _claim_hardmax(res: Optional[Result]) -> list[dict]:
     fits = [f for f in fits if f["reference"] == ref]
     smax = max(f["scale"] for f in fits)
     top = [f for f in fits if f["scale"] == smax and f["moment"] == "cov"]
-    ok = bool(top) and all(np.isfinite(f["slope"]) and abs(f["slope"]) < 0.1 for f in top)
+    ok = bool(top) and all(np.isfinite(f["slope"]) and abs(f["slope"]) < threshold("HARDMAX_SLOPE") for f in top)
     meas = "; ".join(
         f"scale {f['scale']:g} (H={f['horizon']:.3g}) {f['moment']}: slope {f['slope']:.3f}±{f['slope_se']:.3f}"
         + (f", curvature {f['curvature']:.3f}±{f['curvature_se']:.3f}" if "curvature" in f else "")
@@ -121,7 +133,7 @@ def _claim_hardmax(res: Optional[Result]) -> list[dict]:
 
 
 def _claim_real(res: Optional[Result]) -> list[dict]:
-    c, p = CLAIM_TEXT["real_beta"]
+    c, p = _texts("tsc-real-beta")
     if res is None:
         return [_row("tsc-real-beta", c, p, "not run", "not applicable")]
     return [_beta_claim(res.select(kind="fit"), "tsc-real-beta",
@@ -132,7 +144,7 @@ def _claim_real_heads(res: Optional[Result]) -> list[dict]:
     """Per head: the share of heads whose mean and covariance exponents are at or above beta(H_j) (the
     tolerance of the per-layer claim), and the rank correlation of |beta_cov| with H_j across heads (the
     prediction "larger horizon, slower decay" read across heads; reported, not part of the verdict)."""
-    c, p = CLAIM_TEXT["real_beta_heads"]
+    c, p = _texts("tsc-real-beta-heads")
     heads = [h for h in res.select(kind="head") if "beta_cov" in h] if res is not None else []
     if not heads:
         why = "not run" if res is None else "no per-head fits in this Result"
@@ -143,7 +155,7 @@ def _claim_real_heads(res: Optional[Result]) -> list[dict]:
         n_ok = sum(beta_at_or_above(h[f"beta_{mom}"], h["beta_ref"], h[f"beta_{mom}_se"]) for h in fin)
         ok = ok and bool(fin) and n_ok == len(fin)
         b = [h[f"beta_{mom}"] for h in fin]
-        parts.append(f"{mom}: {n_ok}/{len(fin)} heads at or above beta(H_j) within max(2 se, {BETA_TOL_FLOOR})"
+        parts.append(f"{mom}: {n_ok}/{len(fin)} heads at or above beta(H_j) within {margin_text()}"
                      + (f", |beta| {min(b):.3f}..{max(b):.3f}" if b else ""))
     from scipy.stats import spearmanr
 
@@ -159,12 +171,13 @@ def _claim_real_heads(res: Optional[Result]) -> list[dict]:
 def tsc_claims(results: dict) -> list[dict]:
     """Claim rows (id, claim, paper, measured, verdict) from Results keyed by figure id (`attnlab.figures`):
     "tsc_uniform", "tsc_moments", "tsc_hardmax", "tsc_real" (missing -> "not applicable").
-    Verdicts: uniform-map slopes within 0.1 of -1/2 (and C(R) increasing, within a factor 2 of the
-    [DERIVED] delta-method constant, which grows like exp(||Sigma^1/2 A x||^2 / 2)); every fitted
-    moment |beta| at or above beta(H) within 2 standard errors (the upper-bound reading; our H with
-    the temperature inside A, the authors' H reported beside it); hardmax: |slope| < 0.1 for the
-    covariance error at the largest scale (the mean error is fluctuation only, see _claim_hardmax); per
-    head (reading HEADS_READING, a last row): every head's exponents at or above beta(H_j).
+    Verdicts (thresholds: the registry's, `THRESHOLDS`): uniform-map slopes within RATE_TOL of RATE_SLOPE (and
+    C(R) increasing, within a factor C_FACTOR of the [DERIVED] delta-method constant, which grows like
+    exp(||Sigma^1/2 A x||^2 / 2)); every fitted moment |beta| at or above beta(H) within
+    max(BETA_SE_FACTOR se, BETA_TOL_FLOOR) (the upper-bound reading; our H with the temperature inside A, the
+    authors' H reported beside it); hardmax: |slope| < HARDMAX_SLOPE for the covariance error at the largest scale
+    (the mean error is fluctuation only, see _claim_hardmax); per head (reading HEADS_READING, a last row): every
+    head's exponents at or above beta(H_j).
     Every row carries `model`, its Result's (`with_model`: None for synthetic tokens)."""
     get = results.get
     return [row for fig, claim in (("tsc_uniform", _claim_uniform), ("tsc_moments", _claim_moments),

@@ -77,7 +77,7 @@ def layer_frame(res, layer: int):
 
 
 def at_or_above(h: dict, mom: str) -> bool:
-    """The claim checker's test of one head: |beta| within max(2 se, BETA_TOL_FLOOR) of beta(H_j) or above."""
+    """The claim checker's test of one head: |beta| within `scc.margin_text` of beta(H_j) or above."""
     return scc.beta_at_or_above(h[f"beta_{mom}"], h["beta_ref"], h[f"beta_{mom}_se"])
 
 
@@ -119,8 +119,8 @@ def heads_below(res) -> str:
     """Text: the heads whose exponent (mean or covariance) is below beta(H_j) by more than the checker's margin."""
     heads = res.select(kind="head")
     below = [h for h in heads if not (at_or_above(h, "mean") and at_or_above(h, "cov"))]
-    lines = [f"{len(below)} of {len(heads)} heads have an exponent below beta(H_j) by more than max(2 se, "
-             f"{scc.BETA_TOL_FLOOR}):"]
+    lines = [f"{len(below)} of {len(heads)} heads have an exponent below beta(H_j) by more than "
+             f"{scc.margin_text()}:"]
     lines += [f"  layer {h['layer']} head {h['head']:2d}: H_j = {h['horizon']:.2f}, beta(H_j) = {h['beta_ref']:.2f}; "
               f"|beta| mean {h['beta_mean']:.2f} ± {h['beta_mean_se']:.2f}, cov {h['beta_cov']:.2f} ± "
               f"{h['beta_cov_se']:.2f}" for h in below]
