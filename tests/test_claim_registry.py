@@ -1,6 +1,7 @@
-"""The claim registry (normalization/claims.toml, read by `claim_kinds`) is the one source of what a paper-1 claim
-is: every claim id the package, the views and the chapters use is in it, every entry has every field, and the
-checks read its thresholds, texts and units (a threshold changed in the registry moves the verdict)."""
+"""The claim registries (normalization/claims.toml, read by `claim_kinds`; paper 2's sample_complexity/claims.toml,
+read by the same loader) are the one source of what a claim is: every claim id the package, the views and the
+chapters use is in them, every entry has every field, and the checks read their thresholds, texts and units (a
+threshold changed in a registry moves the verdict)."""
 import ast
 import json
 import re
@@ -180,3 +181,90 @@ def test_the_reading_rows_read_the_registry_too(monkeypatch):
     cor2 = {r["reading"]: r for r in theorem1.reading_claims({"thm1_readings": res}) if r["id"] == "p1-cor2-i"}
     assert cor2["E1 / - / v"]["verdict"] == "holds" and "80%" in cor2["E1 / - / v"]["claim"]
     assert np.isfinite(cor2["E2 / - / v"]["value"])
+
+
+# ------------------------------------------------ paper 2's registry (sample_complexity/claims.toml, same loader)
+
+TSC_ID = re.compile(r"""["'](tsc-[a-z0-9-]+)["']""")
+
+
+def test_every_tsc_claim_id_used_anywhere_is_in_paper_2_s_registry():
+    from attnlab.sample_complexity import claims as scc
+
+    found: dict[str, list[str]] = {}
+    sources = [(p.name, p.read_text(encoding="utf-8")) for p in sorted((ROOT / "attnlab").rglob("*.py"))]
+    sources += [(p.name, "".join(c["source"])) for p in sorted((ROOT / "book").glob("*.ipynb"))
+                for c in json.loads(p.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+    for where, text in sources:
+        for cid in TSC_ID.findall(text):
+            found.setdefault(cid, []).append(where)
+    assert {"tsc-uniform-rate", "tsc-hardmax", "tsc-real"} <= set(found)                 # the scan sees the sources
+    unknown = {cid: where for cid, where in found.items()
+               if cid not in scc.CLAIMS and not any(k.startswith(cid + "-") for k in scc.CLAIMS)}
+    assert not unknown, unknown
+    # the checker's rows, the chapter map and the registry: the same ids in the same order; paper 1's stay apart
+    assert [r["id"] for r in scc.tsc_claims({})] == list(scc.CLAIMS)
+    mapped = {cid: label for *_, labels in book.CHAPTER_CLAIMS for cid, label in labels.items()
+              if cid.startswith("tsc-")}
+    assert mapped == {cid: c.label for cid, c in scc.CLAIMS.items()}
+    assert set(scc.CLAIMS).isdisjoint(registry.ALL_CLAIMS) and len(registry.CLAIMS) == 16
+
+
+def test_every_tsc_entry_has_every_field_filled_and_its_numbers_only_there():
+    from attnlab.sample_complexity import claims as scc
+
+    chapters = {number for number, *_ in book.CHAPTER_CLAIMS}
+    for cid, c in scc.CLAIMS.items():
+        for field in ("kind", "chapter", "label", "paper", "claim", "unit", "compare", "failure", "tolerance"):
+            assert isinstance(getattr(c, field), str) and getattr(c, field).strip(), (cid, field)
+        assert c.kind in registry.KINDS and c.chapter in chapters and c.threshold in scc.THRESHOLDS, cid
+        assert all(t in scc.THRESHOLDS for t in c.also), cid
+        assert not re.search(r"[{}]", scc.claim_text(cid)) and scc.why(cid) == c.failure, cid
+    for t in scc.THRESHOLDS.values():
+        assert t.means.strip() and t.source == "book" and isinstance(t.value, float)
+    for path in sorted((ROOT / "attnlab").rglob("*.py")):             # no module assigns a registry threshold's name
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                names = {t.id for t in node.targets if isinstance(t, ast.Name)}
+                assert not names & set(scc.THRESHOLDS), (path.name, node.lineno, names & set(scc.THRESHOLDS))
+
+
+def _tsc_results() -> dict[str, Result]:
+    """Tiny Results whose numbers sit between the test values below: uniform slopes -0.42 and measured/derived
+    constants 1.5; a moment |beta| 0.40 against beta(H) 0.45 with se 0; the hardmax covariance slope -0.15."""
+    uni = [dict(kind="fit", R=R, slope=-0.42, slope_se=0.01, C=1.5 * c, C_pred=c) for R, c in ((1.0, 2.0), (2.0, 5.0))]
+    mom = [dict(kind="fit", reference="exact", scale=s, moment=m, beta=0.40, beta_ref=0.45, slope_se=0.0, horizon=1.0)
+           for s in (1.0, 2.0) for m in ("mean", "cov")]
+    hard = [dict(kind="fit", reference="exact", scale=s, moment=m, slope=-0.15, slope_se=0.01, horizon=10.0 * s)
+            for s in (1.0, 2.0) for m in ("mean", "cov")]
+    return {n: Result(n, rows, {"model": None}) for n, rows in
+            (("tsc_uniform", uni), ("tsc_moments", mom), ("tsc_hardmax", hard))}
+
+
+# (claim id, threshold, a value at which the claim holds, one at which it does not)
+TSC_MOVES = [("tsc-uniform-rate", "RATE_TOL", 0.1, 0.05), ("tsc-uniform-constant", "C_FACTOR", 2.0, 1.2),
+             ("tsc-moments-beta", "BETA_TOL_FLOOR", 0.06, 0.03), ("tsc-hardmax", "HARDMAX_SLOPE", 0.2, 0.1)]
+
+
+@pytest.mark.parametrize("cid, name, good, bad", TSC_MOVES)
+def test_a_tsc_threshold_changed_in_the_registry_moves_the_verdict(monkeypatch, cid, name, good, bad):
+    from attnlab.sample_complexity import claims as scc
+
+    results, texts = _tsc_results(), set()
+    for value, verdict in ((good, "holds"), (bad, "does not hold")):
+        monkeypatch.setitem(scc.THRESHOLDS, name, replace(scc.THRESHOLDS[name], value=value))
+        row = next(r for r in scc.tsc_claims(results) if r["id"] == cid)
+        assert row["verdict"] == verdict, (value, row["measured"])
+        assert row["claim"].startswith(scc.claim_text(cid)) and row["paper"] == scc.CLAIMS[cid].paper
+        texts.add(row["claim"] + row["measured"])
+    assert len(texts) == 2                                   # the row states the threshold it used
+
+
+def test_the_tsc_margin_reads_the_registry(monkeypatch):
+    """The per-head margin max(BETA_SE_FACTOR se, BETA_TOL_FLOOR): a larger se factor turns a fit below beta(H)
+    by 0.05 with se 0.03 from a failure (margin max(1 * 0.03, 0.03)) into a pass (max(2 * 0.03, 0.03))."""
+    from attnlab.sample_complexity import claims as scc
+
+    assert scc.beta_at_or_above(0.40, 0.45, 0.03) and scc.margin_text() == "max(2 se, 0.03)"
+    monkeypatch.setitem(scc.THRESHOLDS, "BETA_SE_FACTOR", replace(scc.THRESHOLDS["BETA_SE_FACTOR"], value=1.0))
+    assert not scc.beta_at_or_above(0.40, 0.45, 0.03) and scc.margin_text() == "max(1 se, 0.03)"
