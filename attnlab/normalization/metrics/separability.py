@@ -14,6 +14,7 @@ from attnlab.normalization.metrics.engine import (
     check_inputs,
     check_ns,
     check_stats,
+    cpu_kernels,
     flatten_heads,
     nan_rows,
     prefix_lengths,
@@ -68,10 +69,10 @@ def _windows(rows: RowBlock, Xu: torch.Tensor, inv: torch.Tensor, n_max: int, ns
              need_pair: bool) -> Iterator[dict]:
     """Grow each row's selected set in top order up to n_max, a window of key steps at a time (one cumulative sum
     per window: the running sums of the step-by-step scan, the same additions in the same order), and yield per
-    window the terms at its wanted N (`ns`, w of them: the list "want", and "ns" long [w]); "r" [b, q, w] (nearest non-selected
-    distance); "dsel" [n, b, q, w] the selected distances ||y_i - s|| in top order (entries i >= N are 0, "sel" bool
-    [n, 1, 1, w] says which count); "a_top" [n, b, q, 1]; "pair" [n, b, q, w] (need_pair) the mean over the other
-    selected j of ||y_j - y_i||. Windows hold at most SEP_ELEMENTS [rows, steps, keys] elements."""
+    window the terms at its wanted N (`ns`, w of them: the list "want", and "ns" long [w]); "r" [b, q, w] (nearest
+    non-selected distance); "dsel" [n, b, q, w] the selected distances ||y_i - s|| in top order (entries i >= N
+    are 0, "sel" bool [n, 1, 1, w] says which count); "a_top" [n, b, q, 1]; "pair" [n, b, q, w] (need_pair) the
+    mean over the other selected j of ||y_j - y_i||. Windows hold at most SEP_ELEMENTS [rows, steps, keys] elements."""
     a, Xb, K = rows.a, rows.X, Xu.shape[1]
     b, q, _ = a.shape
     dev = a.device
@@ -162,6 +163,79 @@ def _xi_bounds(xis: dict, w: dict, M: float) -> dict:
     return res
 
 
+def _grow_steps(rows: RowBlock, Xu: torch.Tensor, inv: torch.Tensor, n_max: int, need_pair: bool) -> Iterator[dict]:
+    """The CPU path of `separability_stats` (its tensors stay cache-sized: faster there than `_windows`, the same
+    numbers to 1 ulp). Grow each row's selected set one key at a time, in top order, up to n_max (one Gram row per
+    step); after each key yield the running terms (tensors updated in place by the next step): N; s [b, q, D] the
+    top-N sum; xs [b, q, K] = x_i.s; A_out [b, q, K] = ||y_i||^2 on the visible non-selected keys (+inf
+    elsewhere); a_top, A_top [n_max, b, q] = a_i, ||y_i||^2 of the selected in order;
+    psum [n_max, b, q] (need_pair) = sum of
+    ||y_j - y_i|| over the selected j."""
+    a, Xb, K = rows.a, rows.X, Xu.shape[1]
+    b, q, _ = a.shape
+    bidx = rows.bidx[..., 0]                                             # [b, 1]
+    G = torch.bmm(Xu, Xu.transpose(1, 2)).view(-1, K)                    # Gram rows of the distinct x
+    grow = inv.view(b, 1) * K
+    A = a * a * rows.xn2.unsqueeze(1)                                    # ||y_i||^2
+    order = rows.order
+    # small per-selected tensors are laid out [n, b, q] (reductions over n are then vectorised)
+    order_n = order.permute(2, 0, 1)                                     # [n_max, b, q] view
+    st = {"A_out": torch.where(rows.vis, A, float("inf")),               # +inf on invisible, then selected keys
+          "a_top": a.gather(-1, order).permute(2, 0, 1).contiguous(),
+          "A_top": A.gather(-1, order).permute(2, 0, 1).contiguous(),
+          "xs": torch.zeros_like(a), "s": torch.zeros(b, q, Xb.shape[-1], dtype=a.dtype, device=a.device),
+          "psum": torch.zeros(n_max, b, q, dtype=a.dtype, device=a.device), "buf": torch.empty_like(a)}
+    a_top, A_top, buf, psum = st["a_top"], st["A_top"], st["buf"], st["psum"]
+    for m in range(n_max):
+        j = order_n[m]                                                   # [b, q]
+        aj = a_top[m].unsqueeze(-1)                                      # [b, q, 1]
+        st["s"].addcmul_(aj, Xb[bidx, j])
+        torch.index_select(G, 0, (grow + j).flatten(), out=buf.view(-1, K))   # x_j . x_i, every i
+        st["xs"].addcmul_(buf, aj)
+        st["A_out"].scatter_(-1, j.unsqueeze(-1), float("inf"))
+        if need_pair and m:
+            g = buf.gather(-1, order[..., :m]).permute(2, 0, 1)          # x_j . x_i, earlier selected i
+            d = (A_top[:m] + A_top[m]).addcmul_(a_top[:m] * a_top[m], g, value=-2)
+            d = d.clamp_min_(0).sqrt_()                                  # ||y_j - y_i||  [m, b, q]
+            psum[:m] += d
+            psum[m] = d.sum(0)
+        st["N"] = m + 1
+        yield st
+
+
+def _radius_step(rows: RowBlock, st: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """r [b, q] (nearest non-selected distance) and the selected distances dist_i [b, q, N] at st["N"]."""
+    # dist_i^2 = ||y_i||^2 - 2 a_i x_i.s + ||s||^2, the same expression for r and the selected
+    N, a, xs, s = st["N"], rows.a, st["xs"], st["s"]
+    s2 = (s * s).sum(-1, keepdim=True)
+    r = (torch.addcmul(st["A_out"], a, xs, value=-2, out=st["buf"]).amin(-1, keepdim=True) + s2).clamp_min_(0).sqrt_()
+    xs_top = xs.gather(-1, rows.order[..., :N]).permute(2, 0, 1)
+    dsel = (torch.addcmul(st["A_top"][:N], st["a_top"][:N], xs_top, value=-2) + s2.squeeze(-1))
+    dsel = dsel.clamp_min_(0).sqrt_().permute(1, 2, 0)                  # [b, q, N] view of [N, b, q]
+    return r.squeeze(-1), dsel
+
+
+def _ns_fracs_step(dsel: torch.Tensor, r: torch.Tensor, pos: torch.Tensor) -> dict:
+    """N_s / N [b, q] under each radius reading (dsel [b, q, N], r [b, q]); rows with r = 0 (pos False) count 0."""
+    res = {}
+    for name, below in (("nearest", torch.lt), ("closed", torch.le)):
+        frac = below(dsel, r.unsqueeze(-1)).sum(-1).double() / dsel.shape[-1]
+        res[f"ns_frac_{name}"] = frac.masked_fill_(~pos, 0.0)            # r = 0 (rows "all"): N_s = 0
+    return res
+
+
+def _xi_bounds_step(xis: dict, r: torch.Tensor, pos: torch.Tensor, M: float) -> dict:
+    """xi_* (mean over the selected) and Theorem 2's lower / upper_B / upper_R bounds [b, q] of each spread
+    estimator in xis (name -> [b, q, N]); NaN where r = 0 (Theorem 2 needs r > 0)."""
+    res = {}
+    for name, xi in xis.items():
+        lo, (up_b, up_r) = bounds.theorem2_bound_set(xi, r, M, forms=("B", "R"))
+        res[f"xi_{name}"] = xi.mean(-1)
+        for key, val in ((f"lower_{name}", lo), (f"upper_B_{name}", up_b), (f"upper_R_{name}", up_r)):
+            res[key] = val.masked_fill(~pos, float("nan"))             # Theorem 2 needs r > 0
+    return res
+
+
 def _check_choices(radius: str, rows: str) -> None:
     if radius not in RADII:
         raise ValueError(f"radius must be one of {RADII}, got {radius!r}")
@@ -190,7 +264,8 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
     `bounds.theorem2_bounds`. Stats named `*_row`... `xi_*` are means over the selected tokens.
 
     N grows up to max(ns), a window of key steps at a time (`_windows`: one cumulative sum of Gram rows per
-    window, the additions of a one-key-at-a-time scan in the same order): s and x_i.s follow, r comes from
+    window, the additions of a one-key-at-a-time scan in the same order; on CPU with the kernels on, one key at a
+    time, `_grow_steps`): s and x_i.s follow, r comes from
     `||y_i||^2 - 2 y_i.s + ||s||^2` minimised over the non-selected keys, and the selected
     distances (few) are computed directly.
     """
@@ -208,6 +283,7 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
     need_delta = bool(_DELTA_STATS & set(stats))
     wanted = {N: c for c, N in enumerate(ns)}
     delta_cache: dict[tuple, torch.Tensor] = {}
+    steps = cpu_kernels(probs) is not None            # CPU with the kernels on: the step loop (see `_grow_steps`)
     for bs, qs in blocks(B, Q, K, chunk):
         Xu, inv, key = unique_x(X, xmap, bs)
         rows = RowBlock(P[bs, qs], vis[qs], Xu, inv, ns[-1], torch.float64)
@@ -215,7 +291,24 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
             if key not in delta_cache:
                 delta_cache = {key: min_pairwise_distance(Xu, vis)}      # [u, Q]
             delta = delta_cache[key][inv][:, qs]
-        for w in _windows(rows, Xu, inv, ns[-1], ns, need_pair):
+        for st in ([] if not steps else _grow_steps(rows, Xu, inv, ns[-1], need_pair)):
+            N = st["N"]
+            if N not in wanted:
+                continue
+            r, dsel = _radius_step(rows, st)
+            pos = r > 0
+            ok = (rows.Lt > N).expand(r.shape) & (True if all_rows else pos)
+            res = {"r": r, **_ns_fracs_step(dsel, r, pos)}
+            res["ns_frac"] = res[f"ns_frac_{radius}"]
+            xis = {"row": dsel}
+            if need_pair:
+                xis["pair"] = st["psum"][:N].permute(1, 2, 0) / (N - 1) if N > 1 else torch.zeros_like(dsel)
+            if need_delta:
+                res["delta"] = delta
+                xis["delta"] = bounds.theorem2_xi_delta(st["a_top"][:N].permute(1, 2, 0), delta, M)
+            res.update(_xi_bounds_step(xis, r, pos, M))
+            out[:, wanted[N], bs, qs] = nan_rows(torch.stack([res[k] for k in stats]), ok)
+        for w in ([] if steps else _windows(rows, Xu, inv, ns[-1], ns, need_pair)):
             r, Nt = w["r"], w["ns"]
             ok = (rows.Lt.view(1, -1, 1) > Nt).expand(r.shape) & (True if all_rows else r > 0)
             res = {"r": r, **_ns_fracs(w)}
