@@ -234,15 +234,26 @@ def _visible(trace, p: dict) -> Optional[torch.Tensor]:
 
 def head_rows(trace, values: dict, **fixed) -> list[dict]:
     """One row per (layer, head) of arrays values[name] [layer, head]."""
-    values = {k: torch.as_tensor(v).double().tolist() for k, v in values.items()}    # one conversion per array
+    return _head_rows(trace, {k: torch.as_tensor(v).double().tolist() for k, v in values.items()}, fixed)
+
+
+def _head_rows(trace, lists: dict, fixed: dict, c: Optional[int] = None) -> list[dict]:
+    """`head_rows` from nested lists [layer][head] (or [layer][head][c], column c)."""
     rows = []
     for li, layer in enumerate(trace.layers):
         for hi, head in enumerate(trace.heads):
             row = dict(fixed, layer=int(layer), head=int(head))
-            for k, v in values.items():
-                row[k] = v[li][hi]
+            for k, v in lists.items():
+                row[k] = v[li][hi] if c is None else v[li][hi][c]
             rows.append(row)
     return rows
+
+
+def head_rows_n(trace, values: dict, name: str, grid: Sequence, **fixed) -> list[dict]:
+    """`head_rows` for each value of `grid` (column c of every values[k] [layer, head, len(grid)]), in grid order:
+    one conversion per array, not one per grid value."""
+    lists = {k: torch.as_tensor(v).double().tolist() for k, v in values.items()}
+    return [row for c, g in enumerate(grid) for row in _head_rows(trace, lists, {**fixed, name: g}, c)]
 
 
 def hold_frac(value: torch.Tensor, bound: torch.Tensor, scale=0.0) -> torch.Tensor:
@@ -376,12 +387,7 @@ def distance_rows(trace, p: dict, ns: Sequence[int], L: int, window: int = 0, st
     hold = theorem1_holds(st)
     means = {k: row_mean(v, dim=-2) for k, v in st.items()}
     n_rows = (~torch.isnan(st["dtilde_b"])).sum(-2)
-    rows = []
-    for c, N in enumerate(ns):
-        vals = {k: v[..., c] for k, v in means.items()}
-        vals.update({k: v[..., c] for k, v in hold.items()})
-        vals["n_rows"] = n_rows[..., c]
-        rows += head_rows(trace, vals, window=window, L=L, N=N)
+    rows = head_rows_n(trace, {**means, **hold, "n_rows": n_rows}, "N", ns, window=window, L=L)
     for r in rows:
         r["n_rows"] = int(r["n_rows"])
     return rows
@@ -475,12 +481,7 @@ def separability_rows(trace, p: dict, ns: Sequence[int], L: int, window: int = 0
             "upper_B_holds": hold_frac(st["ns_frac"], st["upper_B_row"], 1.0),
             "upper_R_holds": hold_frac(st["ns_frac"], st["upper_R_row"], 1.0)}
     means = {k: row_mean(v, dim=-2) for k, v in st.items()}
-    rows = []
-    for c, N in enumerate(ns):
-        vals = {k: v[..., c] for k, v in means.items()}
-        vals.update({k: v[..., c] for k, v in hold.items()})
-        rows += head_rows(trace, vals, window=window, L=L, N=N)
-    return rows
+    return head_rows_n(trace, {**means, **hold}, "N", ns, window=window, L=L)
 
 
 @with_threads

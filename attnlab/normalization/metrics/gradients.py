@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from attnlab.core.budget import sync_free
 from attnlab.normalization import bounds
 from attnlab.normalization.metrics.engine import (
     DEFAULT_CHUNK,
@@ -116,7 +117,8 @@ def fd_grad_norms(
             step = max(1, GRAD_ELEMENTS // (l.shape[0] * len(Ts) * len(Es) * max(hi, 1)))
             for t0 in range(0, l.shape[1], step):
                 rows = slice(t0, t0 + step)
-                out[bs, r0 + t0:r0 + t0 + l[:, rows].shape[1]] = _fd_tile(l[:, rows], v[:, rows], l_min, grid)
+                with sync_free(l):                      # ATTNLAB_SYNC_DEBUG=1 on CUDA: raises on a host sync
+                    out[bs, r0 + t0:r0 + t0 + l[:, rows].shape[1]] = _fd_tile(l[:, rows], v[:, rows], l_min, grid)
     ok = vis.sum(-1) >= 2
     out[:, ~ok] = float("nan")
     return out.reshape(*lead, Q, len(Ts), len(Es)).cpu()

@@ -6,6 +6,7 @@ from typing import Iterator, Optional, Sequence
 
 import torch
 
+from attnlab.core.budget import sync_free
 from attnlab.normalization import bounds
 from attnlab.normalization.metrics.engine import (
     DEFAULT_CHUNK,
@@ -103,20 +104,32 @@ def _windows(rows: RowBlock, Xu: torch.Tensor, inv: torch.Tensor, n_max: int, ns
             continue
         cols = torch.tensor([N - 1 - m0 for N in want], device=dev)
         Nt = torch.tensor(want, device=dev)
-        XS, S = XS[:, :, cols], S[:, :, cols]                           # [b, q, w, K], [b, q, w, D]
-        s2 = (S * S).sum(-1, keepdim=True)                              # ||s||^2  [b, q, w, 1]
-        A_out = torch.where(rank.unsqueeze(2) < Nt.view(-1, 1), float("inf"), A_vis.unsqueeze(2))
-        r = (torch.addcmul(A_out, a.unsqueeze(2), XS, value=-2).amin(-1, keepdim=True) + s2).clamp_min_(0).sqrt_()
-        xs_top = XS.gather(-1, order.unsqueeze(2).expand(b, q, len(want), n_max)).permute(3, 0, 1, 2)  # [n, b, q, w]
-        s2 = s2.squeeze(-1)
-        dsel = (torch.addcmul(A_top.unsqueeze(-1), a_top.unsqueeze(-1), xs_top, value=-2) + s2).clamp_min_(0).sqrt_()
-        sel = (torch.arange(n_max, device=dev).view(-1, 1) < Nt).view(n_max, 1, 1, -1)       # [n, 1, 1, w]
-        res = {"want": want, "ns": Nt, "r": r.squeeze(-1), "dsel": dsel.masked_fill_(~sel, 0.0), "sel": sel,
-               "a_top": a_top.unsqueeze(-1)}
-        if need_pair:
-            pair = psum[:, Nt - 1] / (Nt - 1).clamp_min(1).double().view(-1, 1, 1)          # [n, w, b, q]
-            res["pair"] = pair.permute(0, 2, 3, 1).masked_fill(~sel, 0.0)
+        with sync_free(a):                              # ATTNLAB_SYNC_DEBUG=1 on CUDA: raises on a host sync
+            res = _window_terms(rows, XS[:, :, cols], S[:, :, cols], Nt, rank, A_vis, a_top, A_top, psum)
+        res["want"] = want
         yield res
+
+
+def _window_terms(rows: RowBlock, XS: torch.Tensor, S: torch.Tensor, Nt: torch.Tensor, rank: torch.Tensor,
+                  A_vis: torch.Tensor, a_top: torch.Tensor, A_top: torch.Tensor, psum) -> dict:
+    """The terms `_windows` yields for the wanted N Nt [w] of a window, from x_i . s XS [b, q, w, K] and s
+    S [b, q, w, D] at those N."""
+    a, order = rows.a, rows.order
+    b, q, n_max = order.shape
+    dev = a.device
+    s2 = (S * S).sum(-1, keepdim=True)                              # ||s||^2  [b, q, w, 1]
+    A_out = torch.where(rank.unsqueeze(2) < Nt.view(-1, 1), float("inf"), A_vis.unsqueeze(2))   # [b, q, w, K]
+    r = (torch.addcmul(A_out, a.unsqueeze(2), XS, value=-2).amin(-1, keepdim=True) + s2).clamp_min_(0).sqrt_()
+    xs_top = XS.gather(-1, order.unsqueeze(2).expand(b, q, len(Nt), n_max)).permute(3, 0, 1, 2)  # [n, b, q, w]
+    s2 = s2.squeeze(-1)
+    dsel = (torch.addcmul(A_top.unsqueeze(-1), a_top.unsqueeze(-1), xs_top, value=-2) + s2).clamp_min_(0).sqrt_()
+    sel = (torch.arange(n_max, device=dev).view(-1, 1) < Nt).view(n_max, 1, 1, -1)       # [n, 1, 1, w]
+    res = {"ns": Nt, "r": r.squeeze(-1), "dsel": dsel.masked_fill_(~sel, 0.0), "sel": sel,
+           "a_top": a_top.unsqueeze(-1)}
+    if psum is not None:
+        pair = psum[:, Nt - 1] / (Nt - 1).clamp_min(1).double().view(-1, 1, 1)          # [n, w, b, q]
+        res["pair"] = pair.permute(0, 2, 3, 1).masked_fill(~sel, 0.0)
+    return res
 
 
 def _pair_sums(G: torch.Tensor, grow: torch.Tensor, order: torch.Tensor, a_top: torch.Tensor,
