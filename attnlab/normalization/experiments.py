@@ -504,15 +504,20 @@ def temperature_grid(quick: bool = False) -> list[float]:
     return [float(t) for t in np.logspace(-3, 2, 6 if quick else 26)]
 
 
-def gradient_rows(trace, p: dict, Ts: Sequence[float], Es: Sequence[float], L: int, window: int = 0) -> list[dict]:
+def gradient_rows(trace, p: dict, Ts: Sequence[float], Es: Sequence[float], L: int, window: int = 0,
+                  keep: Optional[torch.Tensor] = None) -> list[dict]:
     """Per (T, eps): max over heads of the token-mean finite-difference norm g (Alg. 5), the head that
     attains it, the mean over heads, the fraction of rows with g <= 1/(2T) (a theorem) and with
     g <= min{1/(4T), sqrt 2} (the paper's curve), and the max over heads of the token-mean exact
-    Jacobian spectral norm on `jac_rows` evenly spaced rows per head. Every (T, eps) at once: one conversion to
-    Python numbers per column, not one per (T, eps)."""
+    Jacobian spectral norm on `jac_rows` evenly spaced rows per head. `keep` (bool [l, h, Q], optional): the
+    rows that count; the others are left out of every mean and share, as rows with < 2 keys are
+    (`windows.degenerate_rows`). Every (T, eps) at once: one conversion to Python numbers per column, not one per
+    (T, eps)."""
     impl = _impl(p)
     vis = trace.visible()
     g = impl.fd_grad_norms(trace.scores, Ts, Es, vis, seed=p["seed"], chunk=p["chunk"])   # [l, h, Q, T, E]
+    if keep is not None:
+        g = g.masked_fill(~keep.to(g.device)[..., None, None], float("nan"))
     gm = row_mean(g, dim=-3)                                                     # [l, h, T, E]
     H = gm.shape[0] * gm.shape[1]
     cols = gm.reshape(H, len(Ts), len(Es)).permute(1, 2, 0).contiguous()        # [T, E, H]
@@ -521,8 +526,8 @@ def gradient_rows(trace, p: dict, Ts: Sequence[float], Es: Sequence[float], L: i
     exact, paper = bounds.softmax_jacobian_bound(Tt), bounds.corollary3_bound(Tt)          # [T]
     valid = ~torch.isnan(g)
     n_ok = valid.flatten(0, 2).sum(0).double().clamp_min(1)                               # [T, E]
-    best = cols.argmax(-1)                                                                # [T, E]
-    col = {"g_max": cols.gather(-1, best.unsqueeze(-1)).squeeze(-1), "g_mean": cols.mean(-1),
+    best = cols.nan_to_num(float("-inf")).argmax(-1)          # [T, E]; a head whose every row is left out: NaN
+    col = {"g_max": cols.gather(-1, best.unsqueeze(-1)).squeeze(-1), "g_mean": cols.nanmean(-1),
            "holds_exact": (holds_le(g, exact.view(-1, 1)) & valid).flatten(0, 2).sum(0).double() / n_ok,
            "holds_paper": (holds_le(g, paper.view(-1, 1)) & valid).flatten(0, 2).sum(0).double() / n_ok}
     col = {k: v.tolist() for k, v in col.items()}
