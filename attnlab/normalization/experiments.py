@@ -556,7 +556,7 @@ def _jacobian_max(trace, p: dict, Ts: Sequence[float], vis: torch.Tensor) -> lis
     sc = trace.scores[..., rows_idx, :].double()
     vsub = visible_scores(sc, vis[rows_idx].to(sc.device))
     Tt = torch.tensor(Ts, dtype=torch.float64, device=sc.device)
-    step = max(1, gradients.GRAD_ELEMENTS // max(1, sc.numel()))
+    step = max(1, gradients.GRAD_ELEMENTS["other"] // max(1, sc.numel()))
     out = []
     for t0 in range(0, len(Ts), step):
         T = Tt[t0:t0 + step].view(-1, *([1] * sc.dim()))

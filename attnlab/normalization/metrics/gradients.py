@@ -11,20 +11,23 @@ import torch
 
 from attnlab.core.budget import sync_free
 from attnlab.normalization import bounds
+from attnlab.normalization.metrics import engine
 from attnlab.normalization.metrics.engine import (
     DEFAULT_CHUNK,
     blocks,
     check_inputs,
     cpu_kernels,
     key_spans,
+    tile_elements,
     visible_scores,
 )
 
 #: how the unit direction v of Alg. 5 is drawn (`attnlab.normalization.readings.DIRECTIONS`): z/||z|| over the
 #: visible keys with z ~ N(0, I) ("gaussian", the default) or z_i = -+1 ("rademacher")
 DIRECTIONS = ("gaussian", "rademacher")
-#: float64 elements of one tile of `fd_grad_norms` ([rows, T, eps, keys], 64 MiB): every T and eps of the tile at once
-GRAD_ELEMENTS = 1 << 23
+#: float64 elements of one tile of `fd_grad_norms` ([rows, T, eps, keys]): every T and eps of the tile at once; 64 MiB
+#: on a GPU, 512 KiB on CPU (ATTNLAB_KERNELS=0), where a tile that leaves the cache made the torch path 6x slower
+GRAD_ELEMENTS = {"cpu": 1 << 16, "other": 1 << 23}
 
 
 def check_direction(direction: str) -> str:
@@ -91,8 +94,8 @@ def fd_grad_norms(
 
     Every T and eps of a tile of rows is one tensor program (`_fd_tile`: tiles of at most GRAD_ELEMENTS
     [rows, T, eps, keys] elements, within the row blocks and causal key spans), on the scores' device, with one
-    transfer to the CPU at the end: no host sync per block, T or eps. On CPU with the kernels on, a loop over T and
-    eps on cache-sized tensors (`_fd_steps`: faster there; the same numbers, bit for bit).
+    transfer to the CPU at the end: no host sync per block, T or eps. On CPU (`engine.batched`), a loop over T and
+    eps on cache-sized tensors (`_fd_steps`: 3-4x faster there; the same numbers, bit for bit).
     """
     check_direction(direction)
     vis = visible_scores(scores, visible)
@@ -104,7 +107,7 @@ def fd_grad_norms(
     out = torch.empty(B, Q, len(Ts), len(Es), dtype=torch.float64, device=dev)
     grid = _fd_grid(Ts, Es, dev)
     masked = not bool(vis.all())
-    steps = cpu_kernels(scores) is not None
+    steps = not engine.batched(scores)                 # CPU: the step loop on cache-sized tensors
     for bs, qs in blocks(B, Q, K, chunk):
         v_all = torch.stack([_direction(b, vis[qs], seed, Q, qs, direction) for b in range(bs.start, bs.stop)])
         for rs, hi in key_spans(vis[qs]):               # causal rows: the keys none of them sees are left out
@@ -119,7 +122,7 @@ def fd_grad_norms(
             if steps:                                   # CPU with the kernels on: cache-sized steps
                 out[bs, r0:qs.start + rs.stop] = _fd_steps(l, v, float(l_min), Ts, Es)
                 continue
-            step = max(1, GRAD_ELEMENTS // (l.shape[0] * len(Ts) * len(Es) * max(hi, 1)))
+            step = max(1, tile_elements(GRAD_ELEMENTS, l) // (l.shape[0] * len(Ts) * len(Es) * max(hi, 1)))
             for t0 in range(0, l.shape[1], step):
                 rows = slice(t0, t0 + step)
                 with sync_free(l):                      # ATTNLAB_SYNC_DEBUG=1 on CUDA: raises on a host sync

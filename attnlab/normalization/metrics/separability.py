@@ -8,6 +8,7 @@ import torch
 
 from attnlab.core.budget import sync_free
 from attnlab.normalization import bounds
+from attnlab.normalization.metrics import engine
 from attnlab.normalization.metrics.engine import (
     DEFAULT_CHUNK,
     RowBlock,
@@ -15,10 +16,10 @@ from attnlab.normalization.metrics.engine import (
     check_inputs,
     check_ns,
     check_stats,
-    cpu_kernels,
     flatten_heads,
     nan_rows,
     prefix_lengths,
+    tile_elements,
     unique_x,
 )
 
@@ -32,8 +33,9 @@ RADII = ("nearest", "closed")
 ROW_SETS = ("positive_r", "all")
 _PAIR_STATS = {"xi_pair", "lower_pair", "upper_B_pair", "upper_R_pair"}
 _DELTA_STATS = {"delta", "xi_delta", "lower_delta", "upper_B_delta", "upper_R_delta"}
-#: float64 elements of one window of key steps ([rows, steps, keys], 64 MiB): its steps are one cumulative sum
-SEP_ELEMENTS = 1 << 23
+#: float64 elements of one window of key steps ([rows, steps, keys]): its steps are one cumulative sum; 64 MiB on a
+#: GPU, 512 KiB on CPU (ATTNLAB_KERNELS=0: windows that leave the cache made the torch path 6x slower)
+SEP_ELEMENTS = {"cpu": 1 << 16, "other": 1 << 23}
 
 
 def unit_vectors(x: torch.Tensor, M: float = 1.0) -> torch.Tensor:
@@ -89,7 +91,7 @@ def _windows(rows: RowBlock, Xu: torch.Tensor, inv: torch.Tensor, n_max: int, ns
     psum = _pair_sums(G, grow, order, a_top, A_top) if need_pair else None   # [n(i), n(N), b, q]
     xs = torch.zeros_like(a)                                            # x_i . s at the last step done
     s = torch.zeros(b, q, Xb.shape[-1], dtype=a.dtype, device=dev)
-    step = max(1, SEP_ELEMENTS // max(1, b * q * K))
+    step = max(1, tile_elements(SEP_ELEMENTS, a) // max(1, b * q * K))
     bidx = rows.bidx
     for m0 in range(0, ns[-1], step):
         m1 = min(ns[-1], m0 + step)
@@ -177,8 +179,8 @@ def _xi_bounds(xis: dict, w: dict, M: float) -> dict:
 
 
 def _grow_steps(rows: RowBlock, Xu: torch.Tensor, inv: torch.Tensor, n_max: int, need_pair: bool) -> Iterator[dict]:
-    """The CPU path of `separability_stats` (its tensors stay cache-sized: faster there than `_windows`, the same
-    numbers to 1 ulp). Grow each row's selected set one key at a time, in top order, up to n_max (one Gram row per
+    """The CPU path of `separability_stats` (its tensors stay cache-sized: 3-4x faster there than `_windows`, the
+    same numbers to 1 ulp). Grow each row's selected set one key at a time, in top order, up to n_max (one Gram row per
     step); after each key yield the running terms (tensors updated in place by the next step): N; s [b, q, D] the
     top-N sum; xs [b, q, K] = x_i.s; A_out [b, q, K] = ||y_i||^2 on the visible non-selected keys (+inf
     elsewhere); a_top, A_top [n_max, b, q] = a_i, ||y_i||^2 of the selected in order;
@@ -277,7 +279,7 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
     `bounds.theorem2_bounds`. Stats named `*_row`... `xi_*` are means over the selected tokens.
 
     N grows up to max(ns), a window of key steps at a time (`_windows`: one cumulative sum of Gram rows per
-    window, the additions of a one-key-at-a-time scan in the same order; on CPU with the kernels on, one key at a
+    window, the additions of a one-key-at-a-time scan in the same order; on CPU (`engine.batched`), one key at a
     time, `_grow_steps`): s and x_i.s follow, r comes from
     `||y_i||^2 - 2 y_i.s + ||s||^2` minimised over the non-selected keys, and the selected
     distances (few) are computed directly.
@@ -296,7 +298,7 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
     need_delta = bool(_DELTA_STATS & set(stats))
     wanted = {N: c for c, N in enumerate(ns)}
     delta_cache: dict[tuple, torch.Tensor] = {}
-    steps = cpu_kernels(probs) is not None            # CPU with the kernels on: the step loop (see `_grow_steps`)
+    steps = not engine.batched(probs)                 # CPU: the step loop on cache-sized tensors
     for bs, qs in blocks(B, Q, K, chunk):
         Xu, inv, key = unique_x(X, xmap, bs)
         rows = RowBlock(P[bs, qs], vis[qs], Xu, inv, ns[-1], torch.float64)
