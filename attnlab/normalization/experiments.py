@@ -39,7 +39,7 @@ from attnlab.core.util import recheck_threads, with_threads
 from attnlab.core.verdicts import holds_le
 from attnlab.normalization import bounds, streaming
 from attnlab.normalization.metrics import critical_n, distance, gradients, rows, separability
-from attnlab.normalization.metrics.engine import DEFAULT_CHUNK, row_mean, visible_scores
+from attnlab.normalization.metrics.engine import DEFAULT_CHUNK, row_mean, tile_elements, visible_scores
 from attnlab.normalization.paper import EPSILONS, FIG2A_N, FIG2B_NS, FIG3_NMAX, KS_ALPHA
 
 PAPER_FIGURES = ("fig1", "fig2a", "fig2b", "fig2c", "fig3", "fig4")   # the paper's six (registry: `attnlab.figures`)
@@ -556,7 +556,7 @@ def _jacobian_max(trace, p: dict, Ts: Sequence[float], vis: torch.Tensor) -> lis
     sc = trace.scores[..., rows_idx, :].double()
     vsub = visible_scores(sc, vis[rows_idx].to(sc.device))
     Tt = torch.tensor(Ts, dtype=torch.float64, device=sc.device)
-    step = max(1, gradients.GRAD_ELEMENTS["other"] // max(1, sc.numel()))
+    step = max(1, tile_elements(gradients.GRAD_ELEMENTS, sc) // max(1, sc.numel()))   # CPU: one T at a time
     out = []
     for t0 in range(0, len(Ts), step):
         T = Tt[t0:t0 + step].view(-1, *([1] * sc.dim()))
