@@ -39,7 +39,7 @@ from attnlab.core.util import recheck_threads, with_threads
 from attnlab.core.verdicts import holds_le
 from attnlab.normalization import bounds, streaming
 from attnlab.normalization.metrics import critical_n, distance, gradients, rows, separability
-from attnlab.normalization.metrics.engine import DEFAULT_CHUNK, row_mean, visible_scores
+from attnlab.normalization.metrics.engine import DEFAULT_CHUNK, row_mean, tile_elements, visible_scores
 from attnlab.normalization.paper import EPSILONS, FIG2A_N, FIG2B_NS, FIG3_NMAX, KS_ALPHA, SATURATION_N
 
 PAPER_FIGURES = ("fig1", "fig2a", "fig2b", "fig2c", "fig3", "fig4")   # the paper's six (registry: `attnlab.figures`)
@@ -234,15 +234,26 @@ def _visible(trace, p: dict) -> Optional[torch.Tensor]:
 
 def head_rows(trace, values: dict, **fixed) -> list[dict]:
     """One row per (layer, head) of arrays values[name] [layer, head]."""
-    values = {k: torch.as_tensor(v).double().tolist() for k, v in values.items()}    # one conversion per array
+    return _head_rows(trace, {k: torch.as_tensor(v).double().tolist() for k, v in values.items()}, fixed)
+
+
+def _head_rows(trace, lists: dict, fixed: dict, c: Optional[int] = None) -> list[dict]:
+    """`head_rows` from nested lists [layer][head] (or [layer][head][c], column c)."""
     rows = []
     for li, layer in enumerate(trace.layers):
         for hi, head in enumerate(trace.heads):
             row = dict(fixed, layer=int(layer), head=int(head))
-            for k, v in values.items():
-                row[k] = v[li][hi]
+            for k, v in lists.items():
+                row[k] = v[li][hi] if c is None else v[li][hi][c]
             rows.append(row)
     return rows
+
+
+def head_rows_n(trace, values: dict, name: str, grid: Sequence, **fixed) -> list[dict]:
+    """`head_rows` for each value of `grid` (column c of every values[k] [layer, head, len(grid)]), in grid order:
+    one conversion per array, not one per grid value."""
+    lists = {k: torch.as_tensor(v).double().tolist() for k, v in values.items()}
+    return [row for c, g in enumerate(grid) for row in _head_rows(trace, lists, {**fixed, name: g}, c)]
 
 
 def hold_frac(value: torch.Tensor, bound: torch.Tensor, scale=0.0) -> torch.Tensor:
@@ -376,12 +387,7 @@ def distance_rows(trace, p: dict, ns: Sequence[int], L: int, window: int = 0, st
     hold = theorem1_holds(st)
     means = {k: row_mean(v, dim=-2) for k, v in st.items()}
     n_rows = (~torch.isnan(st["dtilde_b"])).sum(-2)
-    rows = []
-    for c, N in enumerate(ns):
-        vals = {k: v[..., c] for k, v in means.items()}
-        vals.update({k: v[..., c] for k, v in hold.items()})
-        vals["n_rows"] = n_rows[..., c]
-        rows += head_rows(trace, vals, window=window, L=L, N=N)
+    rows = head_rows_n(trace, {**means, **hold, "n_rows": n_rows}, "N", ns, window=window, L=L)
     for r in rows:
         r["n_rows"] = int(r["n_rows"])
     return rows
@@ -475,12 +481,7 @@ def separability_rows(trace, p: dict, ns: Sequence[int], L: int, window: int = 0
             "upper_B_holds": hold_frac(st["ns_frac"], st["upper_B_row"], 1.0),
             "upper_R_holds": hold_frac(st["ns_frac"], st["upper_R_row"], 1.0)}
     means = {k: row_mean(v, dim=-2) for k, v in st.items()}
-    rows = []
-    for c, N in enumerate(ns):
-        vals = {k: v[..., c] for k, v in means.items()}
-        vals.update({k: v[..., c] for k, v in hold.items()})
-        rows += head_rows(trace, vals, window=window, L=L, N=N)
-    return rows
+    return head_rows_n(trace, {**means, **hold}, "N", ns, window=window, L=L)
 
 
 @with_threads
@@ -583,7 +584,8 @@ def gradient_rows(trace, p: dict, Ts: Sequence[float], Es: Sequence[float], L: i
     g <= min{1/(4T), sqrt 2} (the paper's curve), and the max over heads of the token-mean exact
     Jacobian spectral norm on `jac_rows` evenly spaced rows per head. `keep` (bool [l, h, Q], optional): the
     rows that count; the others are left out of every mean and share, as rows with < 2 keys are
-    (`windows.degenerate_rows`)."""
+    (`windows.degenerate_rows`). Every (T, eps) at once: one conversion to Python numbers per column, not one per
+    (T, eps)."""
     impl = _impl(p)
     vis = trace.visible()
     g = impl.fd_grad_norms(trace.scores, Ts, Es, vis, seed=p["seed"], chunk=p["chunk"])   # [l, h, Q, T, E]
@@ -591,39 +593,50 @@ def gradient_rows(trace, p: dict, Ts: Sequence[float], Es: Sequence[float], L: i
         g = g.masked_fill(~keep.to(g.device)[..., None, None], float("nan"))
     gm = row_mean(g, dim=-3)                                                     # [l, h, T, E]
     H = gm.shape[0] * gm.shape[1]
-    flat = gm.reshape(H, len(Ts), len(Es))
-    jac = None
-    if p["jac_rows"]:
-        Q = trace.scores.shape[-2]
-        rows_idx = torch.unique(torch.linspace(1, Q - 1, min(p["jac_rows"], Q - 1)).round().long())
-        sc = trace.scores[..., rows_idx, :]
-        vsub = visible_scores(sc, vis[rows_idx])
-        jac = []
-        for T in Ts:
-            a = torch.softmax((sc.double() / T).masked_fill(~vsub, float("-inf")), dim=-1)
-            j = impl.softmax_jacobian_norm(a, T, vsub, method="secular")
-            jac.append(float(j.mean(-1).max()))
-    rows = []
+    cols = gm.reshape(H, len(Ts), len(Es)).permute(1, 2, 0).contiguous()        # [T, E, H]
+    jac = _jacobian_max(trace, p, Ts, vis) if p["jac_rows"] else [float("nan")] * len(Ts)
+    Tt = torch.tensor(Ts, dtype=torch.float64)
+    exact, paper = bounds.softmax_jacobian_bound(Tt), bounds.corollary3_bound(Tt)          # [T]
     valid = ~torch.isnan(g)
+    n_ok = valid.flatten(0, 2).sum(0).double().clamp_min(1)                               # [T, E]
+    best = cols.nan_to_num(float("-inf")).argmax(-1)          # [T, E]; a head whose every row is left out: NaN
+    col = {"g_max": cols.gather(-1, best.unsqueeze(-1)).squeeze(-1), "g_mean": cols.nanmean(-1),
+           "holds_exact": (holds_le(g, exact.view(-1, 1)) & valid).flatten(0, 2).sum(0).double() / n_ok,
+           "holds_paper": (holds_le(g, paper.view(-1, 1)) & valid).flatten(0, 2).sum(0).double() / n_ok}
+    col = {k: v.tolist() for k, v in col.items()}
+    best, exact, paper = best.tolist(), exact.tolist(), paper.tolist()
+    caps = bounds.finite_difference_cap(torch.tensor(Es, dtype=torch.float64)).tolist()
+    rows = []
     for ti, T in enumerate(Ts):
         for ei, eps in enumerate(Es):
-            col = flat[:, ti, ei]
-            best = int(torch.argmax(col.nan_to_num(float("-inf"))))     # a head whose every row is left out: NaN
-            gi = g[..., ti, ei]
-            ok = valid[..., ti, ei]
-            n_ok = max(int(ok.sum()), 1)
-            exact = float(bounds.softmax_jacobian_bound(T))
-            paper = float(bounds.corollary3_bound(T))
+            b = best[ti][ei]
             rows.append({
-                "window": window, "L": L, "T": float(T), "eps": float(eps), "g_max": float(col[best]),
-                "g_max_layer": int(trace.layers[best // len(trace.heads)]),
-                "g_max_head": int(trace.heads[best % len(trace.heads)]), "g_mean": float(col.nanmean()),
-                "bound_paper": paper, "bound_exact": exact, "cap_eps": float(bounds.finite_difference_cap(eps)),
-                "holds_exact": float((holds_le(gi, exact) & ok).sum()) / n_ok,
-                "holds_paper": float((holds_le(gi, paper) & ok).sum()) / n_ok,
-                "jac_max": (jac[ti] if jac is not None else float("nan")),
+                "window": window, "L": L, "T": float(T), "eps": float(eps), "g_max": col["g_max"][ti][ei],
+                "g_max_layer": int(trace.layers[b // len(trace.heads)]),
+                "g_max_head": int(trace.heads[b % len(trace.heads)]), "g_mean": col["g_mean"][ti][ei],
+                "bound_paper": paper[ti], "bound_exact": exact[ti], "cap_eps": caps[ei],
+                "holds_exact": col["holds_exact"][ti][ei], "holds_paper": col["holds_paper"][ti][ei],
+                "jac_max": jac[ti],
             })
     return rows
+
+
+def _jacobian_max(trace, p: dict, Ts: Sequence[float], vis: torch.Tensor) -> list[float]:
+    """Per T: the max over heads of the token-mean exact Jacobian spectral norm on `jac_rows` evenly spaced rows per
+    head; the temperatures in groups of at most GRAD_ELEMENTS weights (one call each), one conversion at the end."""
+    Q = trace.scores.shape[-2]
+    rows_idx = torch.unique(torch.linspace(1, Q - 1, min(p["jac_rows"], Q - 1)).round().long())
+    sc = trace.scores[..., rows_idx, :].double()
+    vsub = visible_scores(sc, vis[rows_idx].to(sc.device))
+    Tt = torch.tensor(Ts, dtype=torch.float64, device=sc.device)
+    step = max(1, tile_elements(gradients.GRAD_ELEMENTS, sc) // max(1, sc.numel()))   # CPU: one T at a time
+    out = []
+    for t0 in range(0, len(Ts), step):
+        T = Tt[t0:t0 + step].view(-1, *([1] * sc.dim()))
+        a = torch.softmax((sc / T).masked_fill(~vsub, float("-inf")), dim=-1)
+        j = _impl(p).softmax_jacobian_norm(a, 1.0, vsub, method="secular") / T.squeeze(-1)   # [t, l, h, r]
+        out.append(j.mean(-1).flatten(1).amax(-1))
+    return torch.cat(out).tolist()
 
 
 @with_threads

@@ -37,29 +37,64 @@ def ks_first_indistinguishable(d_heads: np.ndarray, e_heads: np.ndarray, ns: Seq
     """First N whose per-head samples are not rejected by a two-sample KS test (p > alpha).
 
     d_heads, e_heads [heads, len(ns)] per-head token means of d~ and E. Returns (N or -1, p-values,
-    KS statistics) of the N scanned up to and including the first non-rejection.
+    KS statistics) of the N scanned up to and including the first non-rejection. The statistics of every N come from
+    one sort and one batched search (`ks_columns`); p-values and statistics are `scipy.stats.ks_2samp`'s.
     """
-    from scipy.stats import ks_2samp
-
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     d_heads, e_heads = np.asarray(d_heads, float), np.asarray(e_heads, float)
     if d_heads.shape != e_heads.shape or d_heads.shape[-1] != len(ns):
         raise ValueError(f"d_heads {d_heads.shape} and e_heads {e_heads.shape} must both be [heads, {len(ns)}]")
+    i, j, n, m = ks_columns(d_heads, e_heads)
     ps, ks = [], []
     for c, N in enumerate(ns):
-        d, e = d_heads[:, c], e_heads[:, c]
-        d, e = d[np.isfinite(d)], e[np.isfinite(e)]
-        if len(d) == 0 or len(e) == 0:
+        if n[c] == 0 or m[c] == 0:
             break
-        with warnings.catch_warnings():         # exact p-value fails on heavy ties: scipy falls back itself
-            warnings.filterwarnings("ignore", message="ks_2samp: Exact calculation unsuccessful")
-            res = ks_2samp(d, e)
-        ps.append(float(res.pvalue))
-        ks.append(float(res.statistic))
-        if res.pvalue > alpha:
+        stat, p = ks_2samp_counts(int(i[c]), int(j[c]), int(n[c]), int(m[c]))
+        ps.append(p)
+        ks.append(stat)
+        if p > alpha:
             return int(N), ps, ks
     return -1, ps, ks
+
+
+def ks_columns(d: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The two-sample KS statistic of every column of d [n_max, C] against e [m_max, C] (finite entries only), as
+    `scipy.stats.ks_2samp` finds it, in one sort and one batched `searchsorted`: (i, j, n, m) long [C], the
+    statistic being |i/n - j/m| (i of the n finite d and j of the m finite e at or below its location; ties exact)."""
+    fd, fe = np.isfinite(d), np.isfinite(e)
+    n, m = fd.sum(0), fe.sum(0)
+    ds, es = np.sort(np.where(fd, d, np.inf), 0), np.sort(np.where(fe, e, np.inf), 0)   # non-finite last
+    allv = np.concatenate([ds, es], 0)                                     # [n_max + m_max, C]
+
+    def below(sorted_, v):                                                 # # entries <= v, column by column
+        rows = torch.searchsorted(torch.from_numpy(np.ascontiguousarray(sorted_.T)),
+                                  torch.from_numpy(np.ascontiguousarray(v.T)), right=True)
+        return rows.numpy().T
+    c1, c2 = below(ds, allv), below(es, allv)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        diff = c1 / n - c2 / m                                             # scipy's cdf1 - cdf2
+    ok = np.isfinite(allv)
+    hi = np.argmax(np.where(ok, diff, -np.inf), 0)
+    lo = np.argmin(np.where(ok, diff, np.inf), 0)
+    cols = np.arange(diff.shape[1])
+    loc = np.where(np.clip(-diff[lo, cols], 0, 1) > diff[hi, cols], lo, hi)
+    return c1[loc, cols], c2[loc, cols], n, m
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def ks_2samp_counts(i: int, j: int, n: int, m: int) -> tuple[float, float]:
+    """(statistic, p-value) of `scipy.stats.ks_2samp` for samples of sizes n and m whose statistic is |i/n - j/m|
+    (`ks_columns`): both depend on nothing else, so scipy is asked once per (i, j, n, m), on two samples that put i
+    of n and j of m at 0 and the rest at 2 (the same cdf difference, computed the same way)."""
+    from scipy.stats import ks_2samp
+
+    a = np.r_[np.zeros(i), np.full(n - i, 2.0)]
+    b = np.r_[np.zeros(j), np.full(m - j, 2.0)]
+    with warnings.catch_warnings():         # exact p-value fails on heavy ties: scipy falls back itself
+        warnings.filterwarnings("ignore", message="ks_2samp: Exact calculation unsuccessful")
+        res = ks_2samp(a, b)
+    return float(res.statistic), float(res.pvalue)
 
 
 def _bounds_blocks(probs, x, ns, vis, reading, chunk, window: int = 32):

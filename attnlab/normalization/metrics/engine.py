@@ -250,6 +250,22 @@ def cpu_kernels(t: torch.Tensor):
     return None
 
 
+#: Alg. 5 and Theorem 2's scan run as batched tiles off the CPU only (on CPU their step loops on cache-sized tensors are
+#: 3-4x faster, kernels or not); True: the tiles on CPU too (tests: the GPU's code and its operator counts, here)
+TILES_ON_CPU = False
+
+
+def batched(t: torch.Tensor) -> bool:
+    """Whether Alg. 5 and Theorem 2's scan run as batched tiles for tensors like t (`TILES_ON_CPU`)."""
+    return t.device.type != "cpu" or TILES_ON_CPU
+
+
+def tile_elements(budget: dict, t: torch.Tensor) -> int:
+    """The elements of one batched tile on t's device: budget["cpu"] on the CPU (a tile that fits the cache),
+    budget["other"] elsewhere (a GPU: as large as memory allows, few launches)."""
+    return budget["cpu" if t.device.type == "cpu" else "other"]
+
+
 def top_order(a: torch.Tensor, vis: torch.Tensor, k: int) -> torch.Tensor:
     """order [b, q, k]: the first k keys of each row by weight, descending, ties broken by the lower key
     index, invisible keys last (the first k of `sort_keys`). On CPU and for k <= SMALL_N one scan per row

@@ -1,12 +1,14 @@
 """Theorem 2 of arXiv 2508.17821 (Fig. 3): geometric separability N_s/N of the top-N tokens and its
-bounds, for every row. N grows one key at a time (one Gram row per step)."""
+bounds, for every row. N grows a window of keys at a time (one cumulative sum of Gram rows per window)."""
 from __future__ import annotations
 
 from typing import Iterator, Optional, Sequence
 
 import torch
 
+from attnlab.core.budget import sync_free
 from attnlab.normalization import bounds
+from attnlab.normalization.metrics import engine
 from attnlab.normalization.metrics.engine import (
     DEFAULT_CHUNK,
     RowBlock,
@@ -17,6 +19,7 @@ from attnlab.normalization.metrics.engine import (
     flatten_heads,
     nan_rows,
     prefix_lengths,
+    tile_elements,
     unique_x,
 )
 
@@ -30,6 +33,9 @@ RADII = ("nearest", "closed")
 ROW_SETS = ("positive_r", "all")
 _PAIR_STATS = {"xi_pair", "lower_pair", "upper_B_pair", "upper_R_pair"}
 _DELTA_STATS = {"delta", "xi_delta", "lower_delta", "upper_B_delta", "upper_R_delta"}
+#: float64 elements of one window of key steps ([rows, steps, keys]): its steps are one cumulative sum; 64 MiB on a
+#: GPU, 512 KiB on CPU (ATTNLAB_KERNELS=0: windows that leave the cache made the torch path 6x slower)
+SEP_ELEMENTS = {"cpu": 1 << 16, "other": 1 << 23}
 
 
 def unit_vectors(x: torch.Tensor, M: float = 1.0) -> torch.Tensor:
@@ -62,11 +68,123 @@ def min_pairwise_distance(x: torch.Tensor, visible: torch.Tensor) -> torch.Tenso
     return out.masked_fill(~torch.isfinite(out), float("nan"))
 
 
-def _grow(rows: RowBlock, Xu: torch.Tensor, inv: torch.Tensor, n_max: int, need_pair: bool) -> Iterator[dict]:
-    """Grow each row's selected set one key at a time, in top order, up to n_max (one Gram row per step); after
-    each key yield the running terms (tensors updated in place by the next step): N; s [b, q, D] the top-N sum;
-    xs [b, q, K] = x_i.s; A_out [b, q, K] = ||y_i||^2 on the visible non-selected keys (+inf elsewhere); a_top,
-    A_top [n_max, b, q] = a_i, ||y_i||^2 of the selected in order; psum [n_max, b, q] (need_pair) = sum of
+def _windows(rows: RowBlock, Xu: torch.Tensor, inv: torch.Tensor, n_max: int, ns: list[int],
+             need_pair: bool) -> Iterator[dict]:
+    """Grow each row's selected set in top order up to n_max, a window of key steps at a time (one cumulative sum
+    per window: the running sums of the step-by-step scan, the same additions in the same order), and yield per
+    window the terms at its wanted N (`ns`, w of them: the list "want", and "ns" long [w]); "r" [b, q, w] (nearest
+    non-selected distance); "dsel" [n, b, q, w] the selected distances ||y_i - s|| in top order (entries i >= N
+    are 0, "sel" bool [n, 1, 1, w] says which count); "a_top" [n, b, q, 1]; "pair" [n, b, q, w] (need_pair) the
+    mean over the other selected j of ||y_j - y_i||. Windows hold at most SEP_ELEMENTS [rows, steps, keys] elements."""
+    a, Xb, K = rows.a, rows.X, Xu.shape[1]
+    b, q, _ = a.shape
+    dev = a.device
+    order = rows.order                                                  # [b, q, n]
+    G = torch.bmm(Xu, Xu.transpose(1, 2)).view(-1, K)                  # Gram rows of the distinct x
+    grow = inv.view(b, 1, 1) * K
+    A = a * a * rows.xn2.unsqueeze(1)                                   # ||y_i||^2
+    A_vis = torch.where(rows.vis, A, float("inf"))                      # +inf on invisible keys
+    rank = torch.full((b, q, K), n_max, dtype=torch.long, device=dev).scatter_(
+        -1, order, torch.arange(n_max, device=dev).expand(b, q, n_max))
+    a_top = a.gather(-1, order).permute(2, 0, 1).contiguous()           # [n, b, q]: reductions over n in order
+    A_top = A.gather(-1, order).permute(2, 0, 1).contiguous()
+    psum = _pair_sums(G, grow, order, a_top, A_top) if need_pair else None   # [n(i), n(N), b, q]
+    xs = torch.zeros_like(a)                                            # x_i . s at the last step done
+    s = torch.zeros(b, q, Xb.shape[-1], dtype=a.dtype, device=dev)
+    step = max(1, tile_elements(SEP_ELEMENTS, a) // max(1, b * q * K))
+    bidx = rows.bidx
+    for m0 in range(0, ns[-1], step):
+        m1 = min(ns[-1], m0 + step)
+        j = order[..., m0:m1]                                           # [b, q, w'] keys of the steps
+        aj = a.gather(-1, j).unsqueeze(-1)                              # [b, q, w', 1]
+        gj = G[grow + j] * aj                                           # a_j x_j . x_i, every i  [b, q, w', K]
+        XS = torch.cat([xs.unsqueeze(2), gj], 2).cumsum(2)[:, :, 1:]     # x_i . s after each step
+        S = torch.cat([s.unsqueeze(2), aj * Xb[bidx, j]], 2).cumsum(2)[:, :, 1:]   # s after each step
+        xs, s = XS[:, :, -1], S[:, :, -1]
+        want = [N for N in ns if m0 < N <= m1]
+        if not want:
+            continue
+        cols = torch.tensor([N - 1 - m0 for N in want], device=dev)
+        Nt = torch.tensor(want, device=dev)
+        with sync_free(a):                              # ATTNLAB_SYNC_DEBUG=1 on CUDA: raises on a host sync
+            res = _window_terms(rows, XS[:, :, cols], S[:, :, cols], Nt, rank, A_vis, a_top, A_top, psum)
+        res["want"] = want
+        yield res
+
+
+def _window_terms(rows: RowBlock, XS: torch.Tensor, S: torch.Tensor, Nt: torch.Tensor, rank: torch.Tensor,
+                  A_vis: torch.Tensor, a_top: torch.Tensor, A_top: torch.Tensor, psum) -> dict:
+    """The terms `_windows` yields for the wanted N Nt [w] of a window, from x_i . s XS [b, q, w, K] and s
+    S [b, q, w, D] at those N."""
+    a, order = rows.a, rows.order
+    b, q, n_max = order.shape
+    dev = a.device
+    s2 = (S * S).sum(-1, keepdim=True)                              # ||s||^2  [b, q, w, 1]
+    A_out = torch.where(rank.unsqueeze(2) < Nt.view(-1, 1), float("inf"), A_vis.unsqueeze(2))   # [b, q, w, K]
+    r = (torch.addcmul(A_out, a.unsqueeze(2), XS, value=-2).amin(-1, keepdim=True) + s2).clamp_min_(0).sqrt_()
+    xs_top = XS.gather(-1, order.unsqueeze(2).expand(b, q, len(Nt), n_max)).permute(3, 0, 1, 2)  # [n, b, q, w]
+    s2 = s2.squeeze(-1)
+    dsel = (torch.addcmul(A_top.unsqueeze(-1), a_top.unsqueeze(-1), xs_top, value=-2) + s2).clamp_min_(0).sqrt_()
+    sel = (torch.arange(n_max, device=dev).view(-1, 1) < Nt).view(n_max, 1, 1, -1)       # [n, 1, 1, w]
+    res = {"ns": Nt, "r": r.squeeze(-1), "dsel": dsel.masked_fill_(~sel, 0.0), "sel": sel,
+           "a_top": a_top.unsqueeze(-1)}
+    if psum is not None:
+        pair = psum[:, Nt - 1] / (Nt - 1).clamp_min(1).double().view(-1, 1, 1)          # [n, w, b, q]
+        res["pair"] = pair.permute(0, 2, 3, 1).masked_fill(~sel, 0.0)
+    return res
+
+
+def _pair_sums(G: torch.Tensor, grow: torch.Tensor, order: torch.Tensor, a_top: torch.Tensor,
+               A_top: torch.Tensor) -> torch.Tensor:
+    """[n, n, b, q]: entry (i, N - 1) = sum of ||y_j - y_i|| over the first N selected j != i, summed in top order
+    (a cumulative sum over j). Each distance is computed from the Gram row of the later-selected key of the pair,
+    as the step-by-step scan made it."""
+    b, q, n = order.shape
+    K = G.shape[-1]
+    flat = ((grow + order) * K).unsqueeze(-1) + order.unsqueeze(-2)    # [b, q, j, i] -> x_j . x_i in G
+    g = G.view(-1)[flat].permute(2, 3, 0, 1)                            # [j, i, b, q]
+    aj, Aj = a_top.unsqueeze(1), A_top.unsqueeze(1)                    # j on dim 0, i on dim 1
+    ai, Ai = a_top.unsqueeze(0), A_top.unsqueeze(0)
+    d = (Ai + Aj).addcmul_(ai * aj, g, value=-2).clamp_min_(0).sqrt_()  # [j, i, b, q]; row j = the later key
+    later = torch.ones(n, n, dtype=torch.bool, device=G.device).tril_(-1).view(n, n, 1, 1)   # j > i
+    d = torch.where(later, d, d.transpose(0, 1))                        # symmetric, the later key's row
+    d = d.masked_fill_(torch.eye(n, dtype=torch.bool, device=G.device).view(n, n, 1, 1), 0.0)
+    return d.transpose(0, 1).cumsum(1)                                   # [i, N - 1, b, q]
+
+
+def _ns_fracs(w: dict) -> dict:
+    """N_s / N [b, q, w] under each radius reading, from a window of `_windows`; rows with r = 0 count 0."""
+    res, r, N = {}, w["r"], w["ns"].double()
+    pos = r > 0
+    for name, below in (("nearest", torch.lt), ("closed", torch.le)):
+        frac = (below(w["dsel"], r) & w["sel"]).sum(0).double() / N
+        res[f"ns_frac_{name}"] = frac.masked_fill_(~pos, 0.0)            # r = 0 (rows "all"): N_s = 0
+    return res
+
+
+def _xi_bounds(xis: dict, w: dict, M: float) -> dict:
+    """xi_* (mean over the selected) and Theorem 2's lower / upper_B / upper_R bounds [b, q, w] of each spread
+    estimator in xis (name -> [n, b, q, w], the first N entries of column N count); NaN where r = 0 (Theorem 2
+    needs r > 0). Sums over the selected run over n, the outer axis: in top order, as for one N at a time."""
+    res, r = {}, w["r"]
+    pos = r > 0
+    for name, xi in xis.items():
+        xi = xi.permute(1, 2, 3, 0)                                      # [b, q, w, n] view
+        sel = w["sel"].permute(1, 2, 3, 0).expand(xi.shape)
+        lo, (up_b, up_r) = bounds.theorem2_bound_set(xi, r, M, forms=("B", "R"), selected=sel)
+        res[f"xi_{name}"] = xi.masked_fill(~sel, 0.0).sum(-1) / w["ns"].double()
+        for key, val in ((f"lower_{name}", lo), (f"upper_B_{name}", up_b), (f"upper_R_{name}", up_r)):
+            res[key] = val.masked_fill(~pos, float("nan"))             # Theorem 2 needs r > 0
+    return res
+
+
+def _grow_steps(rows: RowBlock, Xu: torch.Tensor, inv: torch.Tensor, n_max: int, need_pair: bool) -> Iterator[dict]:
+    """The CPU path of `separability_stats` (its tensors stay cache-sized: 3-4x faster there than `_windows`, the
+    same numbers to 1 ulp). Grow each row's selected set one key at a time, in top order, up to n_max (one Gram row per
+    step); after each key yield the running terms (tensors updated in place by the next step): N; s [b, q, D] the
+    top-N sum; xs [b, q, K] = x_i.s; A_out [b, q, K] = ||y_i||^2 on the visible non-selected keys (+inf
+    elsewhere); a_top, A_top [n_max, b, q] = a_i, ||y_i||^2 of the selected in order;
+    psum [n_max, b, q] (need_pair) = sum of
     ||y_j - y_i|| over the selected j."""
     a, Xb, K = rows.a, rows.X, Xu.shape[1]
     b, q, _ = a.shape
@@ -100,7 +218,7 @@ def _grow(rows: RowBlock, Xu: torch.Tensor, inv: torch.Tensor, n_max: int, need_
         yield st
 
 
-def _radius(rows: RowBlock, st: dict) -> tuple[torch.Tensor, torch.Tensor]:
+def _radius_step(rows: RowBlock, st: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """r [b, q] (nearest non-selected distance) and the selected distances dist_i [b, q, N] at st["N"]."""
     # dist_i^2 = ||y_i||^2 - 2 a_i x_i.s + ||s||^2, the same expression for r and the selected
     N, a, xs, s = st["N"], rows.a, st["xs"], st["s"]
@@ -112,7 +230,7 @@ def _radius(rows: RowBlock, st: dict) -> tuple[torch.Tensor, torch.Tensor]:
     return r.squeeze(-1), dsel
 
 
-def _ns_fracs(dsel: torch.Tensor, r: torch.Tensor, pos: torch.Tensor) -> dict:
+def _ns_fracs_step(dsel: torch.Tensor, r: torch.Tensor, pos: torch.Tensor) -> dict:
     """N_s / N [b, q] under each radius reading (dsel [b, q, N], r [b, q]); rows with r = 0 (pos False) count 0."""
     res = {}
     for name, below in (("nearest", torch.lt), ("closed", torch.le)):
@@ -121,7 +239,7 @@ def _ns_fracs(dsel: torch.Tensor, r: torch.Tensor, pos: torch.Tensor) -> dict:
     return res
 
 
-def _xi_bounds(xis: dict, r: torch.Tensor, pos: torch.Tensor, M: float) -> dict:
+def _xi_bounds_step(xis: dict, r: torch.Tensor, pos: torch.Tensor, M: float) -> dict:
     """xi_* (mean over the selected) and Theorem 2's lower / upper_B / upper_R bounds [b, q] of each spread
     estimator in xis (name -> [b, q, N]); NaN where r = 0 (Theorem 2 needs r > 0)."""
     res = {}
@@ -160,7 +278,9 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
     vectors ([R]). For each: lower = `1 - sum xi / (r N)`, upper_B / upper_R as in
     `bounds.theorem2_bounds`. Stats named `*_row`... `xi_*` are means over the selected tokens.
 
-    N grows one key at a time up to max(ns): s and x_i.s follow (one Gram row per step), r comes from
+    N grows up to max(ns), a window of key steps at a time (`_windows`: one cumulative sum of Gram rows per
+    window, the additions of a one-key-at-a-time scan in the same order; on CPU (`engine.batched`), one key at a
+    time, `_grow_steps`): s and x_i.s follow, r comes from
     `||y_i||^2 - 2 y_i.s + ||s||^2` minimised over the non-selected keys, and the selected
     distances (few) are computed directly.
     """
@@ -173,11 +293,12 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
     xu = unit_vectors(x, M) if normalize else x.double()
     lead, P, X, xmap = flatten_heads(probs, xu)
     B, Q, _ = P.shape
-    out = torch.empty(len(stats), len(ns), B, Q, dtype=torch.float64)    # one write per (N, block)
+    out = torch.empty(len(stats), len(ns), B, Q, dtype=torch.float64, device=probs.device)   # one write per window
     need_pair = bool(_PAIR_STATS & set(stats))
     need_delta = bool(_DELTA_STATS & set(stats))
     wanted = {N: c for c, N in enumerate(ns)}
     delta_cache: dict[tuple, torch.Tensor] = {}
+    steps = not engine.batched(probs)                 # CPU: the step loop on cache-sized tensors
     for bs, qs in blocks(B, Q, K, chunk):
         Xu, inv, key = unique_x(X, xmap, bs)
         rows = RowBlock(P[bs, qs], vis[qs], Xu, inv, ns[-1], torch.float64)
@@ -185,14 +306,14 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
             if key not in delta_cache:
                 delta_cache = {key: min_pairwise_distance(Xu, vis)}      # [u, Q]
             delta = delta_cache[key][inv][:, qs]
-        for st in _grow(rows, Xu, inv, ns[-1], need_pair):
+        for st in ([] if not steps else _grow_steps(rows, Xu, inv, ns[-1], need_pair)):
             N = st["N"]
             if N not in wanted:
                 continue
-            r, dsel = _radius(rows, st)
+            r, dsel = _radius_step(rows, st)
             pos = r > 0
             ok = (rows.Lt > N).expand(r.shape) & (True if all_rows else pos)
-            res = {"r": r, **_ns_fracs(dsel, r, pos)}
+            res = {"r": r, **_ns_fracs_step(dsel, r, pos)}
             res["ns_frac"] = res[f"ns_frac_{radius}"]
             xis = {"row": dsel}
             if need_pair:
@@ -200,8 +321,24 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
             if need_delta:
                 res["delta"] = delta
                 xis["delta"] = bounds.theorem2_xi_delta(st["a_top"][:N].permute(1, 2, 0), delta, M)
-            res.update(_xi_bounds(xis, r, pos, M))
+            res.update(_xi_bounds_step(xis, r, pos, M))
             out[:, wanted[N], bs, qs] = nan_rows(torch.stack([res[k] for k in stats]), ok)
+        for w in ([] if steps else _windows(rows, Xu, inv, ns[-1], ns, need_pair)):
+            r, Nt = w["r"], w["ns"]
+            ok = (rows.Lt.view(1, -1, 1) > Nt).expand(r.shape) & (True if all_rows else r > 0)
+            res = {"r": r, **_ns_fracs(w)}
+            res["ns_frac"] = res[f"ns_frac_{radius}"]
+            xis = {"row": w["dsel"]}
+            if need_pair:
+                xis["pair"] = w["pair"]
+            if need_delta:
+                res["delta"] = delta.unsqueeze(-1).expand(r.shape)
+                a_sel = w["a_top"].masked_fill(~w["sel"], 0.0).permute(1, 2, 3, 0)        # [b, q, w, n]
+                xis["delta"] = bounds.theorem2_xi_delta(a_sel, res["delta"], M).permute(3, 0, 1, 2)
+            res.update(_xi_bounds(xis, w, M))
+            cols = [wanted[N] for N in w["want"]]
+            out[:, cols, bs, qs] = nan_rows(torch.stack([res[k] for k in stats]), ok).permute(0, 3, 1, 2)
+    out = out.cpu()                                                      # one transfer
     return {k: out[i].permute(1, 2, 0).reshape(*lead, Q, len(ns)) for i, k in enumerate(stats)}
 
 
