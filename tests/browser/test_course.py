@@ -108,7 +108,9 @@ def test_every_figure_is_numbered_captioned_and_drawn_for_a_phone(doc, site, ser
     page = context.new_page()
     try:
         page.goto(f"{server}/{doc}.html", wait_until="load")
-        page.wait_for_timeout(300)
+        # every fold opened (a section for researchers, a hidden output): a figure inside one is a figure too
+        page.evaluate("() => document.querySelectorAll('article details').forEach(d => { d.open = true; })")
+        page.wait_for_timeout(500)
         figures = page.evaluate(_FIGURES)
     finally:
         context.close()
