@@ -45,7 +45,7 @@ def test_two_processes_asking_the_same_result_compute_it_once(tmp_path):
         _wait_for(tmp_path / "computations", "computed")            # the first holds the lock, computing
         second = subprocess.Popen(ask, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         _wait_for(tmp_path / "progress.log", "attnlab: waiting for slow (smollm2, L=64): another process is "
-                                             "computing it")
+                                             "computing or reading it")
         (tmp_path / "release").touch()
         outs = [p.communicate(timeout=120) for p in (first, second)]
     finally:

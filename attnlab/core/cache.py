@@ -189,7 +189,8 @@ def _lock(fh, fcntl, patience: float, name: str, key: dict) -> None:
                 break
             time.sleep(0.02)
     what = describe(key)
-    _progress(f"attnlab: waiting for {name}{f' ({what})' if what else ''}: another process is computing it\n")
+    _progress(f"attnlab: waiting for {name}{f' ({what})' if what else ''}: another process is computing or "
+              "reading it\n")
     fcntl.flock(fh, fcntl.LOCK_EX)
 
 
