@@ -389,6 +389,36 @@ def _execute_ahead(app, env, docnames) -> None:
     _execute_into_cache(stale, nb_config, jobs, Path(app.srcdir))
 
 
+def _executed_copies(app, exception) -> None:
+    """Make each executed copy myst-nb writes (``<outdir>/../jupyter_execute/<page>.ipynb``) hold the outputs its
+    page shows. myst-nb writes the notebook it was handed: executed in place when it runs the notebook itself, but
+    the *unexecuted* source when the jupyter-cache serves it (it merges the cached outputs into a copy it renders).
+    So a build served from the cache (as `_execute_ahead` makes every build) left the committed outputs there, and
+    scripts/check_outputs.py compared the committed notebooks with themselves. Here every page the cache holds is
+    merged again, as myst-nb merges it, and written over its copy (Sphinx's build-finished, any builder)."""
+    if exception is not None:
+        return
+    env = app.env
+    nb_config = getattr(env, "mystnb_config", None)
+    if nb_config is None or nb_config.execution_mode != "cache":
+        return
+    import nbformat
+    from jupyter_cache import get_cache
+
+    cache = get_cache(nb_config.execution_cache_path)
+    folder = Path(app.outdir).parent / "jupyter_execute"
+    for docname in sorted(env.found_docs):
+        copy = folder.joinpath(*docname.split("/")).with_suffix(".ipynb")
+        read = _as_myst_nb_reads(Path(env.doc2path(docname)), nb_config, env.myst_config) if copy.is_file() else None
+        if read is None:
+            continue
+        try:
+            _, merged = cache.merge_match_into_notebook(read[0])
+        except KeyError:            # not in the cache: myst-nb executed it in place, its copy has the outputs
+            continue
+        copy.write_text(nbformat.writes(merged), encoding="utf-8")
+
+
 def _publish_results(outdir: Path) -> None:
     """Copy the Results the chapters used into the site (`attnlab.core.published`), and say how much."""
     from attnlab.core import published
@@ -561,6 +591,7 @@ def setup(app):
     app.connect("env-before-read-docs", _execute_ahead)
     app.connect("build-finished", _stop_progress, priority=100)
     app.connect("build-finished", _build_finished)
+    app.connect("build-finished", _executed_copies)
     app.connect("html-page-context", _dedupe_scripts, priority=900)
     app.connect("html-page-context", _launch_only_notebooks, priority=502)     # after the theme's (501)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
