@@ -6,16 +6,16 @@ from typing import Optional
 
 import numpy as np
 
+from attnlab.core import claim_registry
 from attnlab.core.result import Result
 from attnlab.core.verdicts import claim_row, holds_le, with_model, within
-from attnlab.normalization import claim_kinds
 
 _row = claim_row
 
 #: paper 2's claim registry (claims.toml beside this module; the loader and fields are paper 1's,
-#: `normalization.claim_kinds`): CLAIMS {id: Claim} in the chapters' order, THRESHOLDS {name: Threshold}, TEXTS
+#: `core.claim_registry`): CLAIMS {id: Claim} in the chapters' order, THRESHOLDS {name: Threshold}, TEXTS
 REGISTRY_FILE = Path(__file__).with_name("claims.toml")
-THRESHOLDS, TEXTS, CLAIMS, _ = claim_kinds.load(REGISTRY_FILE)
+THRESHOLDS, TEXTS, CLAIMS, _ = claim_registry.load(REGISTRY_FILE)
 HEADS_READING = TEXTS["HEADS_READING"]
 
 

@@ -294,10 +294,8 @@ def separability_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], 
     lead, P, X, xmap = flatten_heads(probs, xu)
     B, Q, _ = P.shape
     out = torch.empty(len(stats), len(ns), B, Q, dtype=torch.float64, device=probs.device)   # one write per window
-    need_pair = bool(_PAIR_STATS & set(stats))
-    need_delta = bool(_DELTA_STATS & set(stats))
-    wanted = {N: c for c, N in enumerate(ns)}
-    delta_cache: dict[tuple, torch.Tensor] = {}
+    need_pair, need_delta = bool(_PAIR_STATS & set(stats)), bool(_DELTA_STATS & set(stats))
+    wanted, delta_cache = {N: c for c, N in enumerate(ns)}, {}                # delta_cache: {key: [u, Q]}
     steps = not engine.batched(probs)                 # CPU: the step loop on cache-sized tensors
     for bs, qs in blocks(B, Q, K, chunk):
         Xu, inv, key = unique_x(X, xmap, bs)
