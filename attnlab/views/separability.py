@@ -257,7 +257,7 @@ def relation_figure(results: dict, N: Optional[int] = None, figsize=(6.8, 3.0)):
                      f"over {rel['n_heads']} heads", fontsize=9)
         fig.colorbar(sc, ax=ax, label="layer", shrink=0.85)
     axes[0][0].legend(loc="upper right", fontsize=8)
-    fig.supxlabel("\n".join(textwrap.fill(provenance_line(r), 140) for r in results.values()), fontsize=7)
+    fig.supxlabel("\n".join(textwrap.fill(provenance_line(r), 100) for r in results.values()), fontsize=7)
     return fig
 
 
