@@ -154,7 +154,7 @@ def test_refresh_refuses_a_build_of_other_sources_and_writes_nothing(tmp_path):
 def test_stderr_is_not_compared_and_not_kept_by_a_refresh(tmp_path):
     """As on the site (nb_output_stderr: remove): a run's stderr (a one-time "de-quantizing ... kept in <cache
     path>", a warning naming the kernel's temporary cell file) is neither compared nor stored in the chapters."""
-    said = {"output_type": "stream", "name": "stderr", "text": "/tmp/ipykernel_123/456.py:2: UserWarning: x\n"}
+    said = {"output_type": "stream", "name": "stderr", "text": "ipykernel_123/456.py:2: UserWarning: x\n"}
     out = {"output_type": "stream", "name": "stdout", "text": "bound holds: True\n"}
     ref = _nb(tmp_path / "ref.ipynb", [out])
     new = _nb(tmp_path / "new.ipynb", [said, out])
