@@ -15,7 +15,7 @@ DEVICE ?= cpu
 export ATTNLAB_MODEL  ?= $(MODEL)
 export ATTNLAB_DEVICE ?= $(DEVICE)
 
-.PHONY: install test unit lint colab book figures check verify-results info clean npm vendor book-html nbval notebooks \
+.PHONY: gpu-pack install test unit lint colab book figures check verify-results info clean npm vendor book-html nbval notebooks \
         browser chromium lint-workflows refresh-outputs
 
 $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml
@@ -110,6 +110,16 @@ endif
 # book build's, one execution per chapter.
 nbval: install
 	$(NB_ENV) $(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env book/
+
+# What a lent GPU machine lacks for scripts/gpu_check.sh (issue 41 item 3), gathered in .gpu/ (git-ignored; the
+# device tool carries it: run `bash scripts/gpu_check.sh` there with carry [".gpu"]): the text and the GPT-2
+# tokenizer (gpt2-random is built there from its configuration), and the wheels its image lacks (entmax, pooch, platformdirs).
+gpu-pack: install
+	mkdir -p .gpu/data .gpu/whl
+	cp -r $(ATTNLAB_DATA_DIR)/war_and_peace.txt $(ATTNLAB_DATA_DIR)/gpt2-tokenizer .gpu/data/
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux2014_x86_64 -d .gpu/whl entmax pooch platformdirs
+	du -sh .gpu
 
 # Copy the outputs of the last book build (_build/jupyter_execute) into book/*.ipynb: outputs and execution
 # counts only, sources untouched, no widget state; then `make test`'s output check passes on that build.
