@@ -15,6 +15,7 @@ from attnlab.normalization.metrics.distance import distance_stats
 from attnlab.normalization.metrics.engine import (
     DEFAULT_CHUNK,
     SMALL_N,
+    batched,
     blocks,
     check_inputs,
     check_ns,
@@ -459,9 +460,12 @@ def _kernel_means(probs, x, vis, n_max: int, reading: str) -> tuple:
     return bracket_means, exact_means, 32, 64
 
 
-def _torch_means(probs, x, vis, reading: str, chunk: int, dtype: torch.dtype) -> tuple:
-    """As `_kernel_means`, from `distance_bounds`' blocks and `distance_stats` (GPU, no kernels, not incremental)."""
+def _torch_means(probs, x, vis, n_max: int, reading: str, chunk: int, dtype: torch.dtype) -> tuple:
+    """As `_kernel_means`, from `distance_bounds`' blocks and `distance_stats` (no kernels, not incremental): exact
+    batches of 8 N on the CPU; where `engine.batched` (a GPU) all the uncertified N of a window in one call, every N
+    at once (`distance_stats`' tiles), so exact calls and transfers follow the windows, not the N."""
     key = f"dtilde_{reading}"
+    most = n_max if batched(probs) else 8
 
     def bracket_means(ns):
         return _bounds_head_means(probs, x, ns, vis, reading)
@@ -469,7 +473,7 @@ def _torch_means(probs, x, vis, reading: str, chunk: int, dtype: torch.dtype) ->
     def exact_means(ns):
         st = distance_stats(probs, x, ns, vis, stats=(key, "E"), chunk=chunk, dtype=dtype)
         return tuple(row_mean(st[k_], dim=-2).reshape(-1, len(ns)).numpy() for k_ in (key, "E"))
-    return bracket_means, exact_means, 8, 8
+    return bracket_means, exact_means, most, most
 
 
 def _exact_until_found(todo: list[int], exact_means, nb: int, most: int, alpha: float) -> tuple[dict, int]:
@@ -556,7 +560,7 @@ def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Ten
     if incremental and cpu_kernels(probs) is not None:
         bracket_means, exact_means, nb, most = _kernel_means(probs, x, vis, n_max, reading)
     else:
-        bracket_means, exact_means, nb, most = _torch_means(probs, x, vis, reading, chunk, dtype)
+        bracket_means, exact_means, nb, most = _torch_means(probs, x, vis, n_max, reading, chunk, dtype)
     res = new_scan_result()
     for ns in scan_windows(n_max, block, certify, max_block):
         certified = {}
