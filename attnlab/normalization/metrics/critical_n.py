@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from attnlab.core.util import last_visible
-from attnlab.normalization.metrics.distance import distance_stats
+from attnlab.normalization.metrics.distance import distance_means
 from attnlab.normalization.metrics.engine import (
     DEFAULT_CHUNK,
     SMALL_N,
@@ -22,7 +22,6 @@ from attnlab.normalization.metrics.engine import (
     cpu_kernels,
     flatten_heads,
     nan_rows,
-    row_mean,
     tile_elements,
     top_order,
     unique_x,
@@ -488,8 +487,8 @@ def _torch_means(probs, x, vis, n_max: int, reading: str, chunk: int, dtype: tor
         return _bounds_head_means(probs, x, ns, vis, reading)
 
     def exact_means(ns):
-        st = distance_stats(probs, x, ns, vis, stats=(key, "E"), chunk=chunk, dtype=dtype)
-        return tuple(row_mean(st[k_], dim=-2).reshape(-1, len(ns)).numpy() for k_ in (key, "E"))
+        st = distance_means(probs, x, ns, vis, stats=(key, "E"), chunk=chunk, dtype=dtype)
+        return tuple(st[k_].reshape(-1, len(ns)).numpy() for k_ in (key, "E"))
     return bracket_means, exact_means, most, most
 
 

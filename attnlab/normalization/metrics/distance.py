@@ -27,6 +27,7 @@ from attnlab.normalization.metrics.engine import (
     nan_rows,
     root_sum,
     row_lengths,
+    row_mean,
     same_x,
     span_blocks,
     tile_elements,
@@ -273,24 +274,18 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     `||(1+c) y_i - c o||^2 = (1+c)^2 ||y_i||^2 - 2 (1+c) c y_i.o + c^2 ||o||^2`: two matrix products
     per block (x_i.o) and per N (x_i.s), no [rows, K, D] tensors.
     """
-    vis = check_inputs(probs, x, visible)
-    K = probs.shape[-1]
-    ns = check_ns(ns, K)
-    stats = check_stats(stats, DISTANCE_STATS)
-    lead, P, X, xmap = flatten_heads(probs, x)
-    xmap = same_x(X, xmap)                                               # GQA: one x (and d1 table) per KV head
-    B, Q, _ = P.shape
-    order = _check_order(order, probs, ns, stats, B, Q)
+    lead, P, X, xmap, vis, ns, stats, order, lengths, last, prefix = _inputs(probs, x, ns, visible, stats, order)
+    B, Q, K = P.shape
     need = set(stats)
-    lengths = row_lengths(vis)                                           # (once, not per block)
-    last = last_visible(vis)
-    prefix = bool(torch.equal(last, lengths))                            # (`prefix_lengths`)
     if batched(P):                                                       # off the CPU: every N at once
-        out = _stats_tiles(P, X, xmap, vis, ns, stats, order, chunk, dtype, lengths, last_keys(vis, last), prefix)
+        out = torch.full((len(stats), len(ns), B, Q), float("nan"), dtype=torch.float64, device=P.device)
+        for cols, bs, qs, val in _tiles(P, X, xmap, vis, ns, stats, order, chunk, dtype, lengths, last, prefix):
+            out[:, cols, bs, qs] = val
+        out = out.cpu()
         return {k: out[i].permute(1, 2, 0).reshape(*lead, Q, len(ns)) for i, k in enumerate(stats)}
     out = torch.empty(len(stats), len(ns), B, Q, dtype=torch.float64)    # one write per (N, block)
     far_cache: dict = {}                                                 # `_far_tables`' H and far2, per distinct x
-    for bs, qs, hi in row_blocks(B, Q, K, chunk, lengths, ns, last_keys(vis, last)):
+    for bs, qs, hi in row_blocks(B, Q, K, chunk, lengths, ns, last):
         Xu, inv, key = unique_x(X, xmap, bs, dtype)                      # (keys past hi: seen by no row of the block)
         rows = RowBlock(P[bs, qs, :hi], vis[qs, :hi], Xu[:, :hi], inv, min(ns[-1], hi), dtype, lengths[qs], prefix,
                         order=None if order is None else order[bs, qs])
@@ -316,14 +311,46 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
 
 # ------------------------------------------------------------- off the CPU: every N of a tile in one tensor program
 
-def _stats_tiles(P, X, xmap, vis, ns, stats, order, chunk, dtype, lengths, last, prefix) -> torch.Tensor:
-    """`distance_stats` where `engine.batched`: out [stats, len(ns), B, Q] float64 (CPU), one transfer. Blocks of
-    `span_blocks` (`last`: `engine.last_keys`) hold at most `chunk` and DIST_ELEMENTS / len(ns) [heads, rows, keys]
-    elements, so that all N of a block make one tile of DIST_ELEMENTS [heads, rows, N, keys] (N in groups only when
-    a single row is larger); a block skips the N none of its rows is longer than (NaN, as are rows with L_t <= N)."""
+def _inputs(probs, x, ns, visible, stats, order) -> tuple:
+    """`distance_stats`' inputs, checked: lead, P [B, Q, K], X [Bx, K, D], xmap [B] (`same_x`), vis [Q, K], ns, stats,
+    order ([B, Q, k] or None), lengths [Q], last (`engine.last_keys`) and prefix (every row sees keys 0..L_t - 1)."""
+    vis = check_inputs(probs, x, visible)
+    ns = check_ns(ns, probs.shape[-1])
+    stats = check_stats(stats, DISTANCE_STATS)
+    lead, P, X, xmap = flatten_heads(probs, x)
+    xmap = same_x(X, xmap)                                               # GQA: one x (and d1 table) per KV head
+    order = _check_order(order, probs, ns, stats, *P.shape[:2])
+    lengths = row_lengths(vis)                                           # (once, not per block)
+    last = last_visible(vis)
+    prefix = bool(torch.equal(last, lengths))                            # (`prefix_lengths`)
+    return lead, P, X, xmap, vis, ns, stats, order, lengths, last_keys(vis, last), prefix
+
+
+def distance_means(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visible: Optional[torch.Tensor] = None,
+                   *, stats: Sequence[str] = ("dtilde_b", "E"), chunk: int = DEFAULT_CHUNK,
+                   dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
+    """The means over each head's rows (those not NaN: L_t > N) of `distance_stats`: dict stat -> float64 [...,
+    len(ns)] (NaN where no row counts). Where `engine.batched`, summed tile by tile on the device: the per-row values
+    ([stats, N, heads, rows]: gigabytes for a critical-N window of a large model) are never held; else `row_mean`."""
+    if not batched(probs):
+        st = distance_stats(probs, x, ns, visible, stats=stats, chunk=chunk, dtype=dtype)
+        return {k: row_mean(v, dim=-2) for k, v in st.items()}
+    lead, P, X, xmap, vis, ns, stats, _, lengths, last, prefix = _inputs(probs, x, ns, visible, stats, None)
+    sums = torch.zeros(len(stats), len(ns), P.shape[0], dtype=torch.float64, device=P.device)
+    count = torch.zeros_like(sums)
+    for cols, bs, _, val in _tiles(P, X, xmap, vis, ns, stats, None, chunk, dtype, lengths, last, prefix):
+        sums[:, cols, bs] += torch.nansum(val, -1)
+        count[:, cols, bs] += (~torch.isnan(val)).sum(-1)
+    return {k: v.T.reshape(*lead, len(ns)) for k, v in zip(stats, (sums / count).cpu())}
+
+
+def _tiles(P, X, xmap, vis, ns, stats, order, chunk, dtype, lengths, last, prefix):
+    """`distance_stats` where `engine.batched` (`_inputs`' arguments): yields (N columns, heads, rows, values [stats,
+    n, b, q] float64, NaN where L_t <= N). Blocks of `span_blocks` hold at most `chunk` and DIST_ELEMENTS / len(ns)
+    [heads, rows, keys] elements, so that all N of a block make one tile of DIST_ELEMENTS [heads, rows, N, keys] (N
+    in groups only when a single row is larger); a block skips the N none of its rows is longer than."""
     B, Q, K = P.shape
     need, budget = set(stats), tile_elements(DIST_ELEMENTS, P)
-    out = torch.full((len(stats), len(ns), B, Q), float("nan"), dtype=torch.float64, device=P.device)
     longest = lengths.tolist()
     far_cache: dict = {}                                                 # `_far_tables`' H and far2, per distinct x
     for bs, qs, hi in span_blocks(B, Q, K, max(1, min(chunk, budget // len(ns))), last):
@@ -342,8 +369,8 @@ def _stats_tiles(P, X, xmap, vis, ns, stats, order, chunk, dtype, lengths, last,
             part = nb[c0:c0 + step]
             ok = rows.Lt.unsqueeze(-1) > torch.tensor(part, dtype=rows.Lt.dtype, device=P.device)   # [q, n]
             res = _tile_stats(rows, part, sums, need, far, rank, ok, budget)
-            out[:, c0:c0 + len(part), bs, qs] = nan_rows(torch.stack([res[k] for k in stats]), ok).permute(0, 3, 1, 2)
-    return out.cpu()
+            yield slice(c0, c0 + len(part)), bs, qs, nan_rows(torch.stack([res[k] for k in stats]), ok).permute(
+                0, 3, 1, 2)
 
 
 def _ranks(rows: RowBlock) -> torch.Tensor:
