@@ -563,8 +563,9 @@ def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Ten
     (`RunningTopN`): the brackets in O(D) per row and N, the exact values in float64 and O(K) per row
     and N (each N adds one key j: x_i.s grows by a_j x_i.x_j, from X X^T). Elsewhere (GPU,
     ATTNLAB_KERNELS=0, incremental=False) the brackets come from `distance_bounds` and the exact values
-    from `distance_stats` (O(K D) per row and N, in `dtype`: float32 by default, the test only ranks
-    per-head means). Both give the same answer.
+    from `distance_means` (O(K D) per row and N, in `dtype`: float32 by default, the test only ranks
+    per-head means): on the CPU in batches of 8 N, on a GPU all the uncertified N of a window in one call.
+    All give the same answer.
     Heads = all leading dims of probs. `reading` picks d~ (b, default, or a). Scans up to `n_max`
     (default L - 1); an empty scan (no rows, or none with finite values) is a ValueError, never n = -1.
     Returns dict(n=N or -1, ns, pvalues, ks, exact, p_upper, d_mean, e_mean) per
