@@ -274,8 +274,8 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     norms expanded in dot products, `||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2` and
     `||(1+c) y_i - c o||^2 = (1+c)^2 ||y_i||^2 - 2 (1+c) c y_i.o + c^2 ||o||^2`: two matrix products
     per block (x_i.o) and per N (x_i.s), no [rows, K, D] tensors. Off the CPU (`engine.batched`) every N of a
-    block is one tensor program (`_tiles`), within 1e-6 relative of the CPU's loop (float32 roots), d1, abar, R
-    and the NaN rows within 1e-14 (tests/test_budget.py).
+    block is one tensor program (`_tiles`): the CPU loop's NaN rows, abar and R, d1 within 1e-14 relative, the
+    sums of float32 roots within 1e-6 (tests/test_budget.py).
     """
     lead, P, X, xmap, vis, ns, stats, order, lengths, last, prefix = _inputs(probs, x, ns, visible, stats, order)
     B, Q, K = P.shape
