@@ -29,11 +29,13 @@ def _close(a: torch.Tensor, b: torch.Tensor, rtol=1e-5, atol=1e-9):
 CASES = [dict(causal=True, keys="visible"), dict(causal=True, keys="all"), dict(causal=False, keys="visible")]
 
 
-@pytest.fixture(params=[True, False], ids=["kernels", "torch"])
+@pytest.fixture(params=["kernels", "torch", "tiles"])
 def fused(request, monkeypatch):
-    """Run a test on both engines: the CPU numba kernels and the plain-torch path (the one GPUs take)."""
-    monkeypatch.setattr(engine, "FUSED", request.param)
-    return request.param
+    """Run a test on each engine: the CPU numba kernels, the plain-torch path, and that path with the batched tiles
+    a GPU runs (`engine.TILES_ON_CPU`, with the CPU's small tiles: many blocks, N in groups)."""
+    monkeypatch.setattr(engine, "FUSED", request.param == "kernels")
+    monkeypatch.setattr(engine, "TILES_ON_CPU", request.param == "tiles")
+    return request.param == "kernels"
 
 
 @pytest.mark.parametrize("shape", ["causal", "bidirectional"])

@@ -11,17 +11,18 @@ import numpy as np
 import torch
 
 from attnlab.core.util import last_visible
-from attnlab.normalization.metrics.distance import distance_stats
+from attnlab.normalization.metrics.distance import distance_means
 from attnlab.normalization.metrics.engine import (
     DEFAULT_CHUNK,
     SMALL_N,
+    batched,
     blocks,
     check_inputs,
     check_ns,
     cpu_kernels,
     flatten_heads,
     nan_rows,
-    row_mean,
+    tile_elements,
     top_order,
     unique_x,
 )
@@ -30,6 +31,8 @@ BRACKET_SLACK = 2e-6             # covers rounding of the exact values (float32 
 GRAM_ELEMENTS = 1 << 24          # float64 elements of the Gram matrices X X^T held at once (128 MiB)
 DOTS_ELEMENTS = 1 << 27          # float64 elements of the x_i.o and x_i.m kept for a whole scan (1 GiB)
 STATE_ELEMENTS = 1 << 28         # float64 elements of the running x_i.s kept between exact calls (2 GiB)
+BRACKET_ELEMENTS = {"cpu": 1 << 16, "other": 1 << 25}   # [heads, rows, N, D] elements of the brackets' running top-N
+                                                        # sums at once (`engine.batched`; else windows of 32 N)
 
 
 def ks_first_indistinguishable(d_heads: np.ndarray, e_heads: np.ndarray, ns: Sequence[int],
@@ -97,10 +100,24 @@ def ks_2samp_counts(i: int, j: int, n: int, m: int) -> tuple[float, float]:
     return float(res.statistic), float(res.pvalue)
 
 
+def _running_sums(tri: torch.Tensor, Y: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """s [b, q, D] + the running sums of Y [b, q, w, D] along w: [b, q, w, D], by windows of tri's size (the lower
+    triangle of ones, [window, window]): one product per window, the windows' last rows chained by one cumsum."""
+    b, q, w, D = Y.shape
+    window = tri.shape[0]
+    if w <= window:
+        return torch.matmul(tri[:w, :w], Y).add_(s.unsqueeze(2))
+    nw = -(-w // window)
+    T = torch.matmul(tri, torch.nn.functional.pad(Y, (0, 0, 0, nw * window - w)).view(b, q, nw, window, D))
+    carry = torch.cumsum(torch.cat([s.unsqueeze(2), T[:, :, :-1, -1]], 2), 2)      # s before each window
+    return T.add_(carry.unsqueeze(3)).view(b, q, nw * window, D)[:, :, :w]
+
+
 def _bounds_blocks(probs, x, ns, vis, reading, chunk, window: int = 32):
     """Yield (heads slice, rows slice, output columns [w], rows-valid mask [b, q, w], brackets dict of
     [b, q, w]) per block and window of consecutive N (see `distance_bounds`). One top-k per block; the
-    context vectors of a window of N come from one cumulative sum over the sorted weighted vectors."""
+    context vectors of a window of N come from one cumulative sum over the sorted weighted vectors (`_running_sums`:
+    windows of 32 N, or where `engine.batched` as many as BRACKET_ELEMENTS allow in one tensor program)."""
     K = probs.shape[-1]
     lead, P, X, xmap = flatten_heads(probs, x)
     B, Q, _ = P.shape
@@ -126,12 +143,13 @@ def _bounds_blocks(probs, x, ns, vis, reading, chunk, window: int = 32):
         s = torch.matmul(a * first, Xb)                                  # s at N = ns[0] - 1, directly
         del first
         tri = torch.ones(window, window, dtype=torch.float64, device=a.device).tril_()
-        for n0 in range(ns[0], ns[-1] + 1, window):
-            Nw = list(range(n0, min(ns[-1], n0 + window - 1) + 1))
-            w = len(Nw)
+        span = window * max(1, tile_elements(BRACKET_ELEMENTS, a) // (b * q * window * Xb.shape[-1])) \
+            if batched(a) else window                                    # off the CPU: many windows at once
+        for n0 in range(ns[0], ns[-1] + 1, span):
+            Nw = list(range(n0, min(ns[-1], n0 + span - 1) + 1))
             idx = order[..., Nw[0] - 1:Nw[-1]]                           # [b, q, w]
             Y = a.gather(-1, idx).unsqueeze(-1) * Xb[bidx, idx]          # [b, q, w, D]
-            S = torch.matmul(tri[:w, :w], Y).add_(s.unsqueeze(2))        # s for each N of the window
+            S = _running_sums(tri, Y, s)                                 # s for each N of the span
             s = S[:, :, -1].clone()
             cols = [i for i, N in enumerate(Nw) if N in wanted]
             if not cols:
@@ -187,14 +205,13 @@ def _bounds_head_means(probs, x, ns, vis, reading, chunk=4 * DEFAULT_CHUNK) -> d
     """Per-head means over valid rows of the brackets: dict -> [heads, len(ns)] (NaN: no valid row)."""
     lead = probs.shape[:-2]
     B = int(np.prod(lead)) if len(lead) else 1
-    sums = {k: torch.zeros(B, len(ns), dtype=torch.float64) for k in ("d_lo", "d_hi", "e_lo", "e_hi")}
-    count = torch.zeros(B, len(ns), dtype=torch.float64)
+    sums = torch.zeros(4, B, len(ns), dtype=torch.float64, device=probs.device)   # d_lo, d_hi, e_lo, e_hi
+    count = torch.zeros(B, len(ns), dtype=torch.float64, device=probs.device)
     for bs, qs, cs, ok, vals in _bounds_blocks(probs, x, ns, vis, reading, chunk):
-        okc = ok.cpu()
-        count[bs, cs] += okc.sum(1).double()
-        for k, val in vals.items():
-            sums[k][bs, cs] += torch.where(okc, val.cpu(), 0.0).sum(1)
-    return {k: (v / count).numpy() for k, v in sums.items()}
+        count[bs, cs] += ok.sum(1).double()
+        for i, val in enumerate(vals.values()):
+            sums[i, bs, cs] += torch.where(ok, val, 0.0).sum(1)
+    return dict(zip(("d_lo", "d_hi", "e_lo", "e_hi"), (sums / count).cpu().numpy()))
 
 
 @functools.lru_cache(maxsize=1 << 14)                # a scan asks for the same few statistics (multiples of 1/n)
@@ -459,17 +476,20 @@ def _kernel_means(probs, x, vis, n_max: int, reading: str) -> tuple:
     return bracket_means, exact_means, 32, 64
 
 
-def _torch_means(probs, x, vis, reading: str, chunk: int, dtype: torch.dtype) -> tuple:
-    """As `_kernel_means`, from `distance_bounds`' blocks and `distance_stats` (GPU, no kernels, not incremental)."""
+def _torch_means(probs, x, vis, n_max: int, reading: str, chunk: int, dtype: torch.dtype) -> tuple:
+    """As `_kernel_means`, from `distance_bounds`' blocks and `distance_stats` (no kernels, not incremental): exact
+    batches of 8 N on the CPU; where `engine.batched` (a GPU) all the uncertified N of a window in one call, every N
+    at once (`distance_stats`' tiles), so exact calls and transfers follow the windows, not the N."""
     key = f"dtilde_{reading}"
+    most = n_max if batched(probs) else 8
 
     def bracket_means(ns):
         return _bounds_head_means(probs, x, ns, vis, reading)
 
     def exact_means(ns):
-        st = distance_stats(probs, x, ns, vis, stats=(key, "E"), chunk=chunk, dtype=dtype)
-        return tuple(row_mean(st[k_], dim=-2).reshape(-1, len(ns)).numpy() for k_ in (key, "E"))
-    return bracket_means, exact_means, 8, 8
+        st = distance_means(probs, x, ns, vis, stats=(key, "E"), chunk=chunk, dtype=dtype)
+        return tuple(st[k_].reshape(-1, len(ns)).numpy() for k_ in (key, "E"))
+    return bracket_means, exact_means, most, most
 
 
 def _exact_until_found(todo: list[int], exact_means, nb: int, most: int, alpha: float) -> tuple[dict, int]:
@@ -543,8 +563,9 @@ def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Ten
     (`RunningTopN`): the brackets in O(D) per row and N, the exact values in float64 and O(K) per row
     and N (each N adds one key j: x_i.s grows by a_j x_i.x_j, from X X^T). Elsewhere (GPU,
     ATTNLAB_KERNELS=0, incremental=False) the brackets come from `distance_bounds` and the exact values
-    from `distance_stats` (O(K D) per row and N, in `dtype`: float32 by default, the test only ranks
-    per-head means). Both give the same answer.
+    from `distance_means` (O(K D) per row and N, in `dtype`: float32 by default, the test only ranks
+    per-head means): on the CPU in batches of 8 N, on a GPU all the uncertified N of a window in one call.
+    All give the same answer.
     Heads = all leading dims of probs. `reading` picks d~ (b, default, or a). Scans up to `n_max`
     (default L - 1); an empty scan (no rows, or none with finite values) is a ValueError, never n = -1.
     Returns dict(n=N or -1, ns, pvalues, ks, exact, p_upper, d_mean, e_mean) per
@@ -556,7 +577,7 @@ def critical_n(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Ten
     if incremental and cpu_kernels(probs) is not None:
         bracket_means, exact_means, nb, most = _kernel_means(probs, x, vis, n_max, reading)
     else:
-        bracket_means, exact_means, nb, most = _torch_means(probs, x, vis, reading, chunk, dtype)
+        bracket_means, exact_means, nb, most = _torch_means(probs, x, vis, n_max, reading, chunk, dtype)
     res = new_scan_result()
     for ns in scan_windows(n_max, block, certify, max_block):
         certified = {}

@@ -4,6 +4,7 @@ its random-set expectation E, the Jensen spread, and the fixed-set bound d_max, 
 Built on `attnlab.normalization.metrics.engine` (blocks, top-N orders, root sums). E and the Jensen spread
 share one x_i.o product; for N <= SMALL_N, x_i.s comes from the d1 table instead. d1 (the largest
 selected-to-non-selected distance) comes from each key's farthest keys, precomputed once per head.
+On the CPU a block steps through the N; off it (`engine.batched`: a GPU) a tile takes every N at once (`_tiles`).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from attnlab.normalization.metrics.engine import (
     DEFAULT_CHUNK,
     SMALL_N,
     RowBlock,
+    batched,
     check_inputs,
     check_ns,
     check_stats,
@@ -26,8 +28,10 @@ from attnlab.normalization.metrics.engine import (
     nan_rows,
     root_sum,
     row_lengths,
+    row_mean,
     same_x,
     span_blocks,
+    tile_elements,
     unique_x,
 )
 
@@ -37,6 +41,8 @@ PRINTED_E = ("E2", "E3", "E5")   # the printed [B] form of E read literally (`at
 FAR_CANDIDATES = 8               # farthest keys kept per key for d1 (exact; rows where all are excluded recompute)
 TABLE_D1_N = 128                 # CPU kernels: d1 from each key's farthest visible key (O(N^2) per row) up to this N,
                                  # for prefix-shaped rows (the candidates miss the visible keys of short causal rows)
+DIST_ELEMENTS = {"cpu": 1 << 16, "other": 1 << 25}  # [heads, rows, N, keys] elements of one tile of all N at once
+                                                   # (`engine.batched`: off the CPU)
 D1_STATS = {"d1", "dmax_B", "dmax_R", "dmax_a"}                      # the stats that need d1
 TOP_N_STATS = D1_STATS | {"abar", "R"}                               # the stats defined for the top-N set only
 
@@ -267,23 +273,22 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     Per row (y_i = a_i x_i, o = sum_i y_i, s = the top-N sum): the sums over keys come from squared
     norms expanded in dot products, `||y_i - s||^2 = a_i (a_i ||x_i||^2 - 2 x_i.s) + ||s||^2` and
     `||(1+c) y_i - c o||^2 = (1+c)^2 ||y_i||^2 - 2 (1+c) c y_i.o + c^2 ||o||^2`: two matrix products
-    per block (x_i.o) and per N (x_i.s), no [rows, K, D] tensors.
+    per block (x_i.o) and per N (x_i.s), no [rows, K, D] tensors. Off the CPU (`engine.batched`) every N of a
+    block is one tensor program (`_tiles`): the CPU loop's NaN rows, abar and R, d1 within 1e-14 relative, the
+    sums of float32 roots within 1e-6 (tests/test_budget.py).
     """
-    vis = check_inputs(probs, x, visible)
-    K = probs.shape[-1]
-    ns = check_ns(ns, K)
-    stats = check_stats(stats, DISTANCE_STATS)
-    lead, P, X, xmap = flatten_heads(probs, x)
-    xmap = same_x(X, xmap)                                               # GQA: one x (and d1 table) per KV head
-    B, Q, _ = P.shape
-    order = _check_order(order, probs, ns, stats, B, Q)
-    out = torch.empty(len(stats), len(ns), B, Q, dtype=torch.float64)    # one write per (N, block)
+    lead, P, X, xmap, vis, ns, stats, order, lengths, last, prefix = _inputs(probs, x, ns, visible, stats, order)
+    B, Q, K = P.shape
     need = set(stats)
-    lengths = row_lengths(vis)                                           # (once, not per block)
-    last = last_visible(vis)
-    prefix = bool(torch.equal(last, lengths))                            # (`prefix_lengths`)
+    if batched(P):                                                       # off the CPU: every N at once
+        out = torch.full((len(stats), len(ns), B, Q), float("nan"), dtype=torch.float64, device=P.device)
+        for cols, bs, qs, val in _tiles(P, X, xmap, vis, ns, stats, order, chunk, dtype, lengths, last, prefix):
+            out[:, cols, bs, qs] = val
+        out = out.cpu()
+        return {k: out[i].permute(1, 2, 0).reshape(*lead, Q, len(ns)) for i, k in enumerate(stats)}
+    out = torch.empty(len(stats), len(ns), B, Q, dtype=torch.float64)    # one write per (N, block)
     far_cache: dict = {}                                                 # `_far_tables`' H and far2, per distinct x
-    for bs, qs, hi in row_blocks(B, Q, K, chunk, lengths, ns, last_keys(vis, last)):
+    for bs, qs, hi in row_blocks(B, Q, K, chunk, lengths, ns, last):
         Xu, inv, key = unique_x(X, xmap, bs, dtype)                      # (keys past hi: seen by no row of the block)
         rows = RowBlock(P[bs, qs, :hi], vis[qs, :hi], Xu[:, :hi], inv, min(ns[-1], hi), dtype, lengths[qs], prefix,
                         order=None if order is None else order[bs, qs])
@@ -305,6 +310,220 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
             res = _stats_at(rows, N, s, sums, need, far, table, ok, chunk)
             out[:, c, bs, qs] = nan_rows(torch.stack([res[k] for k in stats]), ok)
     return {k: out[i].permute(1, 2, 0).reshape(*lead, Q, len(ns)) for i, k in enumerate(stats)}
+
+
+# ------------------------------------------------------------- off the CPU: every N of a tile in one tensor program
+
+def _inputs(probs, x, ns, visible, stats, order) -> tuple:
+    """`distance_stats`' inputs, checked: lead, P [B, Q, K], X [Bx, K, D], xmap [B] (`same_x`), vis [Q, K], ns, stats,
+    order ([B, Q, k] or None), lengths [Q], last (`engine.last_keys`) and prefix (every row sees keys 0..L_t - 1)."""
+    vis = check_inputs(probs, x, visible)
+    ns = check_ns(ns, probs.shape[-1])
+    stats = check_stats(stats, DISTANCE_STATS)
+    lead, P, X, xmap = flatten_heads(probs, x)
+    xmap = same_x(X, xmap)                                               # GQA: one x (and d1 table) per KV head
+    order = _check_order(order, probs, ns, stats, *P.shape[:2])
+    lengths = row_lengths(vis)                                           # (once, not per block)
+    last = last_visible(vis)
+    prefix = bool(torch.equal(last, lengths))                            # (`prefix_lengths`)
+    return lead, P, X, xmap, vis, ns, stats, order, lengths, last_keys(vis, last), prefix
+
+
+def distance_means(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visible: Optional[torch.Tensor] = None,
+                   *, stats: Sequence[str] = ("dtilde_b", "E"), chunk: int = DEFAULT_CHUNK,
+                   dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
+    """The means over each head's rows (those not NaN: L_t > N) of `distance_stats`: dict stat -> float64 [...,
+    len(ns)] (NaN where no row counts). Where `engine.batched`, summed tile by tile on the device: the per-row values
+    ([stats, N, heads, rows]: gigabytes for a critical-N window of a large model) are never held; else `row_mean`."""
+    if not batched(probs):
+        st = distance_stats(probs, x, ns, visible, stats=stats, chunk=chunk, dtype=dtype)
+        return {k: row_mean(v, dim=-2) for k, v in st.items()}
+    lead, P, X, xmap, vis, ns, stats, _, lengths, last, prefix = _inputs(probs, x, ns, visible, stats, None)
+    sums = torch.zeros(len(stats), len(ns), P.shape[0], dtype=torch.float64, device=P.device)
+    count = torch.zeros_like(sums)
+    for cols, bs, _, val in _tiles(P, X, xmap, vis, ns, stats, None, chunk, dtype, lengths, last, prefix):
+        sums[:, cols, bs] += torch.nansum(val, -1)
+        count[:, cols, bs] += (~torch.isnan(val)).sum(-1)
+    return {k: v.T.reshape(*lead, len(ns)) for k, v in zip(stats, (sums / count).cpu())}
+
+
+def _tiles(P, X, xmap, vis, ns, stats, order, chunk, dtype, lengths, last, prefix):
+    """`distance_stats` where `engine.batched` (`_inputs`' arguments): yields (N columns, heads, rows, values [stats,
+    n, b, q] float64, NaN where L_t <= N). Blocks of `span_blocks` hold at most `chunk` and DIST_ELEMENTS / len(ns)
+    [heads, rows, keys] elements, so that all N of a block make one tile of DIST_ELEMENTS [heads, rows, N, keys] (N
+    in groups only when a single row is larger); a block skips the N none of its rows is longer than."""
+    B, Q, K = P.shape
+    need, budget = set(stats), tile_elements(DIST_ELEMENTS, P)
+    longest = lengths.tolist()
+    far_cache: dict = {}                                                 # `_far_tables`' H and far2, per distinct x
+    for bs, qs, hi in span_blocks(B, Q, K, max(1, min(chunk, budget // len(ns))), last):
+        nb = [N for N in ns if N < max(longest[qs])]                     # the N some row of the block has
+        if not nb:
+            continue
+        rows = far = sums = rank = None                                  # (the last block's tensors may go first)
+        Xu, inv, key = unique_x(X, xmap, bs, dtype)
+        rows = RowBlock(P[bs, qs, :hi], vis[qs, :hi], Xu[:, :hi], inv, nb[-1], dtype, lengths[qs], prefix,
+                        order=None if order is None else order[bs, qs])
+        sums = _row_sums(rows, vis[qs, :hi], need)
+        far = _far_tables(rows, nb, FAR_CANDIDATES, Xu, key, far_cache) if D1_STATS & need else {}
+        rank = _ranks(rows)
+        step = max(1, budget // rows.a.numel())
+        for c0 in range(0, len(nb), step):
+            part = nb[c0:c0 + step]
+            ok = rows.Lt.unsqueeze(-1) > torch.tensor(part, dtype=rows.Lt.dtype, device=P.device)   # [q, n]
+            res = _tile_stats(rows, part, sums, need, far, rank, ok, budget)
+            yield slice(c0, c0 + len(part)), bs, qs, nan_rows(torch.stack([res[k] for k in stats]), ok).permute(
+                0, 3, 1, 2)
+
+
+def _ranks(rows: RowBlock) -> torch.Tensor:
+    """Each key's position in the block's order, long [b, q, K] (K for the keys past its first k)."""
+    b, q, K = rows.a.shape
+    k = rows.order.shape[-1]
+    pos = torch.arange(k, device=rows.a.device).expand(b, q, k)
+    return torch.full((b, q, K), K, dtype=torch.long, device=rows.a.device).scatter_(-1, rows.order, pos)
+
+
+def _tile_stats(rows: RowBlock, ns: list[int], sums: dict, need: set, far: dict, rank: torch.Tensor,
+                ok: torch.Tensor, budget: int) -> dict:
+    """`_stats_at` at every N of ns (ascending, at most the block's k) at once: each stat [b, q, n]. The top-N sums s
+    [b, q, n, D] and x_i.s [b, q, n, K] are one matrix product each (the selected keys: rank < N); ok [q, n]."""
+    b, q, K = rows.a.shape
+    n = len(ns)
+    Nl = torch.tensor(ns, device=rows.a.device)
+    res = {}
+    if {"dtilde_b", "dtilde_a"} & need:
+        drop = rank.unsqueeze(2) < Nl.view(n, 1)                         # [b, q, n, K]: the top N
+        s = torch.bmm((rows.a.unsqueeze(2) * drop).view(b, q * n, K), rows.X).view(b, q, n, -1)
+        if "dtilde_b" in need:
+            xs = torch.bmm(s.view(b, q * n, -1), rows.XT).view(b, q, n, K)
+            res["dtilde_b"] = root_sum(rows, xs, (s * s).sum(-1, keepdim=True), 1.0, drop=drop)
+            del xs
+        if "dtilde_a" in need:
+            res["dtilde_a"] = (sums["o"].unsqueeze(2) - 2 * s).square().sum(-1).sqrt()
+    Nt = Nl.to(rows.Lt.dtype)
+    res.update(_tile_e_stats(rows, Nt, sums, need))
+    if TOP_N_STATS & need:
+        abar, R = sums["acum"][..., Nl - 1], sums["Rcum"][..., Nl - 1]
+        res.update(abar=abar, R=R)
+        if D1_STATS & need:
+            Lt = rows.Lt.unsqueeze(-1)
+            res["d1"] = d1 = _tile_d1(rows, ns, far, rank, ok, budget)
+            res["dmax_B"] = bounds.theorem1_fixed_bound(abar, d1, R, Lt, Nt, "B")
+            res["dmax_R"] = bounds.theorem1_fixed_bound(abar, d1, R, Lt, Nt, "R")
+            res["dmax_a"] = bounds.theorem1_fixed_bound_a(abar, d1, R)
+    return res
+
+
+def _tile_e_stats(rows: RowBlock, Nt: torch.Tensor, sums: dict, need: set) -> dict:
+    """`_e_stats` at every N of Nt [n] (rows' dtype) at once: each [b, q, n], the same operations broadcast over N."""
+    Lt = rows.Lt.unsqueeze(-1)                                           # [q, 1]
+    o2 = sums["o2"].unsqueeze(-1)                                        # [b, q, 1, 1]
+    xo = None if sums["xo"] is None else sums["xo"].unsqueeze(2)         # [b, q, 1, K]
+    cN = sums["Lt1"].reciprocal().unsqueeze(-1) * Nt.view(1, -1, 1)      # [q, n, 1] (as N / Lt1 rounds)
+    scale = (Lt - Nt) / Lt                                               # [q, n]
+    res = {}
+    if "E" in need:
+        k = cN / (1 + cN)
+        res["E"] = scale * (1 + cN.squeeze(-1)) * root_sum(rows, xo, k * k * o2, k)
+    if set(PRINTED_E) & need:
+        lam = rows.a.unsqueeze(2) + cN                                   # [b, q, n, K]
+        if "E2" in need:
+            res["E2"] = scale * root_sum(rows, sums["xm"].unsqueeze(2), sums["m2"].unsqueeze(-1), 1.0, lam=lam)
+        if "E3" in need:
+            res["E3"] = scale * root_sum(rows, xo, cN * cN * o2, cN, lam=lam)
+        if "E5" in need:
+            res["E5"] = scale * root_sum(rows, xo, o2, 1.0, lam=lam)
+    if "jensen" in need:
+        coef = (Nt * (Lt - 1 - Nt) / ((Lt - 1) * (Lt - 2))).clamp_min(0)
+        coef = torch.where(Lt > 2, coef, torch.zeros_like(coef))
+        res["jensen"] = scale * coef.sqrt() * sums["spread"].unsqueeze(-1)
+    return res
+
+
+def _tile_d1(rows: RowBlock, ns: list[int], tables: dict, rank: torch.Tensor, ok: torch.Tensor,
+             budget: int) -> torch.Tensor:
+    """`_d1` at every N of ns at once: [b, q, n]. N <= SMALL_N from the "small" tables (`_tile_d1_small`), the others
+    from the candidates (`_tile_d1_candidates`); the rows (and N) where some selected key is left undecided are
+    recomputed over all keys in one exact pass for the tile (`_tile_d1_exact`). ok [q, n]: the rows that count."""
+    small = [N for N in ns if N <= SMALL_N] if "small" in tables else []
+    parts = []
+    if small:
+        parts.append(_tile_d1_small(rows, small, tables["small"]))
+    if len(small) < len(ns):
+        parts.append(_tile_d1_candidates(rows, ns[len(small):], tables["candidates"], rank))
+    d1, undecided = (torch.cat(t, -1) for t in zip(*parts))
+    redo = undecided & ok
+    if bool(redo.any()):
+        _tile_d1_exact(rows, ns, tables, rank, redo, d1, budget)
+    return d1
+
+
+def _tile_d1_small(rows: RowBlock, ns: list[int], small: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """(d1, undecided) [b, q, n] for N <= SMALL_N from the "small" tables of `_far_tables`: j's farthest visible key
+    against the running max (over i, one cummax) of d2[j, i] to the first selected keys i."""
+    H, xn2, far2, col = small
+    b, q, _ = rows.a.shape
+    n = ns[-1]
+    j = rows.order[..., :n]                                              # [b, q, n]
+    u = rows.inv.view(b, 1, 1)
+    fj = far2[u, j, col.view(1, q, 1)]                                   # [b, q, n]
+    Hjj = H[u.unsqueeze(-1), j.unsqueeze(-1), j.unsqueeze(-2)]           # [b, q, n, n]
+    ms = torch.cummax(Hjj + xn2[u, j].unsqueeze(-1), -1).values          # d2 to the first i + 1 selected, max
+    pos = torch.tensor(ns, device=j.device) - 1
+    best = torch.where(ms[..., pos] < fj.unsqueeze(-1), fj.clamp_min(0).sqrt().unsqueeze(-1), float("-inf"))
+    return _over_selected(best, pos)
+
+
+def _tile_d1_candidates(rows: RowBlock, ns: list[int], candidates: tuple, rank: torch.Tensor):
+    """(d1, undecided) [b, q, n] from each selected key's farthest keys (farthest first): the first candidate that is
+    visible and not selected (rank >= N) gives it; one searchsorted of N in the candidates' running max rank."""
+    far_dist, far_idx = candidates
+    b, q, K = rows.a.shape
+    m, n = far_idx.shape[-1], ns[-1]
+    j = rows.order[..., :n]
+    rowsel = (rows.inv.view(b, 1, 1) * K + j).flatten()                 # rows of the [u*K, m] tables
+    cand = far_idx.view(-1, m).index_select(0, rowsel).view(b, q, n * m)
+    dist = far_dist.view(-1, m).index_select(0, rowsel).view(b, q, n, m)
+    crank = rank.gather(-1, cand).masked_fill_(~rows.vis.expand(b, q, K).gather(-1, cand), -1)
+    run = torch.cummax(crank.view(b, q, n, m), -1).values
+    Nl = torch.tensor(ns, device=j.device)
+    first = torch.searchsorted(run, Nl.expand(b, q, n, len(ns)).contiguous())   # [b, q, j, N]; m: none
+    best = dist.gather(-1, first.clamp_max(m - 1)).masked_fill_(first == m, float("-inf"))
+    return _over_selected(best, Nl - 1)
+
+
+def _over_selected(best: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """best [b, q, j, n] (j's distance to its farthest non-selected key at each N, -inf: undecided) -> (d1, undecided)
+    [b, q, n] over the selected j (j <= pos, pos [n] = N - 1)."""
+    sel = torch.arange(best.shape[2], device=best.device).view(-1, 1) <= pos            # [j, n]
+    return best.masked_fill(~sel, float("-inf")).amax(2), ((best == float("-inf")) & sel).any(2)
+
+
+def _tile_d1_exact(rows: RowBlock, ns: list[int], tables: dict, rank: torch.Tensor, redo: torch.Tensor,
+                   d1: torch.Tensor, budget: int) -> None:
+    """d1 [b, q, n] recomputed in place over all keys where redo [b, q, n] (as `_d1`'s fallback), in chunks of at
+    most `budget` [pairs, selected, keys] elements."""
+    b, q, K = rows.a.shape
+    bb, tt, cc = redo.nonzero(as_tuple=True)
+    n = ns[-1]
+    Nr = torch.tensor(ns, device=bb.device)[cc].unsqueeze(-1)            # [r, 1]
+    jj = rows.order[bb, tt, :n]                                          # [r, n]
+    jsel = torch.arange(n, device=bb.device) < Nr                        # [r, n]
+    allowed = rows.vis[tt] & (rank[bb, tt] >= Nr)                        # [r, K]
+    step = max(1, budget // (n * K))
+    for c0 in range(0, len(bb), step):
+        cs = slice(c0, c0 + step)
+        if "small" in tables:                                            # rows of the H table
+            H, xn2, _, _ = tables["small"]
+            uj = (rows.inv[bb[cs]].unsqueeze(-1), jj[cs])                # [r, n] each
+            d2 = H[uj][..., :K] + xn2[uj].unsqueeze(-1)
+        else:
+            xj = rows.X[bb[cs].unsqueeze(-1), jj[cs]]                    # [r, n, D]
+            d2 = torch.einsum("rnd,rkd->rnk", xj, rows.X[bb[cs]]).mul_(-2)
+            d2 += rows.xn2[bb[cs].unsqueeze(-1), jj[cs]].unsqueeze(-1) + rows.xn2[bb[cs]].unsqueeze(1)
+        d2 = torch.where(jsel[cs].unsqueeze(-1) & allowed[cs].unsqueeze(1), d2, float("-inf"))
+        d1[bb[cs], tt[cs], cc[cs]] = d2.flatten(1).amax(-1).clamp_min(0).sqrt()
 
 
 def row_blocks(B: int, Q: int, K: int, chunk: int, lengths: torch.Tensor, ns: Sequence[int],

@@ -303,22 +303,27 @@ def root_sum(
     (a_i: the row's weights, or `lam` [b, q, K] in their place, e.g. a_i + N/(L-1) for the printed forms of E)
     float64, for w [b, q, K] (x_i.s or x_i.o, one matrix product; None on CPU with table = (H, inv) of
     `_far_tables`: w_i = x_i.s for s the dropped keys' sum, from H), c0 [b, q, 1], g and s2_coef numbers or
-    [q, 1]. The squares are formed in float64 by default (the cancellation happens there), their roots
-    in float32 (~1e-7 relative; float64 roots are 4x slower on CPU), the sums in float64. On CPU one
-    fused pass per row (`normalization.kernels.metrics`, when `FUSED`); elsewhere torch, a pass per operation."""
+    [q, 1]. Torch also takes many N at once: w [b, q, n or 1, K] (x_i.s of each N), c0 [b, q, n, 1], g [q, n, 1],
+    lam [b, q, n, K], `drop` a bool mask [b, q, n, K], giving [b, q, n]. The squares are formed in float64 by
+    default (the cancellation happens there), their roots in float32 (~1e-7 relative; float64 roots are 4x slower
+    on CPU), the sums in float64. On CPU one fused pass per row (`normalization.kernels.metrics`, when `FUSED`);
+    elsewhere torch, a pass per operation."""
     kernels = cpu_kernels(rows.a)
     if kernels is not None:
         c0, g, s2_coef = (v.squeeze(-1) if torch.is_tensor(v) else v for v in (c0, g, s2_coef))
         return kernels.root_sums(rows.p if lam is None else lam, rows.xn2, w, c0, g, sign,
                                  rows.vis if rows.masked else None, drop, s2_coef=s2_coef, table=table)
     a = rows.a if lam is None else lam
-    ax = a * rows.xn2.unsqueeze(1)  # a_i ||x_i||^2
-    c = c0 + s2_coef * (a * ax).sum(-1, keepdim=True)
-    sq = torch.addcmul(c, a, ax.sub_(w * g, alpha=2), value=sign).float()
+    if w.dim() == 4 and a.dim() == 3:                                   # [b, q, n, K]: many N at once
+        a = a.unsqueeze(2)
+    extra = (1,) * (a.dim() - 3)
+    ax = a * rows.xn2.view(rows.xn2.shape[0], 1, *extra, -1)           # a_i ||x_i||^2
+    c = c0 + s2_coef * (a * ax).sum(-1, keepdim=True) if torch.is_tensor(s2_coef) or s2_coef else c0
+    sq = torch.addcmul(c, a, torch.sub(ax, w * g, alpha=2), value=sign).float()
     if drop is not None:
-        sq.scatter_(-1, drop, 0.0)
+        sq = sq.masked_fill_(drop, 0.0) if drop.dtype == torch.bool else sq.scatter_(-1, drop, 0.0)
     if rows.masked:
-        sq.masked_fill_(~rows.vis, 0.0)
+        sq.masked_fill_(~rows.vis.view(rows.vis.shape[0], *extra, -1), 0.0)
     return sq.clamp_min_(0).sqrt_().sum(-1).double()
 
 
