@@ -150,6 +150,32 @@ def test_a_threshold_changed_in_the_registry_moves_the_verdict_and_the_text(monk
     assert len(texts) == 2                                   # the test's text states the threshold it used
 
 
+def test_the_six_percent_views_read_the_critical_frac_when_used(monkeypatch):
+    """Chapter 3's table, prose and figures and the figure's alt text (`views.six_percent`, `views.describe`) read
+    CRITICAL_FRAC from the registry when they run, not when imported: a patched threshold moves what they decide and
+    say. Critical N: 8 of L = 64 (12.5%), 20 of L = 128 (15.6%): beyond 0.06 L, within 0.2 L."""
+    from types import SimpleNamespace
+
+    from attnlab.normalization.plots import plot_fig2c
+    from attnlab.views import describe, six_percent
+
+    rc = Result("fig2c", [dict(L=L, N=n, pvalue=p, p_upper=p, critical_n=crit, n_heads=4, d_mean=1.0, e_mean=1.0)
+                          for L, crit in ((64, 8), (128, 20)) for n, p in ((crit // 2, 1e-9), (crit, 0.5))],
+                {"model": "m", "text": "t", "runtime_seconds": 1.0})
+    scan, model = six_percent.scans(rc), SimpleNamespace(name="m", n_layers=1, n_heads=4, causal=True)
+    said = {}
+    for value in (0.06, 0.2):
+        monkeypatch.setitem(registry.THRESHOLDS, "CRITICAL_FRAC", replace(registry.THRESHOLDS["CRITICAL_FRAC"],
+                                                                          value=value))
+        table = six_percent.critical_table(scan).data
+        prose = six_percent.differs_prose(scan, [], rc, model).data
+        legend = [t.get_text() for t in plot_fig2c(rc).axes[0].get_legend().get_texts()]
+        said[value] = (f"within {value:g} L?" in table, table.count(">yes<"), "the claim reproduces" in prose,
+                       f"stays below {value} L" in prose, f"paper's {value:.0%} of L" in describe.describe("fig2c", rc),
+                       f"{value} L" in legend)
+    assert said == {0.06: (True, 0, False, True, True, True), 0.2: (True, 2, True, True, True, True)}
+
+
 def test_the_sweep_tries_thresholds_through_the_registry_and_leaves_it_as_it_was():
     from attnlab.views import claims as claim_views
 
