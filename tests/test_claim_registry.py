@@ -127,6 +127,16 @@ def _results() -> dict[str, Result]:
             (("fig2b", fig2b), ("fig2c", fig2c), ("fig3", fig3), ("fig4", fig4))}
 
 
+def _moved(monkeypatch, thresholds: dict, check, results: dict, cid: str, name: str, good, bad):
+    """Threshold `name` of registry `thresholds` set to `good`, then to `bad`: the row of claim `cid` that
+    `check(results)` gives holds, then does not; yields (value, verdict, row) for the caller's own checks."""
+    for value, verdict in ((good, "holds"), (bad, "does not hold")):
+        monkeypatch.setitem(thresholds, name, replace(thresholds[name], value=value))
+        row = next(r for r in check(results) if r["id"] == cid)
+        assert row["verdict"] == verdict, (value, row["measured"])
+        yield value, verdict, row
+
+
 # (claim id, threshold, a value at which the claim holds, one at which it does not)
 MOVES = [("p1-fig2b-plateau", "PLATEAU_REL", 0.3, 0.2), ("p1-fig2c-critical", "CRITICAL_FRAC", 0.2, 0.1),
          ("p1-fig3-saturation", "SEPARABILITY_BAND", (0.5, 0.9), (0.7, 0.85)),
@@ -136,10 +146,8 @@ MOVES = [("p1-fig2b-plateau", "PLATEAU_REL", 0.3, 0.2), ("p1-fig2c-critical", "C
 @pytest.mark.parametrize("cid, name, good, bad", MOVES)
 def test_a_threshold_changed_in_the_registry_moves_the_verdict_and_the_text(monkeypatch, cid, name, good, bad):
     results, texts = _results(), set()
-    for value, verdict in ((good, "holds"), (bad, "does not hold")):
-        monkeypatch.setitem(registry.THRESHOLDS, name, replace(registry.THRESHOLDS[name], value=value))
-        row = next(r for r in checker.paper1_claims(results) if r["id"] == cid)
-        assert row["verdict"] == verdict, (value, row["measured"])
+    for value, verdict, row in _moved(monkeypatch, registry.THRESHOLDS, checker.paper1_claims, results, cid, name,
+                                      good, bad):
         assert row["claim"] == registry.claim_text(cid, eps=1e-3)
         texts.add(row["claim"])
         assert row["paper"] == registry.CLAIMS[cid].paper and row["unit"] == registry.CLAIMS[cid].unit
@@ -276,11 +284,8 @@ TSC_MOVES = [("tsc-uniform-rate", "RATE_TOL", 0.1, 0.05), ("tsc-uniform-constant
 def test_a_tsc_threshold_changed_in_the_registry_moves_the_verdict(monkeypatch, cid, name, good, bad):
     from attnlab.sample_complexity import claims as scc
 
-    results, texts = _tsc_results(), set()
-    for value, verdict in ((good, "holds"), (bad, "does not hold")):
-        monkeypatch.setitem(scc.THRESHOLDS, name, replace(scc.THRESHOLDS[name], value=value))
-        row = next(r for r in scc.tsc_claims(results) if r["id"] == cid)
-        assert row["verdict"] == verdict, (value, row["measured"])
+    texts = set()
+    for _, _, row in _moved(monkeypatch, scc.THRESHOLDS, scc.tsc_claims, _tsc_results(), cid, name, good, bad):
         assert row["claim"].startswith(scc.claim_text(cid)) and row["paper"] == scc.CLAIMS[cid].paper
         texts.add(row["claim"] + row["measured"])
     assert len(texts) == 2                                   # the row states the threshold it used
