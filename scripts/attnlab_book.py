@@ -315,13 +315,29 @@ def _stale(paths: list, nb_config, md_config) -> list:
     return out
 
 
+def _kernel_config():
+    """traitlets config for the chapters' kernels (`_execute_into_cache`): the kernel manager provisions CurveZMQ
+    keys where the kernelspec declares support (jupyter_client's ``KernelManager.transport_encryption = "auto"``,
+    the transport-encryption JEP), so ipykernel's "Kernel is running over TCP without encryption" warning, one per
+    kernel, has no cause to print. Empty (TCP as before, with its warning) where pyzmq lacks CurveZMQ or
+    jupyter_client lacks the setting."""
+    import zmq
+    from jupyter_client.manager import KernelManager
+    from traitlets.config import Config
+
+    if not zmq.has("curve") or not KernelManager.class_traits().get("transport_encryption"):
+        return Config()
+    return Config({"KernelManager": {"transport_encryption": "auto"}})
+
+
 def _execute_into_cache(stale: list, nb_config, jobs: int, root: Path) -> None:
     """Execute the [(path, notebook, read format)] of `stale` (`_stale`), `jobs` kernels at a time (nbclient's
     asynchronous client, one event loop), each as myst-nb's cache mode would (jupyter_cache's
     `single_nb_execution`: nbclient in the notebook's folder, or a temporary one, with myst-nb's timeout and
-    allow_errors, which a notebook's own `execution` metadata overrides), and store each success in the
-    jupyter-cache as myst-nb does. One line per chapter as it starts and as it ends (`_say`). A chapter that fails
-    is not stored: myst-nb runs it again as it reads the page, and reports its error there."""
+    allow_errors, which a notebook's own `execution` metadata overrides; CurveZMQ where the kernel offers it:
+    `_kernel_config`), and store each success in the jupyter-cache as myst-nb does. One line per chapter as it
+    starts and as it ends (`_say`). A chapter that fails is not stored: myst-nb runs it again as it reads the page,
+    and reports its error there."""
     import asyncio
     import contextlib
     import tempfile
@@ -333,7 +349,7 @@ def _execute_into_cache(stale: list, nb_config, jobs: int, root: Path) -> None:
     from jupyter_cache.cache.db import NbProjectRecord
     from nbclient import NotebookClient
 
-    cache = get_cache(nb_config.execution_cache_path)
+    cache, kernels = get_cache(nb_config.execution_cache_path), _kernel_config()
 
     async def one(path: Path, notebook, read_fmt, slots: asyncio.Semaphore) -> None:
         async with slots:
@@ -347,7 +363,8 @@ def _execute_into_cache(stale: list, nb_config, jobs: int, root: Path) -> None:
                   else contextlib.nullcontext(str(path.parent))) as cwd:
                 client = NotebookClient(notebook, timeout=meta.get("timeout", nb_config.execution_timeout),
                                         allow_errors=meta.get("allow_errors", nb_config.execution_allow_errors),
-                                        record_timing=False, resources={"metadata": {"path": os.path.abspath(cwd)}})
+                                        record_timing=False, resources={"metadata": {"path": os.path.abspath(cwd)}},
+                                        config=kernels)
                 try:
                     await client.async_execute()
                 except Exception as exc:  # noqa: BLE001 - a cell's error, a timeout, a dead kernel: myst-nb's to report

@@ -25,7 +25,9 @@ with random weights (2 layers, float32), run once with its own eager attention a
 (max abs difference <= 1e-6; scores: the softmax of the captured scores is the captured weights, except with
 sinks). **refused**: loading the model through attnlab raises a one-line error instead of measuring another
 attention (the reason is given). **skipped**: the tiny model could not be built or run from token ids alone.
-A feature column is marked where the tiny model exercised it; GGUF: transformers' GGUF reader accepts the family.
+**attention**: causal or bidirectional, as attnlab read it from the model's own attention mask when loading it (blank
+where it did not load). A feature column is marked where the tiny model exercised it; GGUF: transformers' GGUF
+reader accepts the family.
 
 """
 

@@ -46,3 +46,19 @@ def test_the_readme_and_the_book_page_hold_the_matrix_table(rows):
     spec.loader.exec_module(script)
     for path, text in script.expected(architectures.table_markdown(rows)).items():
         assert path.read_text() == text, f"{path.name} is stale: run python scripts/models_table.py"
+
+
+# MiniLM (all-MiniLM-L6-v2) is the BERT family, SmolLM2 the Llama family: the book's two offline models, and GPT-2
+DIRECTIONS = {"bert": "bidirectional", "llama": "causal", "gpt2": "causal"}
+
+
+def test_the_attention_column_is_the_direction_attnlab_reads():
+    """BERT's LM-head class sits in transformers' causal-LM mapping, yet its attention is bidirectional: the table's
+    attention column comes from `AttnModel.causal` (the mask the model applies), not from the mapping."""
+    classes = {family: (cls, kind) for family, cls, kind in architectures.families()}
+    for family, words in DIRECTIONS.items():
+        row = architectures.check_family(family, *classes[family])
+        assert row["status"] == "exact" and architectures.direction(row) == words, (family, row)
+        assert f"| `{family}` | {words} | exact" in architectures.table_markdown([row])
+    page = open(f"{ROOT}/book/models.md").read()                  # the committed appendix page says the same
+    assert all(f"| `{family}` | {words} |" in page for family, words in DIRECTIONS.items())

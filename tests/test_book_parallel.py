@@ -68,6 +68,8 @@ def test_stale_chapters_run_two_at_a_time_into_the_cache_sphinx_then_reads(tmp_p
         assert f"attnlab: executing {me}" in lines and f"attnlab: executed {me} in " in lines
         assert f"{me[0]} done" in (tmp_path / "out" / f"{me[0]}.txt").read_text()  # the page shows its output
     assert "Executing notebook" not in lines and lines.count("Using cached notebook") == 3   # myst-nb ran none
+    if ext._kernel_config():               # CurveZMQ provisioned: ipykernel has no plain-TCP warning to print
+        assert "running over TCP without encryption" not in lines, lines[-3000:]
     # the executed copies (what scripts/check_outputs.py compares) hold the outputs, not the unexecuted sources
     for me in ("a", "b"):
         copy = nbformat.read(tmp_path / "jupyter_execute" / f"{me}.ipynb", as_version=4)

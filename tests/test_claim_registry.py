@@ -127,6 +127,16 @@ def _results() -> dict[str, Result]:
             (("fig2b", fig2b), ("fig2c", fig2c), ("fig3", fig3), ("fig4", fig4))}
 
 
+def _moved(monkeypatch, thresholds: dict, check, results: dict, cid: str, name: str, good, bad):
+    """Threshold `name` of registry `thresholds` set to `good`, then to `bad`: the row of claim `cid` that
+    `check(results)` gives holds, then does not; yields (value, verdict, row) for the caller's own checks."""
+    for value, verdict in ((good, "holds"), (bad, "does not hold")):
+        monkeypatch.setitem(thresholds, name, replace(thresholds[name], value=value))
+        row = next(r for r in check(results) if r["id"] == cid)
+        assert row["verdict"] == verdict, (value, row["measured"])
+        yield value, verdict, row
+
+
 # (claim id, threshold, a value at which the claim holds, one at which it does not)
 MOVES = [("p1-fig2b-plateau", "PLATEAU_REL", 0.3, 0.2), ("p1-fig2c-critical", "CRITICAL_FRAC", 0.2, 0.1),
          ("p1-fig3-saturation", "SEPARABILITY_BAND", (0.5, 0.9), (0.7, 0.85)),
@@ -136,10 +146,8 @@ MOVES = [("p1-fig2b-plateau", "PLATEAU_REL", 0.3, 0.2), ("p1-fig2c-critical", "C
 @pytest.mark.parametrize("cid, name, good, bad", MOVES)
 def test_a_threshold_changed_in_the_registry_moves_the_verdict_and_the_text(monkeypatch, cid, name, good, bad):
     results, texts = _results(), set()
-    for value, verdict in ((good, "holds"), (bad, "does not hold")):
-        monkeypatch.setitem(registry.THRESHOLDS, name, replace(registry.THRESHOLDS[name], value=value))
-        row = next(r for r in checker.paper1_claims(results) if r["id"] == cid)
-        assert row["verdict"] == verdict, (value, row["measured"])
+    for value, verdict, row in _moved(monkeypatch, registry.THRESHOLDS, checker.paper1_claims, results, cid, name,
+                                      good, bad):
         assert row["claim"] == registry.claim_text(cid, eps=1e-3)
         texts.add(row["claim"])
         assert row["paper"] == registry.CLAIMS[cid].paper and row["unit"] == registry.CLAIMS[cid].unit
@@ -148,6 +156,32 @@ def test_a_threshold_changed_in_the_registry_moves_the_verdict_and_the_text(monk
             assert next(r for r in checker.paper1_claims(results) if r["id"] == cid)["verdict"] != verdict
         assert next(r for r in checker.paper1_claims(results) if r["id"] == cid)["verdict"] == verdict
     assert len(texts) == 2                                   # the test's text states the threshold it used
+
+
+def test_the_six_percent_views_read_the_critical_frac_when_used(monkeypatch):
+    """Chapter 3's table, prose and figures and the figure's alt text (`views.six_percent`, `views.describe`) read
+    CRITICAL_FRAC from the registry when they run, not when imported: a patched threshold moves what they decide and
+    say. Critical N: 8 of L = 64 (12.5%), 20 of L = 128 (15.6%): beyond 0.06 L, within 0.2 L."""
+    from types import SimpleNamespace
+
+    from attnlab.normalization.plots import plot_fig2c
+    from attnlab.views import describe, six_percent
+
+    rc = Result("fig2c", [dict(L=L, N=n, pvalue=p, p_upper=p, critical_n=crit, n_heads=4, d_mean=1.0, e_mean=1.0)
+                          for L, crit in ((64, 8), (128, 20)) for n, p in ((crit // 2, 1e-9), (crit, 0.5))],
+                {"model": "m", "text": "t", "runtime_seconds": 1.0})
+    scan, model = six_percent.scans(rc), SimpleNamespace(name="m", n_layers=1, n_heads=4, causal=True)
+    said = {}
+    for value in (0.06, 0.2):
+        monkeypatch.setitem(registry.THRESHOLDS, "CRITICAL_FRAC", replace(registry.THRESHOLDS["CRITICAL_FRAC"],
+                                                                          value=value))
+        table = six_percent.critical_table(scan).data
+        prose = six_percent.differs_prose(scan, [], rc, model).data
+        legend = [t.get_text() for t in plot_fig2c(rc).axes[0].get_legend().get_texts()]
+        said[value] = (f"within {value:g} L?" in table, table.count(">yes<"), "the claim reproduces" in prose,
+                       f"stays below {value} L" in prose, f"paper's {value:.0%} of L" in describe.describe("fig2c", rc),
+                       f"{value} L" in legend)
+    assert said == {0.06: (True, 0, False, True, True, True), 0.2: (True, 2, True, True, True, True)}
 
 
 def test_the_sweep_tries_thresholds_through_the_registry_and_leaves_it_as_it_was():
@@ -250,11 +284,8 @@ TSC_MOVES = [("tsc-uniform-rate", "RATE_TOL", 0.1, 0.05), ("tsc-uniform-constant
 def test_a_tsc_threshold_changed_in_the_registry_moves_the_verdict(monkeypatch, cid, name, good, bad):
     from attnlab.sample_complexity import claims as scc
 
-    results, texts = _tsc_results(), set()
-    for value, verdict in ((good, "holds"), (bad, "does not hold")):
-        monkeypatch.setitem(scc.THRESHOLDS, name, replace(scc.THRESHOLDS[name], value=value))
-        row = next(r for r in scc.tsc_claims(results) if r["id"] == cid)
-        assert row["verdict"] == verdict, (value, row["measured"])
+    texts = set()
+    for _, _, row in _moved(monkeypatch, scc.THRESHOLDS, scc.tsc_claims, _tsc_results(), cid, name, good, bad):
         assert row["claim"].startswith(scc.claim_text(cid)) and row["paper"] == scc.CLAIMS[cid].paper
         texts.add(row["claim"] + row["measured"])
     assert len(texts) == 2                                   # the row states the threshold it used

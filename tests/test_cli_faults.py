@@ -214,6 +214,18 @@ def test_half_precision_checkpoints_are_analysed_in_float32(tmp_path, tiny, dtyp
 
 # ------------------------------------------------------------------------------------------ item 6
 
+def test_python_m_attnlab_is_the_attnlab_command():
+    """`python -m attnlab` runs the console script's `attnlab.cli:main`: its help and errors name "attnlab"."""
+    run = lambda *argv: subprocess.run([sys.executable, "-m", "attnlab", *argv], cwd=ROOT, capture_output=True,
+                                       text=True, timeout=120)
+    shown = run("--help")
+    assert shown.returncode == 0 and shown.stdout.startswith("usage: attnlab "), shown.stderr
+    assert "bench" in shown.stdout, shown.stdout
+    refused = run("bench")                                                   # `what` is required
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith("attnlab bench: error: "), refused.stderr
+
+
 def test_too_many_threads_is_one_line(capsys):
     from attnlab.cli import main
 

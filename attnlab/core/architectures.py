@@ -1,8 +1,10 @@
 """Which architectures attnlab measures exactly: every causal-LM and text-encoder family of the installed
 transformers, built tiny and random, captured, and compared with the model's own eager attention.
 
-`matrix()` -> one dict per family: family, kind, status ("exact", "refused", "skipped", "differs"), why, the
-features exercised (GQA, sliding window, QK-norm, softcap, sinks) and the largest differences measured.
+`matrix()` -> one dict per family: family, kind (the auto mapping it came from), status ("exact", "refused",
+"skipped", "differs"), why, causal (the attention direction attnlab read from the model's mask when it loaded it,
+`AttnModel.causal`; None where it never loaded), the features exercised (GQA, sliding window, QK-norm, softcap,
+sinks) and the largest differences measured.
 """
 from __future__ import annotations
 
@@ -119,7 +121,7 @@ def check_family(family: str, class_name: str, kind: str, seed: int = 0) -> dict
     from attnlab.core.capture import UnsupportedAttention
     from attnlab.core.models import AttnModel
 
-    row = {"family": family, "kind": kind, "class": class_name, "status": "skipped", "why": "",
+    row = {"family": family, "kind": kind, "class": class_name, "status": "skipped", "why": "", "causal": None,
            "gqa": False, "sliding_window": False, "qk_norm": False, "softcap": False, "sinks": False,
            "probs_diff": None, "output_diff": None}
     try:
@@ -147,6 +149,7 @@ def check_family(family: str, class_name: str, kind: str, seed: int = 0) -> dict
         if "no attention layer called" in str(exc):
             return dict(row, status="refused", why="no AttentionInterface")
         return dict(row, status="refused", why=_first_line(exc))
+    row["causal"] = model.causal               # BERT's LM head class is in the causal-LM mapping, yet bidirectional
     if model.n_layers != len(ref_att):
         return dict(row, why=f"{model.n_layers} of its {len(ref_att)} layers call the attention interface "
                     "(hybrid: the others are not softmax attention); not compared")
@@ -219,20 +222,26 @@ def gguf_architectures() -> set[str]:
     return set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"}
 
 
+def direction(row: dict) -> str:
+    """A row's attention direction in words: "causal", "bidirectional", or "" where attnlab never loaded it."""
+    return {True: "causal", False: "bidirectional", None: ""}[row["causal"]]
+
+
 def table_markdown(rows: list[dict]) -> str:
     """A Markdown table of `matrix()` rows: exact families first, then refused, then skipped (each alphabetical);
-    a feature is marked where the tiny model exercised it; GGUF: the GGUF reader accepts the family."""
+    attention: `direction`; a feature is marked where the tiny model exercised it; GGUF: the GGUF reader accepts
+    the family."""
     import transformers
 
     gguf = gguf_architectures()
     counts = {s: sum(r["status"] == s for r in rows) for s in STATUS_ORDER}
-    head = ["family", "kind", "attnlab", *[name for _, name in FEATURE_COLUMNS], "GGUF"]
+    head = ["family", "attention", "attnlab", *[name for _, name in FEATURE_COLUMNS], "GGUF"]
     lines = [f"transformers {transformers.__version__}: {len(rows)} families, " +
              ", ".join(f"{n} {s}" for s, n in counts.items() if n) + ".", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in sorted(rows, key=lambda r: (STATUS_ORDER[r["status"]], r["family"])):
         verdict = r["status"] + (f": {r['why']}" if r["why"] else "")
-        cells = [f"`{r['family']}`", r["kind"], verdict.replace("|", "\\|"),
+        cells = [f"`{r['family']}`", direction(r), verdict.replace("|", "\\|"),
                  *["yes" if r[key] else "" for key, _ in FEATURE_COLUMNS], "yes" if r["family"] in gguf else ""]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -7,12 +7,15 @@ windows of the head aggregate, shaded by the spread (std) over windows.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from attnlab.core.models import weights_label
 from attnlab.core.result import Result
 from attnlab.core.style import literal
 from attnlab.core.util import figure_row
+from attnlab.normalization.claim_kinds import threshold
 from attnlab.normalization.paper import CRITICAL_FRAC, SEPARABILITY_BAND
 
 COLORS = {"dtilde": "tab:green", "E": "tab:blue", "dmax_B": "tab:red", "dmax_R": "darkred", "bound": "black"}
@@ -130,8 +133,10 @@ def plot_fig2b(result: Result):
     return fig
 
 
-def plot_fig2c(result: Result, frac: float = CRITICAL_FRAC):
-    """Critical N against L, with the 0.06 L line; right: critical N / L."""
+def plot_fig2c(result: Result, frac: Optional[float] = None):
+    """Critical N against L, with the line frac L (default: the claim registry's CRITICAL_FRAC, 0.06, read when
+    plotted, as `views.describe.fig2c` says it); right: critical N / L."""
+    frac = threshold("CRITICAL_FRAC") if frac is None else frac
     fig, (a1, a2) = _figure(2, 4.6)
     per = {}
     for r in result.rows:

@@ -10,7 +10,8 @@ import numpy as np
 
 from attnlab.core.models import weights_label
 from attnlab.core.result import Result
-from attnlab.normalization.paper import CRITICAL_FRAC, SEPARABILITY_BAND
+from attnlab.normalization.claim_kinds import threshold
+from attnlab.normalization.paper import SEPARABILITY_BAND
 from attnlab.normalization.plots import aggregate_curve
 
 
@@ -63,7 +64,7 @@ def fig2c(result: Result) -> str:
         parts.append(f"{np.mean(found):.0f} at L = {L} ({np.mean(found) / L:.0%})" if found else f"none at L = {L}")
     return (f"Fig. 2c ({_who(result)}): the critical N, the smallest N where the KS test no longer tells the "
             f"heads' top-N distances from those of random sets, is " + ", ".join(parts) + "; the dashed line is the "
-            f"paper's {CRITICAL_FRAC:.0%} of L.")
+            f"paper's {threshold('CRITICAL_FRAC'):.0%} of L.")
 
 
 def fig3(result: Result) -> str:

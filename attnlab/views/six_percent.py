@@ -12,7 +12,7 @@ from matplotlib.ticker import NullFormatter
 
 from attnlab import book
 from attnlab.normalization import readings
-from attnlab.normalization.claims import CRITICAL_FRAC
+from attnlab.normalization.claim_kinds import threshold
 from attnlab.normalization.metrics import critical_n
 from attnlab.normalization.paper import KS_ALPHA
 
@@ -39,15 +39,16 @@ def _shades(count: int):
 
 
 def critical_table(scan: dict):
-    """HTML table per L: the paper's 6% bound, the critical N at α = 0.01 and whether it is within it."""
+    """HTML table per L: the paper's 6% bound (the claim registry's CRITICAL_FRAC), the critical N at α = 0.01 and
+    whether it is within it."""
     def fmt(n, L):
         return f"{n} ({n / L:.1%} of L)" if n > 0 else "none found"
 
+    frac = threshold("CRITICAL_FRAC")
     crit = {L: s[0]["critical_n"] for L, s in scan.items()}
     return book.table(
-        ["L", "paper: critical N ≤ 0.06 L", "critical N at α = 0.01 (this book)", "within 0.06 L?"],
-        [[L, f"≤ {CRITICAL_FRAC * L:.1f}", fmt(crit[L], L), "yes" if 0 < crit[L] <= CRITICAL_FRAC * L else "no"]
-         for L in scan])
+        ["L", f"paper: critical N ≤ {frac:g} L", "critical N at α = 0.01 (this book)", f"within {frac:g} L?"],
+        [[L, f"≤ {frac * L:.1f}", fmt(crit[L], L), "yes" if 0 < crit[L] <= frac * L else "no"] for L in scan])
 
 
 def _floor_line(ax, n_heads: int) -> None:
@@ -69,8 +70,8 @@ def alpha_frame(scan: dict, alpha: float):
     H = scan[Ls[-1]][0]["n_heads"]
     crit01 = {L: s[0]["critical_n"] for L, s in scan.items()}
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(6.4, 2.7), layout="constrained")
-    xs = np.array(Ls, float)
-    a1.plot(xs, CRITICAL_FRAC * xs, "k--", lw=1, label="0.06 L (paper)")
+    xs, frac = np.array(Ls, float), threshold("CRITICAL_FRAC")
+    a1.plot(xs, frac * xs, "k--", lw=1, label=f"{frac:g} L (paper)")
     a1.plot(Ls, [crit01[L] for L in Ls], "o-", color="0.7", ms=3, label="α = 0.01")
     ys = [critical(scan[L], alpha) for L in Ls]
     a1.plot(Ls, [y if y > 0 else np.nan for y in ys], "o-", color="tab:green", ms=4, label=f"α = {alpha:g}")
@@ -85,7 +86,7 @@ def alpha_frame(scan: dict, alpha: float):
         if n > 0:
             a2.plot(n / L, ps[list(ns).index(n)], "o", color=col, ms=4)
     a2.axhline(alpha, color="k", ls="--", lw=1)
-    a2.axvline(CRITICAL_FRAC, color="k", ls=":", lw=1)
+    a2.axvline(frac, color="k", ls=":", lw=1)
     _floor_line(a2, H)
     a2.set(yscale="log", xlabel="N / L", ylabel="KS p-value", ylim=(p_floor(H) / 1e6, 1), xlim=(0, 1))
     a2.legend(loc="center left", fontsize=9, handlelength=1.2)      # the curves start on the floor: room on the left
@@ -119,7 +120,7 @@ def ratio_figure(scan: dict):
         ax.plot([r["N"] / L for r in scan[L]], [r["d_mean"] / r["e_mean"] for r in scan[L]], color=col, lw=1.2,
                 label=f"L = {L}")
     ax.axhline(1, color="k", lw=0.8)
-    ax.axvline(CRITICAL_FRAC, color="k", ls=":", lw=1)
+    ax.axvline(threshold("CRITICAL_FRAC"), color="k", ls=":", lw=1)
     ax.set(yscale="log", xlim=(0, 1), xlabel="N / L", ylabel="d~ / E (head means)")
     ax.legend()
     return fig
@@ -134,7 +135,8 @@ def level_figure(scan: dict, L: int, log10_alpha: float):
     fig, ax = plt.subplots(figsize=(5.6, 2.5), layout="constrained")
     ax.plot(ns, ps, "-", color="tab:purple", lw=1)
     ax.axhline(alpha, color="k", ls="--", lw=1)
-    ax.axvline(CRITICAL_FRAC * L, color="k", ls=":", lw=1, label="0.06 L")
+    frac = threshold("CRITICAL_FRAC")
+    ax.axvline(frac * L, color="k", ls=":", lw=1, label=f"{frac:g} L")
     _floor_line(ax, H)
     if n > 0:
         ax.plot(n, ps[list(ns).index(n)], "o", color="tab:green", ms=5, label=f"N* = {n} ({n / L:.1%} of L)")
@@ -189,7 +191,8 @@ def reading_frame(rr, e: str, vec: str) -> bytes:
     ax.plot(L_crit, reading_fracs(rr, "E1", "b", "v"), "o-", color="0.75", lw=3, ms=3, label="default (E1, b, v)")
     ax.plot(L_crit, reading_fracs(rr, e, "b", vec), "o-", color="tab:blue", ms=4, label=f"{e}, b")
     ax.plot(L_crit, reading_fracs(rr, e, "a", vec), "s--", color="tab:orange", ms=4, label=f"{e}, a")
-    ax.axhline(CRITICAL_FRAC, color="k", ls=":", lw=1, label="0.06 (paper)")
+    frac = threshold("CRITICAL_FRAC")
+    ax.axhline(frac, color="k", ls=":", lw=1, label=f"{frac:g} (paper)")
     ax.set(xscale="log", ylim=(0, 1.02), xlabel="L", ylabel="critical N / L")
     ax.set_xticks(L_crit, [str(L) for L in L_crit])
     ax.xaxis.set_minor_formatter(NullFormatter())
@@ -279,11 +282,12 @@ def differs_prose(scan: dict, rclaims: Sequence[dict], rc, model):
     six = _six(rclaims)
     expectation = [f"{e} / {d}" for e, d in (("E1", "b"), ("E4", "b"), ("E4", "a"))]
     meet = sorted(k for k, ok in six.items() if ok and " / ".join(k.split(" / ")[:2]) in expectation)
-    below = all(f is not None and f <= CRITICAL_FRAC for f in fracs.values())
+    frac = threshold("CRITICAL_FRAC")                                     # the claim registry's, when used
+    below = all(f is not None and f <= frac for f in fracs.values())
     prov = rc.provenance
     return book.prose(
         "<ul>"
-        f"<li><b>The result.</b> The paper's critical N stays below {CRITICAL_FRAC} L; on {model.name}, at this "
+        f"<li><b>The result.</b> The paper's critical N stays below {frac} L; on {model.name}, at this "
         f"book's default reading, it is {span} at L = {', '.join(map(str, scan))}"
         + (f" (none found below L at L = {', '.join(map(str, none))})" if none and found else "")
         + (": the claim reproduces under this reading.</li>" if below else

@@ -17,6 +17,12 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
+# Opens every fold (`<details>`) under `selector` (solutions, hidden cells and outputs, sections for researchers) and
+# finishes their opening animations.
+_OPEN_FOLDS = ("(selector) => { document.querySelectorAll(selector).forEach(d => { d.open = true; }); "
+               "document.getAnimations().forEach(a => a.finish()); }")
 
 
 def _named_explicitly(config) -> bool:
@@ -120,3 +126,30 @@ def browser():
         )
         yield browser
         browser.close()
+
+
+@pytest.fixture
+def new_page(browser):
+    """new_page(phone=False, mode=None, **context options) -> a page in a browser context of its own: DESKTOP, or with
+    phone=True a PHONE (mobile, touch); mode "light" or "dark" chosen before the page loads. Every context it opened
+    is closed when the test ends, passed or failed."""
+    contexts = []
+
+    def make(phone: bool = False, mode: str | None = None, **options):
+        shape = dict(viewport=PHONE, is_mobile=True, has_touch=True) if phone else dict(viewport=DESKTOP)
+        context = browser.new_context(**{**shape, **options})
+        contexts.append(context)
+        if mode:
+            context.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
+        return context.new_page()
+
+    yield make
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture
+def open_folds():
+    """open_folds(page, selector="article details"): open every fold under `selector` of the page as loaded (folds
+    closed on load hold figures, sliders and text too)."""
+    return lambda page, selector="article details": page.evaluate(_OPEN_FOLDS, selector)

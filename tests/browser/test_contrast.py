@@ -57,14 +57,11 @@ _CONTRAST = """() => {
   }
   return out;
 }"""
-# every fold opened (solutions, hidden code and outputs are text a reader opens), its opening animation finished
-_OPEN_FOLDS = ("() => { document.querySelectorAll('details').forEach(d => d.open = true); "
-               "document.getAnimations().forEach(a => a.finish()); }")
-
-
-def contrasts(page) -> list[dict]:
-    """Every visible text element of `page` (folds opened): text, element, parent, ratio, color, background."""
-    page.evaluate(_OPEN_FOLDS)
+def contrasts(page, open_folds) -> list[dict]:
+    """Every visible text element of `page` with every fold of the page opened (solutions, hidden code and outputs
+    are text a reader opens; the sidebar's too), its opening animation finished: text, element, parent, ratio, color,
+    background."""
+    open_folds(page, "details")
     page.wait_for_timeout(100)
     page.evaluate("() => document.getAnimations().forEach(a => a.finish())")
     return page.evaluate(_CONTRAST)
@@ -72,19 +69,14 @@ def contrasts(page) -> list[dict]:
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
 @pytest.mark.parametrize("doc", PAGES)
-def test_every_text_is_readable(doc, mode, site, server, browser, screenshots):
+def test_every_text_is_readable(doc, mode, site, server, new_page, open_folds, screenshots):
     """At 1280 px, in `mode`: every visible text element of the page (folds opened) at >= MIN_RATIO:1."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
-    page = context.new_page()
-    try:
-        page.goto(f"{server}/{doc}.html", wait_until="load")
-        assert page.evaluate("() => document.documentElement.dataset.theme") == mode
-        found = contrasts(page)
-        if mode == "dark":
-            page.screenshot(path=str(screenshots / f"{doc.replace('/', '__')}-dark.png"))
-    finally:
-        context.close()
+    page = new_page(mode=mode)
+    page.goto(f"{server}/{doc}.html", wait_until="load")
+    assert page.evaluate("() => document.documentElement.dataset.theme") == mode
+    found = contrasts(page, open_folds)
+    if mode == "dark":
+        page.screenshot(path=str(screenshots / f"{doc.replace('/', '__')}-dark.png"))
     assert len(found) >= 50, f"{doc}: only {len(found)} text elements found"
     low = sorted((f for f in found if f["ratio"] < MIN_RATIO), key=lambda f: f["ratio"])
     print(f"{doc} ({mode}): {len(found)} text elements, lowest {min(f['ratio'] for f in found):.2f}:1")
@@ -93,19 +85,15 @@ def test_every_text_is_readable(doc, mode, site, server, browser, screenshots):
                                  f"({f['color']} on {f['background']})" for f in low[:8]))
 
 
-def test_the_contrast_measure_sees_a_hidden_notice(site, server, browser):
+def test_the_contrast_measure_sees_a_hidden_notice(site, server, new_page, open_folds):
     """The measure itself: text coloured like its own box (the dark-mode bug) reads 1.0:1, and text dimmed by an
     ancestor's opacity counts dimmed."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    try:
-        page.goto(f"{server}/{PAGES[0]}.html", wait_until="load")
-        page.evaluate("""() => { const d = document.createElement('div'); d.innerHTML =
-            '<div style="background:#222832;color:#222832"><p id="t1">hidden notice</p></div>' +
-            '<div style="opacity:0.3"><p id="t2" style="color:#000;background:#fff">dimmed</p></div>';
-            document.querySelector('article').prepend(d); }""")
-        found = {f["text"]: f["ratio"] for f in contrasts(page)}
-    finally:
-        context.close()
+    page = new_page()
+    page.goto(f"{server}/{PAGES[0]}.html", wait_until="load")
+    page.evaluate("""() => { const d = document.createElement('div'); d.innerHTML =
+        '<div style="background:#222832;color:#222832"><p id="t1">hidden notice</p></div>' +
+        '<div style="opacity:0.3"><p id="t2" style="color:#000;background:#fff">dimmed</p></div>';
+        document.querySelector('article').prepend(d); }""")
+    found = {f["text"]: f["ratio"] for f in contrasts(page, open_folds)}
     assert found["hidden notice"] == 1.0, found.get("hidden notice")
     assert found["dimmed"] < MIN_RATIO, found.get("dimmed")

@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from test_site import PAGES, PHONE
+from test_site import PAGES
 
 from attnlab.core.names import display_name
 
@@ -45,13 +45,10 @@ _MAP = """() => {
 }"""
 
 
-def test_chapter_map_puts_each_claim_under_the_model_of_its_result(site, server, browser):
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    try:
-        page.goto(f"{server}/book/intro.html", wait_until="load")
-        found = page.evaluate(_MAP)
-    finally:
-        page.close()
+def test_chapter_map_puts_each_claim_under_the_model_of_its_result(site, server, new_page):
+    page = new_page()
+    page.goto(f"{server}/book/intro.html", wait_until="load")
+    found = page.evaluate(_MAP)
     assert found, "no chapter map (a table headed 'chapter and claim') on the landing page"
     heads = found["heads"][1:]
     for chapter, names in SOURCES.items():
@@ -67,18 +64,15 @@ def test_chapter_map_puts_each_claim_under_the_model_of_its_result(site, server,
                                                f"were computed with {model or 'no model (synthetic tokens)'}")
 
 
-def test_closing_summary_groups_each_claim_under_the_model_of_its_result(site, server, browser):
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    try:
-        page.goto(f"{server}/book/11_conclusion.html", wait_until="load")
-        groups = page.evaluate("""() => Array.from(document.querySelectorAll('p.attnlab-model-group')).map(p => {
-            const links = []; let e = p.nextElementSibling;
-            while (e && !e.matches('p.attnlab-model-group')) {
-              e.querySelectorAll('a').forEach(a => links.push(a.getAttribute('href').replace(/\\.html.*/, '')));
-              e = e.nextElementSibling; }
-            return {title: p.innerText.trim(), chapters: links}; })""")
-    finally:
-        page.close()
+def test_closing_summary_groups_each_claim_under_the_model_of_its_result(site, server, new_page):
+    page = new_page()
+    page.goto(f"{server}/book/11_conclusion.html", wait_until="load")
+    groups = page.evaluate("""() => Array.from(document.querySelectorAll('p.attnlab-model-group')).map(p => {
+        const links = []; let e = p.nextElementSibling;
+        while (e && !e.matches('p.attnlab-model-group')) {
+          e.querySelectorAll('a').forEach(a => links.push(a.getAttribute('href').replace(/\\.html.*/, '')));
+          e = e.nextElementSibling; }
+        return {title: p.innerText.trim(), chapters: links}; })""")
     assert groups, "the closing chapter's summary has no groups by model"
     for chapter, names in SOURCES.items():
         model = _published_model(site, names)
@@ -103,17 +97,12 @@ MIN_CAPTION_WORDS = 5
 
 
 @pytest.mark.parametrize("doc", PAGES)
-def test_every_figure_is_numbered_captioned_and_drawn_for_a_phone(doc, site, server, browser):
-    context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True, device_scale_factor=3)
-    page = context.new_page()
-    try:
-        page.goto(f"{server}/{doc}.html", wait_until="load")
-        # every fold opened (a section for researchers, a hidden output): a figure inside one is a figure too
-        page.evaluate("() => document.querySelectorAll('article details').forEach(d => { d.open = true; })")
-        page.wait_for_timeout(500)
-        figures = page.evaluate(_FIGURES)
-    finally:
-        context.close()
+def test_every_figure_is_numbered_captioned_and_drawn_for_a_phone(doc, site, server, new_page, open_folds):
+    page = new_page(phone=True, device_scale_factor=3)
+    page.goto(f"{server}/{doc}.html", wait_until="load")
+    open_folds(page)          # a section for researchers, a hidden output: a figure inside one is a figure too
+    page.wait_for_timeout(500)
+    figures = page.evaluate(_FIGURES)
     chapter = re.match(r"book/(\d+)_", doc)
     prefix = f"{int(chapter.group(1))}." if chapter else ""
     problems = []
@@ -128,16 +117,13 @@ def test_every_figure_is_numbered_captioned_and_drawn_for_a_phone(doc, site, ser
         if GENERIC.match(caption) or len(caption.split()) < MIN_CAPTION_WORDS:
             problems.append(f"{what}: caption {caption!r} does not say what it shows")
         if not f["phone"]:
-            problems.append(f"{what}: no phone version taken on a {PHONE['width']} px phone")
+            problems.append(f"{what}: no phone version taken on a {page.viewport_size['width']} px phone")
     print(f"{doc}: {len(figures)} figures, {len(problems)} problems")
     assert not problems, f"{doc}:\n" + "\n".join(problems)
 
 
-def test_the_landing_page_says_how_to_get_the_book_without_solutions(site, server, browser):
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    try:
-        page.goto(f"{server}/book/intro.html", wait_until="load")
-        text = page.locator("article").inner_text()
-    finally:
-        page.close()
+def test_the_landing_page_says_how_to_get_the_book_without_solutions(site, server, new_page):
+    page = new_page()
+    page.goto(f"{server}/book/intro.html", wait_until="load")
+    text = page.locator("article").inner_text()
     assert "make book SOLUTIONS=0" in text and "scripts/strip_solutions.py" in text, "no word on a solution-free copy"

@@ -18,7 +18,6 @@ KERNEL_FREE = ".attnlab-frames"  # attnlab.widgets.KERNEL_FREE_CLASS
 # duplicated thebe script; _config.yml sets a theme mode and a favicon) leave no error on any page.
 # Console warnings are not failures, except this project's own ("attnlab: ...").
 ALLOWED: list[tuple[str, str, str]] = []
-PHONE = {"width": 390, "height": 844}
 PAGE_BUDGET = 1_500_000      # bytes transferred per page (gzip, as a static host serves it)
 FIRST_FIGURE_S = 3.0         # the first figure of a page is on screen within this, at 10 Mbit/s
 # Text that must never reach a page: build leftovers (warnings, tracebacks, this checkout's and this user's
@@ -71,7 +70,7 @@ def test_every_chapter_is_in_the_toc():
 
 
 @pytest.mark.parametrize("doc", PAGES)
-def test_page(doc, site, server, browser, screenshots):
+def test_page(doc, site, server, new_page, open_folds, screenshots):
     html_file = site / f"{doc}.html"
     assert html_file.is_file(), f"{html_file} was not built"
     source = html_file.read_text(encoding="utf-8")
@@ -81,7 +80,7 @@ def test_page(doc, site, server, browser, screenshots):
     launches = "colab.research.google.com" in source   # Colab opens notebooks only, not the MyST .md pages
     assert launches == is_chapter, f"{doc}: launch buttons {'on a page Colab cannot open' if launches else 'missing'}"
 
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = new_page()
     foreign, problems = [], []
 
     def route(route):
@@ -92,71 +91,65 @@ def test_page(doc, site, server, browser, screenshots):
         else:
             route.continue_()
 
-    context.route("**/*", route)
-    page = context.new_page()
-
+    page.context.route("**/*", route)
     _collect_problems(page, problems)
-    try:
-        response = page.goto(f"{server}/{doc}.html", wait_until="load")
-        assert response is not None and response.ok, f"{doc}: HTTP {response and response.status}"
+    response = page.goto(f"{server}/{doc}.html", wait_until="load")
+    assert response is not None and response.ok, f"{doc}: HTTP {response and response.status}"
 
-        if has_math or is_chapter:
-            page.wait_for_selector("mjx-container", state="attached", timeout=30_000)
-            page.evaluate("() => window.MathJax.startup.promise")
-            assert page.locator("mjx-merror").count() == 0, f"{doc}: MathJax reports errors"
-            assert page.locator("mjx-container").count() > 0
-        images = page.evaluate("""() => Array.from(document.querySelectorAll('article img')).map(img => ({
-            src: img.currentSrc.slice(0, 60), ok: img.complete && img.naturalWidth > 0, alt: img.alt,
-            natural: img.naturalWidth, shown: img.getBoundingClientRect().width}))""")
-        broken = [i["src"] for i in images if not i["ok"]]
-        assert not broken, f"{doc}: images that did not load: {broken}"
-        if is_chapter:
-            assert images, f"{doc}: a chapter without any figure"
-        no_alt = [i["src"] for i in images if not i["alt"].strip() or re.search(r"\.(png|svg|jpe?g)$", i["alt"])]
-        assert not no_alt, f"{doc}: images without alt text: {no_alt}"
-        shrunk = [(i["src"], i["natural"], round(i["shown"])) for i in images
-                  if 0 < i["shown"] < i["natural"] - 1]        # (0: a frame not on screen, e.g. a hidden tab)
-        assert not shrunk, f"{doc}: images drawn smaller than their own size (text shrinks): {shrunk}"
+    if has_math or is_chapter:
+        page.wait_for_selector("mjx-container", state="attached", timeout=30_000)
+        page.evaluate("() => window.MathJax.startup.promise")
+        assert page.locator("mjx-merror").count() == 0, f"{doc}: MathJax reports errors"
+        assert page.locator("mjx-container").count() > 0
+    images = page.evaluate("""() => Array.from(document.querySelectorAll('article img')).map(img => ({
+        src: img.currentSrc.slice(0, 60), ok: img.complete && img.naturalWidth > 0, alt: img.alt,
+        natural: img.naturalWidth, shown: img.getBoundingClientRect().width}))""")
+    broken = [i["src"] for i in images if not i["ok"]]
+    assert not broken, f"{doc}: images that did not load: {broken}"
+    if is_chapter:
+        assert images, f"{doc}: a chapter without any figure"
+    no_alt = [i["src"] for i in images if not i["alt"].strip() or re.search(r"\.(png|svg|jpe?g)$", i["alt"])]
+    assert not no_alt, f"{doc}: images without alt text: {no_alt}"
+    shrunk = [(i["src"], i["natural"], round(i["shown"])) for i in images
+              if 0 < i["shown"] < i["natural"] - 1]        # (0: a frame not on screen, e.g. a hidden tab)
+    assert not shrunk, f"{doc}: images drawn smaller than their own size (text shrinks): {shrunk}"
 
-        # sections for researchers and folded outputs (closed on load) hold sliders too: open every fold
-        page.evaluate("() => document.querySelectorAll('article details').forEach(d => { d.open = true; })")
-        boxes = page.locator(KERNEL_FREE)
-        if is_chapter:
-            assert boxes.count() >= 1, (
-                f"{doc}: every chapter needs at least one kernel-free slider "
-                "(attnlab.widgets.frame_slider / frame_slider_2d)")
-        for b in range(boxes.count()):
-            box = boxes.nth(b)
-            box.scroll_into_view_if_needed()
-            handles = box.locator("input[type=range]")
-            assert handles.count() >= 1, f"{doc}: kernel-free slider {b} has no slider"
-            for h in range(handles.count()):
-                before = box.locator("img").first.get_attribute("src")
-                readout = box.locator("output").nth(h).inner_text()
-                handles.nth(h).focus()
-                page.keyboard.press("ArrowRight")
-                try:
-                    page.wait_for_function(
-                        "([box, src]) => { const i = box.querySelector('img');"
-                        " return i && i.getAttribute('src') !== src && i.complete && i.naturalWidth > 0; }",
-                        arg=[box.element_handle(), before], timeout=10_000)
-                except PlaywrightTimeout:
-                    pytest.fail(f"{doc}: moving slider {h} of kernel-free slider {b} "
-                                f"(readout {readout!r}) did not change the figure")
-                after = box.locator("output").nth(h).inner_text()
-                assert after != readout, f"{doc}: slider {b}.{h} readout stayed at {readout!r}"
-            box.screenshot(path=str(screenshots / f"{name}-slider{b}.png"))
-        live = page.locator(".attnlab-live")
-        for b in range(live.count()):      # a live slider shows its figure and a note, never dead controls
-            assert live.nth(b).locator("input, .widget-slider").count() == 0, f"{doc}: live slider {b} has controls"
-            assert "run this chapter" in live.nth(b).inner_text(), f"{doc}: live slider {b} does not say how to run it"
+    open_folds(page)      # sections for researchers and folded outputs (closed on load) hold sliders too
+    boxes = page.locator(KERNEL_FREE)
+    if is_chapter:
+        assert boxes.count() >= 1, (
+            f"{doc}: every chapter needs at least one kernel-free slider "
+            "(attnlab.widgets.frame_slider / frame_slider_2d)")
+    for b in range(boxes.count()):
+        box = boxes.nth(b)
+        box.scroll_into_view_if_needed()
+        handles = box.locator("input[type=range]")
+        assert handles.count() >= 1, f"{doc}: kernel-free slider {b} has no slider"
+        for h in range(handles.count()):
+            before = box.locator("img").first.get_attribute("src")
+            readout = box.locator("output").nth(h).inner_text()
+            handles.nth(h).focus()
+            page.keyboard.press("ArrowRight")
+            try:
+                page.wait_for_function(
+                    "([box, src]) => { const i = box.querySelector('img');"
+                    " return i && i.getAttribute('src') !== src && i.complete && i.naturalWidth > 0; }",
+                    arg=[box.element_handle(), before], timeout=10_000)
+            except PlaywrightTimeout:
+                pytest.fail(f"{doc}: moving slider {h} of kernel-free slider {b} "
+                            f"(readout {readout!r}) did not change the figure")
+            after = box.locator("output").nth(h).inner_text()
+            assert after != readout, f"{doc}: slider {b}.{h} readout stayed at {readout!r}"
+        box.screenshot(path=str(screenshots / f"{name}-slider{b}.png"))
+    live = page.locator(".attnlab-live")
+    for b in range(live.count()):      # a live slider shows its figure and a note, never dead controls
+        assert live.nth(b).locator("input, .widget-slider").count() == 0, f"{doc}: live slider {b} has controls"
+        assert "run this chapter" in live.nth(b).inner_text(), f"{doc}: live slider {b} does not say how to run it"
 
-        page.evaluate("() => { document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0); }")
-        page.screenshot(path=str(screenshots / f"{name}.png"), full_page=True)
-        assert not foreign, f"{doc}: requests to other hosts: {foreign}"
-        assert not problems, f"{doc}:\n" + "\n".join(problems)
-    finally:
-        context.close()
+    page.evaluate("() => { document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0); }")
+    page.screenshot(path=str(screenshots / f"{name}.png"), full_page=True)
+    assert not foreign, f"{doc}: requests to other hosts: {foreign}"
+    assert not problems, f"{doc}:\n" + "\n".join(problems)
 
 
 def _collect_problems(page, problems: list) -> None:
@@ -181,94 +174,82 @@ _SHOWN = ("(sel) => { const b = (" + _BOX + ")(sel); "
 
 
 @pytest.mark.parametrize("doc", PAGES)
-def test_page_on_a_phone(doc, site, server, browser, screenshots):
+def test_page_on_a_phone(doc, site, server, new_page, screenshots):
     """390 x 844: no sideways scrolling, the menu and the Contents buttons open their panels, no console
     error, no build leftovers in the text."""
-    context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
-    page = context.new_page()
+    page = new_page(phone=True)
+    phone = page.viewport_size
     problems: list = []
     _collect_problems(page, problems)
+    page.goto(f"{server}/{doc}.html", wait_until="load")
+    page.wait_for_timeout(300)
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= phone["width"] + 1, f"{doc}: the page is {width} px wide on a {phone['width']} px phone"
+    text = page.locator("main").inner_text()
+    leftovers = sorted(set(LEFTOVERS.findall(text)))
+    assert not leftovers, f"{doc}: build leftovers on the page: {leftovers}"
+    name = doc.replace("/", "__")
+    page.screenshot(path=str(screenshots / f"{name}-phone.png"))
+    page.locator("button.primary-toggle").first.click()
     try:
-        page.goto(f"{server}/{doc}.html", wait_until="load")
-        page.wait_for_timeout(300)
-        width = page.evaluate("() => document.documentElement.scrollWidth")
-        assert width <= PHONE["width"] + 1, f"{doc}: the page is {width} px wide on a {PHONE['width']} px phone"
-        text = page.locator("main").inner_text()
-        leftovers = sorted(set(LEFTOVERS.findall(text)))
-        assert not leftovers, f"{doc}: build leftovers on the page: {leftovers}"
-        name = doc.replace("/", "__")
-        page.screenshot(path=str(screenshots / f"{name}-phone.png"))
-        page.locator("button.primary-toggle").first.click()
+        page.wait_for_function(_SHOWN, arg=".bd-sidebar-primary", timeout=5_000)
+    except PlaywrightTimeout:
+        pytest.fail(f"{doc}: the menu button did not open the menu: {page.evaluate(_BOX, '.bd-sidebar-primary')}")
+    page.screenshot(path=str(screenshots / f"{name}-phone-menu.png"))
+    page.keyboard.press("Escape")
+    page.mouse.click(phone["width"] - 5, phone["height"] // 2)     # the overlay closes the menu
+    page.wait_for_timeout(300)
+    contents = page.locator("button.secondary-toggle")
+    if contents.count() and contents.first.is_visible():
+        contents.first.click()
         try:
-            page.wait_for_function(_SHOWN, arg=".bd-sidebar-primary", timeout=5_000)
+            page.wait_for_function(_SHOWN, arg=".bd-sidebar-secondary", timeout=5_000)
         except PlaywrightTimeout:
-            pytest.fail(f"{doc}: the menu button did not open the menu: {page.evaluate(_BOX, '.bd-sidebar-primary')}")
-        page.screenshot(path=str(screenshots / f"{name}-phone-menu.png"))
-        page.keyboard.press("Escape")
-        page.mouse.click(PHONE["width"] - 5, PHONE["height"] // 2)     # the overlay closes the menu
-        page.wait_for_timeout(300)
-        contents = page.locator("button.secondary-toggle")
-        if contents.count() and contents.first.is_visible():
-            contents.first.click()
-            try:
-                page.wait_for_function(_SHOWN, arg=".bd-sidebar-secondary", timeout=5_000)
-            except PlaywrightTimeout:
-                pytest.fail(f"{doc}: the Contents button did not open the contents: "
-                            f"{page.evaluate(_BOX, '.bd-sidebar-secondary')}")
-        assert not problems, f"{doc} (phone):\n" + "\n".join(problems)
-    finally:
-        context.close()
+            pytest.fail(f"{doc}: the Contents button did not open the contents: "
+                        f"{page.evaluate(_BOX, '.bd-sidebar-secondary')}")
+    assert not problems, f"{doc} (phone):\n" + "\n".join(problems)
 
 
-def test_desktop_has_one_search_box_and_a_working_sidebar_toggle(site, server, browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    try:
-        page.goto(f"{server}/{PAGES[1]}.html", wait_until="load")
-        boxes = page.evaluate("""() => Array.from(document.querySelectorAll('.bd-search, .search-button-field'))
-            .filter(e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; }).length""")
-        assert boxes == 1, f"{boxes} search boxes visible"
-        assert page.evaluate(_SHOWN, ".bd-sidebar-primary")
-        page.locator("button.primary-toggle").first.click()
-        page.wait_for_timeout(500)
-        assert not page.evaluate(_SHOWN, ".bd-sidebar-primary"), (
-            f"the sidebar toggle did nothing: {page.evaluate(_BOX, '.bd-sidebar-primary')}")
-    finally:
-        context.close()
+def test_desktop_has_one_search_box_and_a_working_sidebar_toggle(site, server, new_page):
+    page = new_page()
+    page.goto(f"{server}/{PAGES[1]}.html", wait_until="load")
+    boxes = page.evaluate("""() => Array.from(document.querySelectorAll('.bd-search, .search-button-field'))
+        .filter(e => { const r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; }).length""")
+    assert boxes == 1, f"{boxes} search boxes visible"
+    assert page.evaluate(_SHOWN, ".bd-sidebar-primary")
+    page.locator("button.primary-toggle").first.click()
+    page.wait_for_timeout(500)
+    assert not page.evaluate(_SHOWN, ".bd-sidebar-primary"), (
+        f"the sidebar toggle did nothing: {page.evaluate(_BOX, '.bd-sidebar-primary')}")
 
 
-def _load_throttled(browser, url: str) -> tuple[int, float | None]:
-    """Load `url` at 10 Mbit/s (20 ms latency): (bytes transferred, ms until the first article figure is
-    complete, or None). The page records the latter itself (ms since the navigation started)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    try:
-        page = context.new_page()
-        cdp = context.new_cdp_session(page)
-        cdp.send("Network.enable")
-        cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 20,
-                                                       "downloadThroughput": 1_250_000, "uploadThroughput": 1_250_000})
-        sizes: dict = {}
-        cdp.on("Network.loadingFinished", lambda e: sizes.__setitem__(e["requestId"], e["encodedDataLength"]))
-        page.add_init_script("""window.__firstFigure = null; (function poll() {
-            const i = document.querySelector('article img');
-            if (i && i.complete && i.naturalWidth > 0) { window.__firstFigure = performance.now(); return; }
-            setTimeout(poll, 20); })();""")
-        page.goto(url, wait_until="load", timeout=30_000)
-        page.wait_for_timeout(1500)            # fonts and math that load after the load event
-        return sum(sizes.values()), page.evaluate("() => window.__firstFigure")
-    finally:
-        context.close()
+def _load_throttled(page, url: str) -> tuple[int, float | None]:
+    """Load `url` into `page` (a fresh one) at 10 Mbit/s (20 ms latency): (bytes transferred, ms until the first
+    article figure is complete, or None). The page records the latter itself (ms since the navigation started)."""
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 20,
+                                                   "downloadThroughput": 1_250_000, "uploadThroughput": 1_250_000})
+    sizes: dict = {}
+    cdp.on("Network.loadingFinished", lambda e: sizes.__setitem__(e["requestId"], e["encodedDataLength"]))
+    page.add_init_script("""window.__firstFigure = null; (function poll() {
+        const i = document.querySelector('article img');
+        if (i && i.complete && i.naturalWidth > 0) { window.__firstFigure = performance.now(); return; }
+        setTimeout(poll, 20); })();""")
+    page.goto(url, wait_until="load", timeout=30_000)
+    page.wait_for_timeout(1500)            # fonts and math that load after the load event
+    return sum(sizes.values()), page.evaluate("() => window.__firstFigure")
 
 
 @pytest.mark.parametrize("doc", PAGES)
-def test_page_is_light_and_its_first_figure_is_quick(doc, site, gzip_server, browser):
+def test_page_is_light_and_its_first_figure_is_quick(doc, site, gzip_server, new_page):
     """Every byte the page loads (gzip, as a static host serves it) within PAGE_BUDGET, and at 10 Mbit/s
     (20 ms latency) its first figure complete within FIRST_FIGURE_S. (Chromium's network emulation
     stalls a load now and then on this machine: one retry.)"""
     try:
-        total, first = _load_throttled(browser, f"{gzip_server}/{doc}.html")
+        total, first = _load_throttled(new_page(), f"{gzip_server}/{doc}.html")
     except PlaywrightTimeout:
-        total, first = _load_throttled(browser, f"{gzip_server}/{doc}.html")
+        total, first = _load_throttled(new_page(), f"{gzip_server}/{doc}.html")
     source = (site / f"{doc}.html").read_text(encoding="utf-8")
     has_figure = "<img" in source[source.find("<article"):source.find("</article>")]
     shown = "-" if first is None else f"{first / 1e3:.2f} s"
@@ -294,21 +275,16 @@ _CONTRAST = """(sel) => {
 
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
-def test_verdicts_and_claim_ids_are_readable_in_light_and_dark_mode(mode, site, server, browser):
+def test_verdicts_and_claim_ids_are_readable_in_light_and_dark_mode(mode, site, server, new_page):
     """Chapter 6's verdicts and the claim ids in its tables keep a contrast of at least 4.5:1 in both modes
     (in dark mode the ids once vanished, 1.0:1, and the verdict colours fell to about 3.5:1)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
-    page = context.new_page()
-    try:
-        page.goto(f"{server}/book/06_what_holds.html", wait_until="load")
-        assert page.evaluate("() => document.documentElement.dataset.theme") == mode
-        found = page.evaluate(_CONTRAST, ".attnlab-verdict, .attnlab-table td code")
-        assert len(found) >= 10, found
-        low = [f for f in found if f["ratio"] < 4.5]
-        assert not low, f"{mode} mode: {len(low)} of {len(found)} below 4.5:1, e.g. {low[:5]}"
-    finally:
-        context.close()
+    page = new_page(mode=mode)
+    page.goto(f"{server}/book/06_what_holds.html", wait_until="load")
+    assert page.evaluate("() => document.documentElement.dataset.theme") == mode
+    found = page.evaluate(_CONTRAST, ".attnlab-verdict, .attnlab-table td code")
+    assert len(found) >= 10, found
+    low = [f for f in found if f["ratio"] < 4.5]
+    assert not low, f"{mode} mode: {len(low)} of {len(found)} below 4.5:1, e.g. {low[:5]}"
 
 
 # Every figure of the page as a phone shows it: which version the browser took (the phone version of a
@@ -326,19 +302,15 @@ PHONE_TEXT_PX = 11       # the issue's floor for figure text on a 390 px phone
 
 
 @pytest.mark.parametrize("doc", PAGES)
-def test_figures_are_legible_on_a_phone(doc, site, server, browser):
+def test_figures_are_legible_on_a_phone(doc, site, server, new_page, open_folds):
     """On a 390 px phone every figure drawn with a phone version shows that version, its smallest text at
     least PHONE_TEXT_PX CSS px tall; only live sliders that redraw one kept Figure lack one (listed, with their
     text size as measured)."""
-    context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True, device_scale_factor=3)
-    page = context.new_page()
-    try:
-        page.goto(f"{server}/{doc}.html", wait_until="load")
-        page.evaluate("() => document.querySelectorAll('article details').forEach(d => { d.open = true; })")
-        page.wait_for_timeout(300)
-        figures = page.evaluate(_FIGURE_TEXT)
-    finally:
-        context.close()
+    page = new_page(phone=True, device_scale_factor=3)
+    page.goto(f"{server}/{doc}.html", wait_until="load")
+    open_folds(page)
+    page.wait_for_timeout(300)
+    figures = page.evaluate(_FIGURE_TEXT)
     with_phone = [f for f in figures if f["versions"]]
     others = [f for f in figures if not f["versions"]]
     sizes = sorted(round(f["px"], 1) for f in with_phone)
@@ -351,31 +323,23 @@ def test_figures_are_legible_on_a_phone(doc, site, server, browser):
     assert not small, f"{doc}: figure text under {PHONE_TEXT_PX} px on a phone: {small}"
 
 
-def test_searching_6_percent_finds_the_6_percent_rule(site, server, browser):
+def test_searching_6_percent_finds_the_6_percent_rule(site, server, new_page):
     """Sphinx's search drops digit-only terms ("6%" found nothing): book/_assets/site/attnlab-search.js."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    try:
-        page.goto(f"{server}/search.html?q=6%25", wait_until="load")
-        page.wait_for_selector('#search-results a[href*="03_six_percent"]', timeout=20_000)
-    finally:
-        context.close()
+    page = new_page()
+    page.goto(f"{server}/search.html?q=6%25", wait_until="load")
+    page.wait_for_selector('#search-results a[href*="03_six_percent"]', timeout=20_000)
 
 
-def test_each_solution_folds_under_its_exercise_with_the_answer_first(site, server, browser):
+def test_each_solution_folds_under_its_exercise_with_the_answer_first(site, server, new_page):
     """Chapter 4: one fold per exercise labelled "Solution 4.k"; opened, the answer shows above its code."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    try:
-        page.goto(f"{server}/book/04_separability.html", wait_until="load")
-        folds = page.locator(".cell.tag_solution details")
-        labels = [folds.nth(k).locator("summary").inner_text().strip() for k in range(folds.count())]
-        assert labels and all(t.startswith(f"Solution 4.{k + 1}") for k, t in enumerate(labels)), labels
-        folds.first.locator("summary").click()
-        page.wait_for_timeout(300)
-        cell = page.locator(".cell.tag_solution").first
-        answer = cell.locator(".cell_output").bounding_box()
-        code = cell.locator(".cell_input").bounding_box()
-        assert answer and code and answer["y"] < code["y"], (answer, code)
-    finally:
-        context.close()
+    page = new_page()
+    page.goto(f"{server}/book/04_separability.html", wait_until="load")
+    folds = page.locator(".cell.tag_solution details")
+    labels = [folds.nth(k).locator("summary").inner_text().strip() for k in range(folds.count())]
+    assert labels and all(t.startswith(f"Solution 4.{k + 1}") for k, t in enumerate(labels)), labels
+    folds.first.locator("summary").click()
+    page.wait_for_timeout(300)
+    cell = page.locator(".cell.tag_solution").first
+    answer = cell.locator(".cell_output").bounding_box()
+    code = cell.locator(".cell_input").bounding_box()
+    assert answer and code and answer["y"] < code["y"], (answer, code)
