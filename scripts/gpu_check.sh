@@ -19,7 +19,7 @@ if ls .gpu/whl/*.whl >/dev/null 2>&1; then              # entmax, pooch, platfor
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 Q=${QUICK:+--quick}
-CLI=("$PY" -c 'import sys; from attnlab.cli import main; sys.exit(main())')   # the `attnlab` console script
+CLI=("$PY" -m attnlab)                                  # the `attnlab` command
 
 stage() {   # name, command...: run it with a time limit, log to $OUT/name.log, print its wall time and status
   local name=$1; shift
