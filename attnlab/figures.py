@@ -44,6 +44,10 @@ class FigureSpec:
 # fig1, fig2a, fig2b, fig3, fig4, separability_readings v2: every `*_holds` column tests its inequality with
 #   core.verdicts.holds_le (relative to the size of the terms, so rows that meet a bound with equality, e.g.
 #   Theorem 1 [B] at N = 1 with x0 = x1, hold; before, rounding failed 13 of 654,480 rows in WikiText-2 #4).
+# thm1_readings v2 (2026-11-27): a reading pair that finds no critical N reports the exact p-value and means at its
+#   last N (before: NaN and bracket midpoints on the CPU kernels, up to 9% off; the exact values on the torch path),
+#   and the torch path certifies the same N as the kernels (before: none, so its n_exact counted every N). Both
+#   paths now give the same rows (tests/test_paths_agree.py); rows that find a critical N are unchanged.
 FIGURES: dict[str, FigureSpec] = {
     "fig1": FigureSpec("normalization", normalization.fig1, normalization_plots.plot_fig1, "model+text",
                        "Vanishing attention: max weight and entropy against L (Corollary 1)", version=2),
@@ -59,7 +63,7 @@ FIGURES: dict[str, FigureSpec] = {
                        "Gradient sensitivity against T (Lemma 2)", version=2),
     "thm1_readings": FigureSpec("normalization", theorem1.thm1_readings, normalization_plots.plot_thm1_readings,
                                 "model+text", "Theorem 1 under every reading: Fig. 2a's curves and the critical N",
-                                version=1),
+                                version=2),
     "separability_readings": FigureSpec("normalization", theorem2.separability_readings,
                                         theorem2.plot_separability_readings, "model+text",
                                         "Theorem 2 under every reading: N_s/N per vectors, radius and rows", version=2),

@@ -113,21 +113,25 @@ def _running_sums(tri: torch.Tensor, Y: torch.Tensor, s: torch.Tensor) -> torch.
     return T.add_(carry.unsqueeze(3)).view(b, q, nw * window, D)[:, :, :w]
 
 
-def _bounds_blocks(probs, x, ns, vis, reading, chunk, window: int = 32):
+def _bounds_blocks(probs, x, ns, vis, reading, chunk, window: int = 32, order=None):
     """Yield (heads slice, rows slice, output columns [w], rows-valid mask [b, q, w], brackets dict of
     [b, q, w]) per block and window of consecutive N (see `distance_bounds`). One top-k per block; the
     context vectors of a window of N come from one cumulative sum over the sorted weighted vectors (`_running_sums`:
-    windows of 32 N, or where `engine.batched` as many as BRACKET_ELEMENTS allow in one tensor program)."""
+    windows of 32 N, or where `engine.batched` as many as BRACKET_ELEMENTS allow in one tensor program).
+    `order` [..., Q, >= max(ns)] (optional): each row's selected set is its first N keys in this order (e.g. the
+    random subsets of E4, `readings.random_orders`) instead of its top N by weight."""
     K = probs.shape[-1]
     lead, P, X, xmap = flatten_heads(probs, x)
     B, Q, _ = P.shape
+    if order is not None:
+        order = order.reshape(B, Q, -1)[..., :ns[-1]].to(P.device)
     wanted = {N: c for c, N in enumerate(ns)}
     slack = BRACKET_SLACK
     for bs, qs in blocks(B, Q, K, chunk):
         v = vis[qs]
         Xu, inv, _ = unique_x(X, xmap, bs)
         Xb = Xu[inv]                                                     # [b, K, D]
-        order = top_order(P[bs, qs], v, ns[-1])
+        rows_order = top_order(P[bs, qs], v, ns[-1]) if order is None else order[bs, qs].long()
         a = P[bs, qs].double() * v
         b, q, _ = a.shape
         bidx = torch.arange(b, device=a.device).view(b, 1, 1)
@@ -137,9 +141,9 @@ def _bounds_blocks(probs, x, ns, vis, reading, chunk, window: int = 32):
         on = o.norm(dim=-1, keepdim=True)                                # [b, q, 1]
         o2 = on * on
         SA, Syn = (yn * yn).sum(-1, keepdim=True), yn.sum(-1, keepdim=True)
-        pre_top = torch.nn.functional.pad(torch.cumsum(yn.gather(-1, order), -1), (1, 0))   # by weight
+        pre_top = torch.nn.functional.pad(torch.cumsum(yn.gather(-1, rows_order), -1), (1, 0))   # in order
         del yn
-        first = torch.zeros_like(a).scatter_(-1, order[..., :ns[0] - 1], 1.0)
+        first = torch.zeros_like(a).scatter_(-1, rows_order[..., :ns[0] - 1], 1.0)
         s = torch.matmul(a * first, Xb)                                  # s at N = ns[0] - 1, directly
         del first
         tri = torch.ones(window, window, dtype=torch.float64, device=a.device).tril_()
@@ -147,7 +151,7 @@ def _bounds_blocks(probs, x, ns, vis, reading, chunk, window: int = 32):
             if batched(a) else window                                    # off the CPU: many windows at once
         for n0 in range(ns[0], ns[-1] + 1, span):
             Nw = list(range(n0, min(ns[-1], n0 + span - 1) + 1))
-            idx = order[..., Nw[0] - 1:Nw[-1]]                           # [b, q, w]
+            idx = rows_order[..., Nw[0] - 1:Nw[-1]]                      # [b, q, w]
             Y = a.gather(-1, idx).unsqueeze(-1) * Xb[bidx, idx]          # [b, q, w, D]
             S = _running_sums(tri, Y, s)                                 # s for each N of the span
             s = S[:, :, -1].clone()
@@ -201,13 +205,14 @@ def distance_bounds(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], vis
     return {k: t.reshape(*lead, Q, len(ns)) for k, t in out.items()}
 
 
-def _bounds_head_means(probs, x, ns, vis, reading, chunk=4 * DEFAULT_CHUNK) -> dict[str, np.ndarray]:
-    """Per-head means over valid rows of the brackets: dict -> [heads, len(ns)] (NaN: no valid row)."""
+def _bounds_head_means(probs, x, ns, vis, reading, chunk=4 * DEFAULT_CHUNK, order=None) -> dict[str, np.ndarray]:
+    """Per-head means over valid rows of the brackets: dict -> [heads, len(ns)] (NaN: no valid row); `order` as in
+    `_bounds_blocks` (default: each row's top N by weight)."""
     lead = probs.shape[:-2]
     B = int(np.prod(lead)) if len(lead) else 1
     sums = torch.zeros(4, B, len(ns), dtype=torch.float64, device=probs.device)   # d_lo, d_hi, e_lo, e_hi
     count = torch.zeros(B, len(ns), dtype=torch.float64, device=probs.device)
-    for bs, qs, cs, ok, vals in _bounds_blocks(probs, x, ns, vis, reading, chunk):
+    for bs, qs, cs, ok, vals in _bounds_blocks(probs, x, ns, vis, reading, chunk, order=order):
         count[bs, cs] += ok.sum(1).double()
         for i, val in enumerate(vals.values()):
             sums[i, bs, cs] += torch.where(ok, val, 0.0).sum(1)

@@ -7,9 +7,10 @@ The samples of a pair (e, d) at N are the per-head token means of d~ (reading d,
 N-subsets of `readings.random_orders` (`samples` per row). On CPU with the kernels on, everything comes from running
 sums (`critical_n.RunningTopN`, one per order: the top order and each random order): brackets in O(D) per row and N
 (O(1) for the closed forms, from per-row sums, `formula_brackets`) certify most rejections, and the exact values,
-O(K) per row and N, are computed only where a pair needs them. Elsewhere (GPU, ATTNLAB_KERNELS=0) every N is
-computed exactly with `distance_stats` (the same values, slower). `oracle.critical_n_readings` is the per-row
-reference; the tests check all three against each other.
+O(K) per row and N, are computed only where a pair needs them. Elsewhere (GPU, ATTNLAB_KERNELS=0) the same brackets
+come from torch operations (`critical_n._bounds_head_means`, `formula_brackets`) and the exact values from
+`distance_stats`: both paths certify the same N and record the same rows (tests/test_paths_agree.py).
+`oracle.critical_n_readings` is the per-row reference; the tests check all three against each other.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import torch
 from attnlab.normalization.metrics.critical_n import (
     BRACKET_SLACK,
     RunningTopN,
+    _bounds_head_means,
     certified_rejections,
     ks_first_indistinguishable,
     new_scan_result,
@@ -29,7 +31,7 @@ from attnlab.normalization.metrics.critical_n import (
     scan_windows,
 )
 from attnlab.normalization.metrics.distance import distance_stats
-from attnlab.normalization.metrics.engine import check_inputs, cpu_kernels, row_mean
+from attnlab.normalization.metrics.engine import check_inputs, cpu_kernels, flatten_heads, row_mean
 from attnlab.normalization.readings import D_READINGS, E_READINGS, FORMULA_E, random_orders
 
 ALL_PAIRS = tuple((e, d) for e in E_READINGS for d in D_READINGS)
@@ -55,40 +57,103 @@ def _quantity(pair: tuple[str, str]) -> tuple[str, str]:
 
 
 class FormulaRows:
-    """Per-row sums that bracket the closed forms E2, E3, E5 in O(1) per row and N
-    (`reading_kernels.formula_brackets`), for `sum_i ||l_i x_i - mu xbar||` with l_i = a_i + c, c = N / (L - 1):
+    """Per-row sums that bracket the closed forms E2, E3, E5 in O(1) per row and N (`formula_brackets`; on the CPU
+    kernels `reading_kernels.formula_brackets`), for `sum_i ||l_i x_i - mu xbar||` with l_i = a_i + c, c = N / (L - 1):
     SA = sum a_i^2 ||x_i||^2, Syn = sum a_i ||x_i||, San = sum a_i ||x_i||^2, Sn = sum ||x_i||, Sn2 = sum ||x_i||^2,
     and the dot products oo, oX, XX of o = sum a_i x_i and Xs = sum x_i, over the row's visible keys. Each [B, Q]
-    float64."""
+    float64. P [B, Q, K] the weights, Xu [u, K, D] float64 the distinct x (inv [B] head -> x), vis bool [Q, K], and
+    o [B, Q, D], SA, Syn [B, Q] when the caller has them (`RunningTopN`: `of_scan`)."""
 
-    def __init__(self, scan: RunningTopN):
-        vis = scan.vis.double()                                          # [Q, K]
-        xn2, xn = scan.xn2, scan.xn2.sqrt()                              # [u, K]
-        Xs = torch.matmul(vis, scan.Xu)[scan.inv]                        # [B, Q, D]
-        B = scan.P.shape[0]
-        San = torch.empty(B, vis.shape[0], dtype=torch.float64)
+    def __init__(self, P, Xu, inv, vis, o=None, SA=None, Syn=None):
+        visf = vis.double()                                              # [Q, K]
+        xn2 = (Xu * Xu).sum(-1)                                          # [u, K]
+        xn = xn2.sqrt()
+        B, Q = P.shape[0], vis.shape[0]
+        made = o is None
+        if made:
+            o = torch.empty(B, Q, Xu.shape[-1], dtype=torch.float64, device=P.device)
+            SA, Syn = (torch.empty(B, Q, dtype=torch.float64, device=P.device) for _ in range(2))
+        San = torch.empty(B, Q, dtype=torch.float64, device=P.device)
         for b0 in range(0, B, 16):                                       # (a [16, Q, K] float64 at a time)
             bs = slice(b0, min(B, b0 + 16))
-            San[bs] = torch.bmm(scan.P[bs].double() * vis, xn2[scan.inv[bs]].unsqueeze(-1)).squeeze(-1)
-        o = scan.o
-        self.sums = {"SA": scan.SA, "Syn": scan.Syn, "San": San, "Sn": (vis @ xn.T).T[scan.inv],
-                     "Sn2": (vis @ xn2.T).T[scan.inv], "oo": (o * o).sum(-1), "oX": (o * Xs).sum(-1),
-                     "XX": (Xs * Xs).sum(-1)}
-        self.Lt = scan.Lt
-        self._means = scan.means
+            a = P[bs].double() * visf
+            San[bs] = torch.bmm(a, xn2[inv[bs]].unsqueeze(-1)).squeeze(-1)
+            if made:
+                o[bs] = torch.bmm(a, Xu[inv[bs]])
+                yn = a * xn[inv[bs]].unsqueeze(1)
+                SA[bs], Syn[bs] = (yn * yn).sum(-1), yn.sum(-1)
+        Xs = torch.matmul(visf, Xu)[inv]                                 # [B, Q, D]
+        self.sums = {"SA": SA, "Syn": Syn, "San": San, "Sn": (visf @ xn.T).T[inv], "Sn2": (visf @ xn2.T).T[inv],
+                     "oo": (o * o).sum(-1), "oX": (o * Xs).sum(-1), "XX": (Xs * Xs).sum(-1)}
+        self.Lt = visf.sum(-1)
+
+    @classmethod
+    def of_scan(cls, scan: RunningTopN) -> "FormulaRows":
+        """From the CPU scan's tensors (its o, SA, Syn reused)."""
+        return cls(scan.P, scan.Xu, scan.inv, scan.vis, scan.o, scan.SA, scan.Syn)
+
+    @classmethod
+    def of_tensors(cls, probs: torch.Tensor, x: torch.Tensor, vis: torch.Tensor) -> "FormulaRows":
+        """From probs [..., Q, K], x [..., K, D] and vis bool [Q, K] (torch operations, any device)."""
+        _, P, X, xmap = flatten_heads(probs, x)
+        uniq, inv = torch.unique(xmap, return_inverse=True)
+        return cls(P, X[uniq.to(X.device)].double(), inv.to(P.device), vis)
 
     def brackets(self, readings, ns: Sequence[int]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """{reading: (lo, hi) per-head means [B, len(ns)]} for the closed forms among E2, E3, E5 in `readings`: the
         triangle inequality (`||sum w_i|| <= sum ||w_i||`, `|sum l_i ||x_i|| - L mu ||xbar||| <= sum ||w_i|| <=
         sum l_i ||x_i|| + L mu ||xbar||`) and Cauchy-Schwarz (`sum ||w_i|| <= sqrt(L sum ||w_i||^2)`, the sum of
         squares in closed form), with the bracket slack of `critical_n`."""
-        from attnlab.normalization.kernels import readings as kernels
-
         if list(ns) != list(range(ns[0], ns[0] + len(ns))):
             raise ValueError(f"the N of a bracket window must be consecutive, got {list(ns)}")
-        sums = kernels.formula_brackets(self.sums, self.Lt, ns[0], len(ns), readings, BRACKET_SLACK)
-        means = self._means(sums, list(ns))
+        if cpu_kernels(self.sums["SA"]) is not None:
+            from attnlab.normalization.kernels import readings as kernels
+
+            sums = kernels.formula_brackets(self.sums, self.Lt, ns[0], len(ns), readings, BRACKET_SLACK)
+        else:
+            sums = formula_brackets(self.sums, self.Lt, ns, readings, BRACKET_SLACK)
+        count = (self.Lt.cpu().unsqueeze(-1) > torch.tensor(ns, dtype=torch.float64)).sum(0).double()
+        means = (sums / count).numpy()
         return {r: (means[2 * i], means[2 * i + 1]) for i, r in enumerate(("E2", "E3", "E5")) if r in readings}
+
+
+def formula_brackets(sums: dict, Lt: torch.Tensor, ns: Sequence[int], readings, slack: float,
+                     elements: int = 1 << 22) -> torch.Tensor:
+    """`reading_kernels.formula_brackets` as torch operations (GPU, ATTNLAB_KERNELS=0): float64 [6, B, len(ns)], lo
+    and hi of E2, E3, E5 (those in `readings`) summed over the rows with Lt > N, from the per-row sums [B, Q] of
+    `FormulaRows` (the same closed forms; see the kernel), over blocks of heads of at most `elements` [b, Q, N]."""
+    B, Q = sums["SA"].shape
+    dev = sums["SA"].device
+    N = torch.tensor(list(ns), dtype=torch.float64, device=dev)         # [W]
+    L = Lt.to(dev, torch.float64).view(Q, 1)
+    valid = L > N                                                        # [Q, W]
+    c = N / (L - 1).clamp_min(1)
+    scale = (L - N) / L
+    out = torch.zeros(6, B, len(N), dtype=torch.float64)
+    step = max(1, elements // (Q * len(N)))
+    for b0 in range(0, B, step):
+        s = {k: v[b0:b0 + step].unsqueeze(-1) for k, v in sums.items()}   # [b, Q, 1]
+        T1 = s["Syn"] + c * s["Sn"]
+        base = s["SA"] + 2 * c * s["San"] + c * c * s["Sn2"]
+        for r, name in enumerate(("E2", "E3", "E5")):
+            if name not in readings:
+                continue
+            if name == "E2":
+                mu, xx = torch.ones_like(c), s["XX"] / (L * L)
+                cross = (s["oX"] + c * s["XX"]) / L
+                V = s["oo"] - 2 * (1 - c) * s["oX"] + (1 - c) ** 2 * s["XX"]
+            else:
+                mu, xx = (c if name == "E3" else torch.ones_like(c)), s["oo"]
+                cross = s["oo"] + c * s["oX"]
+                k = 1 - L * mu
+                V = k * k * s["oo"] + 2 * k * c * s["oX"] + c * c * s["XX"]
+            Lmx = L * mu * xx.clamp_min(0).sqrt()
+            sq = (base - 2 * mu * cross + L * mu * mu * xx).clamp_min(0)
+            lo = scale * torch.maximum(V.clamp_min(0).sqrt(), (T1 - Lmx).abs())
+            hi = scale * torch.minimum(T1 + Lmx, (L * sq).sqrt())
+            out[2 * r, b0:b0 + step] = torch.where(valid, lo * (1 - slack) - 1e-12, 0.0).sum(1).cpu()
+            out[2 * r + 1, b0:b0 + step] = torch.where(valid, hi * (1 + slack) + 1e-12, 0.0).sum(1).cpu()
+    return out
 
 
 def _rel_se(samples: list[np.ndarray], c: int) -> float:
@@ -110,8 +175,10 @@ def critical_n_readings(probs: torch.Tensor, x: torch.Tensor, visible: Optional[
     """Critical N (Alg. 3) of every reading pair (e, d): {pair: dict as `critical_n.critical_n` returns (n, ns,
     pvalues, ks, exact, p_upper, d_mean, e_mean) plus e_rel_se (E4: median relative standard error of the head
     means at the N computed exactly; NaN elsewhere)}. Every N from 1 up is tested for each pair until its first
-    non-rejection (p > alpha) or n_max (default L - 1). probs [..., Q, K] (heads = leading dims), x [..., K, D],
-    visible [Q, K]; `seed`, `samples`: the random subsets of E4."""
+    non-rejection (p > alpha) or n_max (default L - 1). The last N that has rows is never certified: a pair that
+    finds no critical N ends on an exact p-value and exact means (not an upper bound and bracket midpoints), on both
+    paths. probs [..., Q, K] (heads = leading dims), x [..., K, D], visible [Q, K]; `seed`, `samples`: the random
+    subsets of E4."""
     vis = check_inputs(probs, x, visible)
     pairs = check_pairs(pairs)
     if not 0 < alpha < 1:
@@ -119,6 +186,7 @@ def critical_n_readings(probs: torch.Tensor, x: torch.Tensor, visible: Optional[
     if int(samples) < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     n_max = scan_n_max(probs.shape[-1], n_max)
+    last = min(n_max, int(vis.sum(-1).max()) - 1)                       # the last N with a row (L_t > N)
     lead = probs.shape[:-2]
     orders = ([random_orders(lead, vis, seed, s) for s in range(samples)]
               if any(e == "E4" for e, _ in pairs) else [])
@@ -133,6 +201,7 @@ def critical_n_readings(probs: torch.Tensor, x: torch.Tensor, visible: Optional[
             for p in todo:
                 dq, eq = _quantity(p)
                 cert[p] = certified_rejections(*br[dq], *br[eq], ns, alpha)
+                cert[p].pop(last, None)
         exact: dict = {}                     # quantity -> {N: head values [B]}; "E4_*#s": per sample
         pos = {p: 0 for p in todo}
         nb = 8
@@ -201,7 +270,7 @@ class _KernelScan:
         wanted = {e for e, _ in pairs}
         if set(FORMULA_E[1:]) & wanted:
             if self.formula is None:
-                self.formula = FormulaRows(self.top)
+                self.formula = FormulaRows.of_scan(self.top)
             out.update(self.formula.brackets(wanted, ns))
         if "E4" in wanted:
             rb = [r.brackets(ns) for r in self.rand]
@@ -230,12 +299,32 @@ class _KernelScan:
 
 
 class _TorchScan:
-    """No kernels (GPU, ATTNLAB_KERNELS=0): every N exact with `distance_stats`, no brackets."""
+    """No kernels (GPU, ATTNLAB_KERNELS=0): the brackets of `_KernelScan` from `critical_n._bounds_head_means` (top and
+    random orders) and `formula_brackets`, the exact values from `distance_stats`."""
 
-    brackets_ok = False
+    brackets_ok = True
 
     def __init__(self, probs, x, vis, orders):
         self.probs, self.x, self.vis, self.orders = probs, x, vis, orders
+        self.formula = None
+
+    def brackets(self, ns, pairs) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """As `_KernelScan.brackets`, for the quantities of `pairs` only."""
+        need = {q for p in pairs for q in _quantity(p)}
+        out = {}
+        for d in ("a", "b"):
+            if f"d_{d}" in need:
+                hm = _bounds_head_means(self.probs, self.x, ns, self.vis, d)
+                out[f"d_{d}"], out["E1"] = (hm["d_lo"], hm["d_hi"]), (hm["e_lo"], hm["e_hi"])
+            if f"E4_{d}" in need:
+                rb = [_bounds_head_means(self.probs, self.x, ns, self.vis, d, order=o) for o in self.orders]
+                out[f"E4_{d}"] = (np.mean([b["d_lo"] for b in rb], 0), np.mean([b["d_hi"] for b in rb], 0))
+        closed = need & set(FORMULA_E[1:])
+        if closed:
+            if self.formula is None:
+                self.formula = FormulaRows.of_tensors(self.probs, self.x, self.vis)
+            out.update(self.formula.brackets(closed, ns))
+        return out
 
     def exact(self, want: dict) -> dict[str, dict]:
         """As `_KernelScan.exact`, from `distance_stats` (the top N, and each random order for E4)."""

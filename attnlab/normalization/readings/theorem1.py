@@ -11,8 +11,10 @@ Rows (`kind`):
   (`sum_y`, the limit of Corollary 2(i)) and of max_i ||x_i|| (`x_max`). N = 5 at every L of the curve grid
   (Fig. 2a), and N = L/2, L - 1 at the largest L (Corollary 2(ii)).
 - "critical": per (vectors, L, e, d): the critical N of the KS scan (Alg. 3: every N from 1, alpha = 0.01,
-  `six_percent.critical_n_readings`), its fraction of L, the p-value and the sample means there, how many
-  N were computed exactly, and E4's relative standard error at that N.
+  `six_percent.critical_n_readings`), its fraction of L, the p-value and the sample means there (where none is
+  found: at the last N scanned, L - 1; computed exactly in both cases), how many N were scanned and how many computed
+  exactly (the others: rejections certified by brackets), and E4's relative standard error at that N. Every column
+  is the same on the CPU kernels and on the torch path (GPU, ATTNLAB_KERNELS=0): tests/test_paths_agree.py.
 """
 from __future__ import annotations
 
