@@ -7,8 +7,9 @@ never edited. A comment, docstring or refactor that moves no number passes, and 
 Tolerance: `core.result.differences`, rtol 1e-5, atol 1e-7 (float32 work). Measured on the 2-core CPU
 (2026-11-27): 1 thread (OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1) against the goldens written with 2 moves nothing
 but tsc_real, by 7e-15 relative; ATTNLAB_KERNELS=0 (torch instead of numba) moves numbers by up to 4e-8 relative,
-except thm1_readings (up to 9e-2: another key, since the switch is in it). Columns that are timings are left out
-(`core.result.TIMINGS`)."""
+except thm1_readings' curves (float32 products on the torch path: 1.4e-7, and E4_b_se 1.3e-4, a standard error from
+the difference of two samples' head means; thm1_readings v2, 2026-11-27; its critical rows agree to 5e-8, v1's by
+up to 9e-2). Columns that are timings are left out (`core.result.TIMINGS`)."""
 from __future__ import annotations
 
 import ast
