@@ -110,7 +110,8 @@ def test_torch_brackets_equal_the_kernels(vis):
 
 def test_a_torch_path_at_other_n_fails(trace, monkeypatch):
     """The checks above have teeth: exact values computed one N off on the torch path (each scan's exact call,
-    `distance_means` / `distance_stats`, asked for N + 1, or N - 1) change the p-values or means at the N both paths compute exactly."""
+    `distance_means` / `distance_stats`, asked for N + 1, or N - 1) change the p-values or means at the N both paths
+    compute exactly."""
     x = R.vectors(trace, "v")
     PAIRS_OFF = [("E1", "b"), ("E1", "a"), ("E4", "b")]            # pairs with an exact N below the last
     k = critical_n.critical_n(trace.probs, x, trace.visible())
