@@ -153,7 +153,7 @@ def test_critical_n_windows_equal_the_batches(tiny, caps, monkeypatch):
         got = {}
         for tiles in (False, True):
             monkeypatch.setattr(engine, "TILES_ON_CPU", tiles)
-            got[tiles] = (critical_n._bounds_head_means(tr.probs, tr.v, list(range(9, 128)), vis, "b"),
+            got[tiles] = (critical_n.bounds_head_means(tr.probs, tr.v, list(range(9, 128)), vis, "b"),
                           critical_n.critical_n(tr.probs, tr.v, vis))
         (hm0, r0), (hm1, r1) = got[False], got[True]
         for k in hm0:

@@ -80,14 +80,14 @@ def test_sorted_keys_equal_sort_keys(dtype):
 
 @pytest.mark.parametrize("vis", ["causal", "bidirectional", "irregular"])
 def test_running_sums_equal_brackets_and_distance_stats(vis):
-    """The kernels' per-head means: brackets == `_bounds_head_means`, exact == `distance_stats` (float64)."""
+    """The kernels' per-head means: brackets == `bounds_head_means`, exact == `distance_stats` (float64)."""
     probs, x, visible = _inputs(seed=4, heads=8, L=24, vis=vis, shared=vis == "irregular")
     v = engine.check_inputs(probs, x, visible)
     for reading in ("a", "b"):
         scan = critical_n.RunningTopN(probs, x, v, 23)
         for ns in ([1, 2, 3], list(range(4, 21)), [21, 22, 23]):
             got = critical_n.brackets_for(scan.brackets(ns), reading)
-            want = critical_n._bounds_head_means(probs, x, ns, v, reading)
+            want = critical_n.bounds_head_means(probs, x, ns, v, reading)
             for k in want:
                 np.testing.assert_allclose(got[k], want[k], rtol=1e-9, atol=1e-12, err_msg=k)
         for ns in ([1], [2, 5, 6, 20], list(range(3, 23))):

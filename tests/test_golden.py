@@ -158,6 +158,7 @@ def _probe(name: str) -> Result:
         "reading_windows": lambda: _windows_probe("reading_windows"),
         "fig4_without_repeats": lambda: _windows_probe("fig4_without_repeats"),
         "head_separability": lambda: _head_separability(),
+        "fig2c_ratio": lambda: _fig2c_ratio(),
     }
     if name in probes:
         return probes[name]()
@@ -172,6 +173,13 @@ def _head_separability() -> Result:
     return separability_by_concentration(_paper1()["fig1"], _paper1()["fig3"])
 
 
+def _fig2c_ratio() -> Result:
+    from attnlab.normalization.experiments import fig2c_ratio
+
+    ids = figures.Inputs("tiny-gpt2", "cpu", max_length=64).ids()
+    return fig2c_ratio(_tiny(), ids, quick=True, fracs=(0.06,), points=6, progress=False)
+
+
 @lru_cache(maxsize=1)
 def _minilm():
     from attnlab.core.models import load_model
@@ -182,7 +190,7 @@ def _minilm():
 PROBED = sorted(set(figures.FIGURES) | {"tsc_sample_reference_effect", "tsc_authors_sphere_reference",
                                         "compare_normalizers", "compare_normalizers_each", "bench_normalizers",
                                         "diagnose", "perplexity", "pooled_ks", "reading_windows",
-                                        "fig4_without_repeats", "head_separability"})
+                                        "fig4_without_repeats", "head_separability", "fig2c_ratio"})
 
 
 def golden_path(name: str, version: int) -> Path:

@@ -84,7 +84,7 @@ def test_reading_scan_and_published_rows_agree(trace, monkeypatch):
 @pytest.mark.parametrize("vis", ["causal", "bidirectional", "irregular"])
 def test_torch_brackets_equal_the_kernels(vis):
     """The torch brackets of the readings scan equal the kernels': E2, E3, E5 (`formula_brackets`) and d~ over random
-    orders (E4: `_bounds_head_means(order=...)` == `RunningTopN.reordered(order).brackets`)."""
+    orders (E4: `bounds_head_means(order=...)` == `RunningTopN.reordered(order).brackets`)."""
     probs, x, visible = _inputs(seed=8, heads=8, L=20, D=5, sharp=1.5, vis=vis, shared=vis == "irregular")
     v = engine.check_inputs(probs, x, visible)
     scan = critical_n.RunningTopN(probs, x, v, 19)
@@ -103,7 +103,7 @@ def test_torch_brackets_equal_the_kernels(vis):
     for ns in ([1, 2, 3], list(range(4, 20))):
         got = rand.brackets(ns)
         for reading in ("a", "b"):
-            br = critical_n._bounds_head_means(probs, x, ns, v, reading, order=order)
+            br = critical_n.bounds_head_means(probs, x, ns, v, reading, order=order)
             for key, val in critical_n.brackets_for(got, reading).items():
                 np.testing.assert_allclose(br[key], val, rtol=1e-9, atol=1e-12, err_msg=f"{reading} {key}")
 

@@ -43,7 +43,14 @@ def test_frames_title_the_critical_n():
     fig = views.level_figure(scan, 64, -2.0)
     assert fig.axes[0].get_title() == "L = 64, α = 0.01"
     assert any("N* = 8 (12.5% of L)" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
-    assert len(views.ratio_figure(scan).axes[0].get_lines()) == 2 + 2        # two lengths, two reference lines
+
+
+
+def test_ratio_figure_and_ratio_at_read_the_exact_curve():
+    rows = [{"window": 0, "L": L, "N": n, "ratio": 10 / n} for L in (64, 128) for n in (1, 3, 4, 8, 40)]
+    ratio = Result("fig2c_ratio", rows)
+    assert len(views.ratio_figure(ratio).axes[0].get_lines()) == 2 + 2      # two lengths, two reference lines
+    assert [(L, r["N"]) for L, r in views.ratio_at(ratio, 0.06)] == [(64, 4), (128, 8)]   # first N >= 0.06 L
 
 
 def test_ecdf_frame_runs_the_ks_test():

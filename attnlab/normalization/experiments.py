@@ -464,6 +464,50 @@ def fig2c(model, ids, *, quick: bool = False, progress: bool = True, captures=No
                                              "n_max": p["n_max"] or "L-1"}, rows, t0)
 
 
+RATIO_POINTS = 24      # N per length of the exact d~ / E curve (`fig2c_ratio`)
+
+
+def ratio_ns(L: int, fracs: Sequence[float] = (), points: int = RATIO_POINTS) -> list[int]:
+    """The N of the exact d~ / E curve at length L: `points` N spread evenly over 1..L-1, plus ceil(f L) for each f
+    of `fracs` (the first N >= f L: the paper's 6%)."""
+    grid = {round(1 + (L - 2) * i / (points - 1)) for i in range(points)} | {math.ceil(f * L) for f in fracs}
+    return sorted(int(n) for n in grid if 1 <= n < L)
+
+
+def ratio_rows(trace, p: dict, L: int, ns: Sequence[int], window: int = 0) -> list[dict]:
+    """Exact means over heads of the per-head token means of d~ (the KS test's reading) and E at each N of `ns`
+    below L: one row per N (d_mean, e_mean, ratio, n_heads). Fig. 2c's scan records these only where it computed N
+    exactly; where its brackets certified a rejection its d_mean / e_mean are the brackets' midpoints."""
+    ns = ns_below(ns, L)
+    key = f"dtilde_{p['reading']}"
+    means = distance.distance_means(trace.probs, _x(trace, p), ns, _visible(trace, p), stats=(key, "E"),
+                                    chunk=p["chunk"])
+    d, e = (means[k].reshape(-1, len(ns)).numpy() for k in (key, "E"))      # [heads, N]
+    rows = []
+    for c, N in enumerate(ns):
+        dm, em = float(np.nanmean(d[:, c])), float(np.nanmean(e[:, c]))
+        rows.append({"window": window, "L": L, "N": int(N), "d_mean": dm, "e_mean": em, "ratio": dm / em,
+                     "n_heads": int(d.shape[0])})
+    return rows
+
+
+@with_threads
+def fig2c_ratio(model, ids, *, quick: bool = False, progress: bool = True, captures=None, fracs: Sequence[float] = (),
+                points: int = RATIO_POINTS, **protocol) -> Result:
+    """d~ / E of the head means against N at each length of Fig. 2c's grid, exact at every N (`ratio_rows`, at
+    `ratio_ns(L, fracs, points)`): the curve Fig. 2c's KS scan moves along."""
+    t0 = time.perf_counter()
+    p = resolve_protocol(quick, protocol)
+    caps = _captures(model, ids, "fig2c", p, captures)
+    grid = length_grid(model, len(caps[0].ids), quick, p["lengths"])
+    rows = []
+    for w, cap in enumerate(caps):
+        for L in progress_bar(grid, progress, f"d~/E w{w}"):
+            rows += ratio_rows(cap.get(L), p, L, ratio_ns(L, fracs, points), w)
+    grids = {"lengths": grid, "points": points, "fracs": [float(f) for f in fracs]}
+    return _finish("fig2c_ratio", model, caps, p, grids, rows, t0)
+
+
 # ------------------------------------------------------------------------------------------ figure 3
 
 SEP_STATS = separability.SEPARABILITY_STATS

@@ -11,6 +11,7 @@ import numpy as np
 from matplotlib.ticker import NullFormatter
 
 from attnlab import book
+from attnlab.core.result import Result
 from attnlab.normalization import readings
 from attnlab.normalization.claim_kinds import threshold
 from attnlab.normalization.metrics import critical_n
@@ -113,11 +114,39 @@ def ecdf_frame(rb, N: int):
     return fig
 
 
-def ratio_figure(scan: dict):
-    """Figure: d~ / E (head means) against N / L at every length."""
+def ratio_curve() -> Result:
+    """`experiments.fig2c_ratio` on the book's default model and window, cached (`book.cached_result`, keyed like
+    Fig. 2c's Result: model, text, window, the length grid): d~ / E of the head means, exact at 24 N per length and
+    at the first N >= CRITICAL_FRAC L. Fig. 2c's stored scan is not used for this: where its brackets certified a
+    rejection it records their midpoints, not the means. About a minute at L <= 1024 on SmolLM2."""
+    from attnlab.normalization import experiments
+
+    inp = book.inputs()
+    fracs = (threshold("CRITICAL_FRAC"),)
+    key = {"device": inp.device, "max_length": inp.window_length, "text_name": inp.text_name, "text_start": inp.start,
+           "points": experiments.RATIO_POINTS, "fracs": list(fracs)}
+    return book.cached_result("fig2c_ratio", key,
+                              lambda: experiments.fig2c_ratio(inp.model, inp.ids(), fracs=fracs, progress=False),
+                              version=1, model=inp.model, text_sha256=inp.corpus.sha256)
+
+
+def ratio_at(ratio, frac: float) -> list[tuple[int, dict]]:
+    """(L, row) of a `ratio_curve` Result at the first N >= frac L of each length (window 0)."""
+    out = []
+    for L in sorted(ratio.unique("L")):
+        row = next((r for r in sorted(ratio.select(L=L, window=0), key=lambda r: r["N"]) if r["N"] >= frac * L), None)
+        if row is not None:
+            out.append((L, row))
+    return out
+
+
+def ratio_figure(ratio):
+    """Figure: d~ / E (exact head means, a `ratio_curve` Result) against N / L at every length."""
     fig, ax = plt.subplots(figsize=(5.2, 2.5), layout="constrained")
-    for L, col in zip(scan, _shades(len(scan))):
-        ax.plot([r["N"] / L for r in scan[L]], [r["d_mean"] / r["e_mean"] for r in scan[L]], color=col, lw=1.2,
+    Ls = sorted(ratio.unique("L"))
+    for L, col in zip(Ls, _shades(len(Ls))):
+        rows = sorted(ratio.select(L=L, window=0), key=lambda r: r["N"])
+        ax.plot([r["N"] / L for r in rows], [r["ratio"] for r in rows], color=col, lw=1.2, marker=".", ms=3,
                 label=f"L = {L}")
     ax.axhline(1, color="k", lw=0.8)
     ax.axvline(threshold("CRITICAL_FRAC"), color="k", ls=":", lw=1)

@@ -205,7 +205,7 @@ def distance_bounds(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], vis
     return {k: t.reshape(*lead, Q, len(ns)) for k, t in out.items()}
 
 
-def _bounds_head_means(probs, x, ns, vis, reading, chunk=4 * DEFAULT_CHUNK, order=None) -> dict[str, np.ndarray]:
+def bounds_head_means(probs, x, ns, vis, reading, chunk=4 * DEFAULT_CHUNK, order=None) -> dict[str, np.ndarray]:
     """Per-head means over valid rows of the brackets: dict -> [heads, len(ns)] (NaN: no valid row); `order` as in
     `_bounds_blocks` (default: each row's top N by weight)."""
     lead = probs.shape[:-2]
@@ -489,7 +489,7 @@ def _torch_means(probs, x, vis, n_max: int, reading: str, chunk: int, dtype: tor
     most = n_max if batched(probs) else 8
 
     def bracket_means(ns):
-        return _bounds_head_means(probs, x, ns, vis, reading)
+        return bounds_head_means(probs, x, ns, vis, reading)
 
     def exact_means(ns):
         st = distance_means(probs, x, ns, vis, stats=(key, "E"), chunk=chunk, dtype=dtype)

@@ -8,7 +8,7 @@ N-subsets of `readings.random_orders` (`samples` per row). On CPU with the kerne
 sums (`critical_n.RunningTopN`, one per order: the top order and each random order): brackets in O(D) per row and N
 (O(1) for the closed forms, from per-row sums, `formula_brackets`) certify most rejections, and the exact values,
 O(K) per row and N, are computed only where a pair needs them. Elsewhere (GPU, ATTNLAB_KERNELS=0) the same brackets
-come from torch operations (`critical_n._bounds_head_means`, `formula_brackets`) and the exact values from
+come from torch operations (`critical_n.bounds_head_means`, `formula_brackets`) and the exact values from
 `distance_stats`: both paths certify the same N and record the same rows (tests/test_paths_agree.py).
 `oracle.critical_n_readings` is the per-row reference; the tests check all three against each other.
 """
@@ -22,7 +22,7 @@ import torch
 from attnlab.normalization.metrics.critical_n import (
     BRACKET_SLACK,
     RunningTopN,
-    _bounds_head_means,
+    bounds_head_means,
     certified_rejections,
     ks_first_indistinguishable,
     new_scan_result,
@@ -299,7 +299,7 @@ class _KernelScan:
 
 
 class _TorchScan:
-    """No kernels (GPU, ATTNLAB_KERNELS=0): the brackets of `_KernelScan` from `critical_n._bounds_head_means` (top and
+    """No kernels (GPU, ATTNLAB_KERNELS=0): the brackets of `_KernelScan` from `critical_n.bounds_head_means` (top and
     random orders) and `formula_brackets`, the exact values from `distance_stats`."""
 
     brackets_ok = True
@@ -314,10 +314,10 @@ class _TorchScan:
         out = {}
         for d in ("a", "b"):
             if f"d_{d}" in need:
-                hm = _bounds_head_means(self.probs, self.x, ns, self.vis, d)
+                hm = bounds_head_means(self.probs, self.x, ns, self.vis, d)
                 out[f"d_{d}"], out["E1"] = (hm["d_lo"], hm["d_hi"]), (hm["e_lo"], hm["e_hi"])
             if f"E4_{d}" in need:
-                rb = [_bounds_head_means(self.probs, self.x, ns, self.vis, d, order=o) for o in self.orders]
+                rb = [bounds_head_means(self.probs, self.x, ns, self.vis, d, order=o) for o in self.orders]
                 out[f"E4_{d}"] = (np.mean([b["d_lo"] for b in rb], 0), np.mean([b["d_hi"] for b in rb], 0))
         closed = need & set(FORMULA_E[1:])
         if closed:
