@@ -143,6 +143,12 @@ class Inputs:
         positions (loads the model)."""
         return min(self.model.max_positions, self.max_length or 1024)
 
+    def window_key(self) -> dict:
+        """The window a chapter's own Result is computed on, as its cache key names it (`book.cached_result`): device,
+        the text, its first character and the window's length (`window_length`; loads the model)."""
+        return {"device": self.device, "max_length": self.window_length, "text_name": self.text_name,
+                "text_start": self.start}
+
     def ids(self, length: Optional[int] = None):
         """Token ids of the largest window the figures use (`window_length`), or of the first `length` tokens."""
         L = length or self.window_length

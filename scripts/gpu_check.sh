@@ -12,11 +12,12 @@ OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 STAGE_LIMIT=${STAGE_LIMIT:-200}                         # seconds per stage (a 600 s call holds the five below)
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 MPLBACKEND=Agg HF_HUB_OFFLINE=1
-export ATTNLAB_DATA_DIR=${ATTNLAB_DATA_DIR:-$PWD/.gpu/data} ATTNLAB_CACHE_DIR=/tmp/attnlab-cache
+WORK=$(mktemp -d)                                       # the run's own results cache, wheels and figure folders
+export ATTNLAB_DATA_DIR=${ATTNLAB_DATA_DIR:-$PWD/.gpu/data} ATTNLAB_CACHE_DIR=$WORK/cache
 PY=${PY:-python3}
 if ls .gpu/whl/*.whl >/dev/null 2>&1; then              # entmax, pooch, platformdirs: not in the 'cuda' image
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .gpu/whl/*.whl \
-    && export PYTHONPATH=$PYTHONPATH:/tmp/site
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$WORK/site" .gpu/whl/*.whl \
+    && export PYTHONPATH=$PYTHONPATH:$WORK/site
 fi
 Q=${QUICK:+--quick}
 CLI=("$PY" -m attnlab)                                  # the `attnlab` command
@@ -41,7 +42,7 @@ stage sync_debug env ATTNLAB_SYNC_DEBUG=1 "${CLI[@]}" bench figures --model gpt2
 stage bench_cuda "${CLI[@]}" bench figures --model gpt2-random --device cuda --no-oracle $Q
 stage bench_cpu "${CLI[@]}" bench figures --model gpt2-random --device cpu --no-oracle $Q
 # 4-5. the six figures end to end (three windows), CUDA then CPU, and their CSVs compared
-stage figures_cuda "${CLI[@]}" figures fig1 fig2a fig2b fig2c fig3 fig4 --model gpt2-random --device cuda --out /tmp/f-cuda $Q
-stage figures_cpu "${CLI[@]}" figures fig1 fig2a fig2b fig2c fig3 fig4 --model gpt2-random --device cpu --out /tmp/f-cpu $Q
-$PY scripts/compare_csv.py /tmp/f-cuda /tmp/f-cpu | tee "$OUT/compare.txt"
+stage figures_cuda "${CLI[@]}" figures fig1 fig2a fig2b fig2c fig3 fig4 --model gpt2-random --device cuda --out "$WORK/cuda" $Q
+stage figures_cpu "${CLI[@]}" figures fig1 fig2a fig2b fig2c fig3 fig4 --model gpt2-random --device cpu --out "$WORK/cpu" $Q
+$PY scripts/compare_csv.py "$WORK/cuda" "$WORK/cpu" | tee "$OUT/compare.txt"
 grep -h "^total\|^figure=" "$OUT"/bench_*.log | sed 's/  */ /g' > "$OUT/bench.txt"

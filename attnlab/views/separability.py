@@ -212,7 +212,7 @@ def head_separability(model_name: Optional[str] = None) -> Result:
         inp = book.inputs(model_name)
     res = book.figure_results([i for i in figure_ids("normalization") if i not in READING_FIGURES], inp)
     key = {"fig1_version": FIGURES["fig1"].version, "fig3_version": FIGURES["fig3"].version,   # the Results' key
-           "device": inp.device, "max_length": inp.window_length, "text_name": inp.text_name, "text_start": inp.start}
+           **inp.window_key()}
     return book.cached_result("head_separability", key,
                               lambda: experiments.separability_by_concentration(res["fig1"], res["fig3"]),
                               version=1, model=inp.model, text_sha256=inp.corpus.sha256)

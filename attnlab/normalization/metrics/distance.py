@@ -140,17 +140,21 @@ def _d1(rows: RowBlock, N: int, tables: dict, ok: torch.Tensor, chunk: int) -> t
         step = max(1, chunk // max(1, N * K))
         for c0 in range(0, len(bb), step):
             cs = slice(c0, c0 + step)
-            if "small" in tables:                                        # rows of the H table
-                H, xn2, _, _ = tables["small"]
-                uj = (rows.inv[bb[cs]].unsqueeze(-1), jj[cs])            # [r, N] each
-                d2 = H[uj][..., :K] + xn2[uj].unsqueeze(-1)
-            else:
-                xj = rows.X[bb[cs].unsqueeze(-1), jj[cs]]                # [r, N, D]
-                d2 = torch.einsum("rnd,rkd->rnk", xj, rows.X[bb[cs]]).mul_(-2)
-                d2 += rows.xn2[bb[cs].unsqueeze(-1), jj[cs]].unsqueeze(-1) + rows.xn2[bb[cs]].unsqueeze(1)
-            d2 = torch.where(allowed[cs], d2.view(-1, N, K), float("-inf"))
+            d2 = torch.where(allowed[cs], _exact_d2(rows, tables, bb[cs], jj[cs], K).view(-1, N, K), float("-inf"))
             d1[bb[cs], tt[cs]] = d2.flatten(1).amax(-1).clamp_min(0).sqrt()
     return d1
+
+
+def _exact_d2(rows: RowBlock, tables: dict, bb: torch.Tensor, jj: torch.Tensor, K: int) -> torch.Tensor:
+    """Squared distances [r, n, K] from each selected key jj [r, n] of head bb [r] of the block to its first K keys:
+    rows of the "small" tables' H where there are any, else from the block's x (d1's exact fallback)."""
+    if "small" in tables:                                                # rows of the H table
+        H, xn2, _, _ = tables["small"]
+        uj = (rows.inv[bb].unsqueeze(-1), jj)                            # [r, n] each
+        return H[uj][..., :K] + xn2[uj].unsqueeze(-1)
+    xj = rows.X[bb.unsqueeze(-1), jj]                                    # [r, n, D]
+    d2 = torch.einsum("rnd,rkd->rnk", xj, rows.X[bb]).mul_(-2)
+    return d2.add_(rows.xn2[bb.unsqueeze(-1), jj].unsqueeze(-1) + rows.xn2[bb].unsqueeze(1))
 
 
 def _check_order(order: Optional[torch.Tensor], probs: torch.Tensor, ns: list[int], stats: list[str], B: int,
@@ -514,14 +518,7 @@ def _tile_d1_exact(rows: RowBlock, ns: list[int], tables: dict, rank: torch.Tens
     step = max(1, budget // (n * K))
     for c0 in range(0, len(bb), step):
         cs = slice(c0, c0 + step)
-        if "small" in tables:                                            # rows of the H table
-            H, xn2, _, _ = tables["small"]
-            uj = (rows.inv[bb[cs]].unsqueeze(-1), jj[cs])                # [r, n] each
-            d2 = H[uj][..., :K] + xn2[uj].unsqueeze(-1)
-        else:
-            xj = rows.X[bb[cs].unsqueeze(-1), jj[cs]]                    # [r, n, D]
-            d2 = torch.einsum("rnd,rkd->rnk", xj, rows.X[bb[cs]]).mul_(-2)
-            d2 += rows.xn2[bb[cs].unsqueeze(-1), jj[cs]].unsqueeze(-1) + rows.xn2[bb[cs]].unsqueeze(1)
+        d2 = _exact_d2(rows, tables, bb[cs], jj[cs], K)
         d2 = torch.where(jsel[cs].unsqueeze(-1) & allowed[cs].unsqueeze(1), d2, float("-inf"))
         d1[bb[cs], tt[cs], cc[cs]] = d2.flatten(1).amax(-1).clamp_min(0).sqrt()
 
