@@ -15,7 +15,7 @@ DEVICE ?= cpu
 export ATTNLAB_MODEL  ?= $(MODEL)
 export ATTNLAB_DEVICE ?= $(DEVICE)
 
-.PHONY: gpu-pack install test unit lint colab book figures check verify-results info clean npm vendor book-html nbval notebooks \
+.PHONY: test-cold gpu-pack install test unit lint colab book figures check verify-results info clean npm vendor book-html nbval notebooks \
         browser chromium lint-workflows refresh-outputs
 
 $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml
@@ -49,6 +49,18 @@ test: unit
 	$(PY) scripts/check_outputs.py _build
 	$(MAKE) --no-print-directory browser
 	$(MAKE) --no-print-directory colab
+
+# A fresh machine's `make test` (issue 46): every attnlab cache empty (Results, the chapters' executions, the
+# de-quantized models, numba's compiled kernels: ATTNLAB_CACHE_DIR in a temporary folder, removed afterwards;
+# ATTNLAB_RESULTS_DIR unset so the Results go there too), the venv and the offline wheels still installed. It prints
+# its time; warm caches once hid a runtime printed in a chapter that no fresh clone could match. Run weekly by
+# .github/workflows/cold.yml.
+test-cold: install
+	@cold=$$(mktemp -d -t attnlab-cold.XXXXXX); start=$$(date +%s); \
+	env -u ATTNLAB_RESULTS_DIR ATTNLAB_CACHE_DIR="$$cold" $(MAKE) --no-print-directory test; rc=$$?; \
+	rm -rf "$$cold"; \
+	echo "make test-cold: rc $$rc in $$(( ($$(date +%s) - start) / 60 )) min $$(( ($$(date +%s) - start) % 60 )) s" \
+	     "with empty caches ($$(nproc) cores)"; exit $$rc
 
 figures: install
 	$(VENV)/bin/attnlab figures --model $(MODEL) --device $(DEVICE) --out figures

@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 from attnlab.core import util
 from attnlab.core.cache import cached, model_key
 from attnlab.core.result import Result
-from attnlab.core.style import use_figure_style
+from attnlab.core.style import seconds, use_figure_style, volatile  # noqa: F401 (chapters: book.volatile)
 from attnlab.figures import Inputs, cached_figures
 from attnlab.normalization.claim_kinds import chapter_labels
 from attnlab.sample_complexity.claims import chapter_labels as tsc_labels

@@ -561,7 +561,8 @@ class StaticFigure:
 
     def _repr_mimebundle_(self, **kwargs):
         return {"image/png": base64.b64encode(self.data).decode("ascii"),
-                "text/html": _figure_html(_img_tag(self.data, self.alt), self.caption)}
+                "text/html": _figure_html(_img_tag(self.data, self.alt), self.caption),
+                "text/plain": f"[figure: {self.alt}]"}      # not the default repr: no memory address
 
 
 def static_figure(fig: Any, dpi: int = FRAME_DPI, alt: str = "", caption: str = "") -> StaticFigure:

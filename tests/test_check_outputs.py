@@ -1,12 +1,14 @@
 """scripts/check_outputs.py: the checked cells of a chapter against the build's executed copy."""
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("check_outputs", ROOT / "scripts" / "check_outputs.py")
 check_outputs = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(check_outputs)
+VOLATILE_ATTR = check_outputs.VOLATILE_ATTR
 
 
 def _nb(path: Path, outputs: list, tags=(), first="# NBVAL_CHECK_OUTPUT\nprint(1)") -> Path:
@@ -78,33 +80,40 @@ def test_every_cell_is_compared_when_both_ran_one_model_and_only_checked_cells_o
     assert len(problems) == 1 and "cell 2 (a)" in problems[0]
 
 
-def test_timings_addresses_and_images_are_masked_and_nothing_else(tmp_path):
-    def outputs(ms, secs, addr, png, bench, pick):
+def test_marked_values_and_images_are_masked_and_nothing_else(tmp_path):
+    from attnlab.core.style import seconds, volatile
+
+    def outputs(ms, secs, png, bench, pick):
         return [{"output_type": "stream", "name": "stderr",
                  "text": f"one update of the live slider (read + draw): median {ms} ms of 5\n"},
-                {"output_type": "stream", "name": "stdout", "text": f"164 claim rows; computed in {secs} s\n"},
                 {"output_type": "display_data", "metadata": {},
-                 "data": {"text/plain": f"<attnlab.widgets.StaticFigure at {addr}>",
+                 "data": {"text/html": f"<p>164 claim rows; computed in {seconds(secs)}.</p>"}},
+                {"output_type": "display_data", "metadata": {},
+                 "data": {"text/plain": "[figure: E1 = 0.25]",
                           "text/html": f'<img src="data:image/png;base64,{png}" alt="E1 = 0.25">'}},
                 {"output_type": "display_data", "metadata": {},
-                 "data": {"text/html": f'<td data-label="ms" style="x">{bench}</td><td data-label="× softmax">'
-                                       f'{bench}</td><td data-label="median support">3</td>'}},
-                {"output_type": "stream", "name": "stdout",
-                 "text": f"model  L= 512 alpha=2: fastest exact method {pick} (2.0x faster than the full sort)\n"}]
+                 "data": {"text/html": f'<td data-label="ms" style="x">{volatile(bench)}</td><td data-label="× '
+                                       f'softmax">{volatile(bench)}</td><td data-label="median support">3</td>'}},
+                {"output_type": "display_data", "metadata": {},
+                 "data": {"text/html": f"<li>model, L = 512: fastest exact method {volatile(pick)}</li>"}}]
 
     # checked, so that the cell is compared under either rule
-    ref = _chapter(tmp_path / "ref.ipynb", outputs(197, 3.2, "0x7fc013c41510", "iVBOR+/=", "45.5", "topk16"),
+    ref = _chapter(tmp_path / "ref.ipynb", outputs(197, 3.2, "iVBOR+/=", "45.5", "topk16 (2.0x faster)"),
                    tags_b=["nbval-check-output"])
-    new = _chapter(tmp_path / "new.ipynb", outputs(88, 12, "0x7f0000000001", "AAAA", "1.0", "bisect"),
+    new = _chapter(tmp_path / "new.ipynb", outputs(88, 12, "AAAA", "1.0", "bisect (1.1x faster)"),
                    tags_b=["nbval-check-output"])
     assert check_outputs.compare(ref, new) == []
-    # a number beside them is still compared: the alt text, the median support, a claim row count
+    # a number beside them is still compared: the alt text, the median support, a claim row count; and a duration
+    # printed without the mark is compared like any number (a fresh machine's run would fail on it)
     for before, after in (("E1 = 0.25", "E1 = 0.26"), (">3</td>", ">4</td>"),
                           ("164 claim rows", "163 claim rows")):
         text = new.read_text()
         changed = tmp_path / "changed.ipynb"
         changed.write_text(text.replace(before, after))
         assert text != changed.read_text() and len(check_outputs.compare(ref, changed)) == 1, before
+    unmarked = [_chapter(tmp_path / f"u{s}.ipynb", _html(f"<p>took {s} s</p>"), tags_b=["nbval-check-output"])
+                for s in (23, 40)]
+    assert len(check_outputs.compare(*unmarked)) == 1
 
 
 def test_a_stale_build_is_reported_not_compared(tmp_path):
@@ -162,3 +171,88 @@ def test_stderr_is_not_compared_and_not_kept_by_a_refresh(tmp_path):
     check_outputs.refresh(ref, new)
     stored = json.loads(ref.read_text())["cells"][0]["outputs"]
     assert stored == [out]
+
+
+# ------------------------------------------------------------- run-to-run values: marked where made, masked by mark
+DURATION = re.compile(r"(?<![\w.$])(\d+(?:\.\d+)?)(\s(?:s|ms|min))(?!\w|\.\w)")   # "40 s", "0.5 ms", "3 min"
+IMAGE = re.compile(r"(base64,[A-Za-z0-9+/=]+)")
+MARKED = re.compile(rf"(<span\b[^>]*\b{VOLATILE_ATTR}\b[^>]*>)([^<]*)(</span>)")
+
+
+def _texts(nb: dict):
+    """(output, key) of every text an output holds: stream text and each text/* mime type."""
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            if "text" in out:
+                yield out, None
+            for k in out.get("data", {}):
+                if k.startswith("text/"):
+                    yield out, k
+
+
+def _rewrite(nb: dict, change) -> int:
+    """Apply `change` (text -> text) to every text output outside embedded images; returns the outputs changed."""
+    n = 0
+    for out, k in _texts(nb):
+        old = check_outputs._text(out["text"] if k is None else out["data"][k])
+        parts = IMAGE.split(old)
+        parts[::2] = [change(p) for p in parts[::2]]
+        new = "".join(parts)
+        n += new != old
+        if k is None:
+            out["text"] = new
+        else:
+            out["data"][k] = new
+    return n
+
+
+def _build_copy(tmp_path: Path, change) -> tuple[Path, int]:
+    """A build folder whose executed chapters are the committed ones (the outputs of a real build, refreshed from it)
+    with `change` applied to their text outputs."""
+    book = tmp_path / "jupyter_execute" / "book"
+    book.mkdir(parents=True)
+    changed = 0
+    for nb_path in sorted((ROOT / "book").glob("*.ipynb")):
+        nb = json.loads(nb_path.read_text(encoding="utf-8"))
+        changed += _rewrite(nb, change)
+        (book / nb_path.name).write_text(json.dumps(nb), encoding="utf-8")
+    return tmp_path, changed
+
+
+def _slower(text: str) -> str:
+    """Every printed duration and every marked value changed, as on a fresh machine (another speed, another pick)."""
+    text = DURATION.sub(lambda m: f"{float(m.group(1)) * 1.7 + 3:.1f}{m.group(2)}", text)
+    return MARKED.sub(lambda m: m.group(1) + "other " + m.group(2)[::-1] + m.group(3), text)
+
+
+def _compare_all(build: Path) -> list[str]:
+    return [p for nb in sorted((ROOT / "book").glob("*.ipynb"))
+            for p in check_outputs.compare(nb, build / "jupyter_execute" / "book" / nb.name)]
+
+
+def test_a_real_build_whose_durations_all_differ_passes_and_one_changed_claim_number_fails(tmp_path):
+    build, changed = _build_copy(tmp_path / "slow", _slower)
+    assert changed >= 5, "the committed chapters print durations and marked values: the test must change some"
+    assert _compare_all(build) == []
+
+    def one_claim_number(text: str, done=[]) -> str:          # the first claim table's first measured number, +1
+        m = re.search(r'(<td data-label="measured"[^>]*>[^<]*?)(\d)', text)
+        if done or not m:
+            return text
+        done.append(1)
+        return text[:m.start(2)] + str((int(m.group(2)) + 1) % 10) + text[m.end(2):]
+
+    build, changed = _build_copy(tmp_path / "claim", lambda t: one_claim_number(_slower(t)))
+    problems = _compare_all(build)
+    assert len(problems) == 1 and 'data-label=\\"measured\\"' not in problems[0] and "measured" in problems[0]
+
+
+def test_the_committed_chapters_print_no_memory_address_and_the_mark_is_the_packages():
+    from attnlab.core.style import VOLATILE_ATTR as PACKAGE_ATTR
+    from attnlab.core.style import seconds
+
+    assert PACKAGE_ATTR == VOLATILE_ATTR and MARKED.fullmatch(seconds(12.4)).group(2) == "12 s"
+    for nb_path in sorted((ROOT / "book").glob("*.ipynb")):
+        nb = json.loads(nb_path.read_text(encoding="utf-8"))
+        for out, k in _texts(nb):
+            assert not re.search(r" at 0x[0-9a-f]+", check_outputs._text(out["text"] if k is None else out["data"][k]))

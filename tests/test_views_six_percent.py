@@ -114,7 +114,7 @@ def test_differs_prose_reads_the_critical_n_the_heads_and_the_readings():
     assert "the claim does not reproduce under this reading" in html
     assert "270 on this model against GPT-2's 144. More heads make a stronger test" in html
     assert "1 meet the 6% rule at every length (<code>E4 / a / v</code>) — with reading a only" in html
-    assert "this Result took 40 s (cpu" in html
+    assert 'this Result took <span class="attnlab-volatile" data-attnlab-volatile="">40 s</span> (cpu' in html
 
 
 def test_heads_note_follows_the_count_against_gpt2():

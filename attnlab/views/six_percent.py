@@ -329,4 +329,4 @@ def differs_prose(scan: dict, rclaims: Sequence[dict], rc, model):
         + (" — with reading a only where the test has no power (above)" if meet and all("/ a /" in m for m in meet)
            else "") + ".</li>"
         f"<li><b>The scan's cost.</b> The paper reports 17 hours for its version; this Result took "
-        f"{prov.get('runtime_seconds', float('nan')):.0f} s ({prov.get('device', 'cpu')}, every length).</li></ul>")
+        f"{book.seconds(prov['runtime_seconds'])} ({prov.get('device', 'cpu')}, every length).</li></ul>")
