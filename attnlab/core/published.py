@@ -4,6 +4,7 @@ Result by its key, sha256-checked, instead of computing it (issue #38, item 2).
 On the site (under its root, `SITE_FOLDER`):
 
     results/registry.json     {"format": 2, "results": {"<portable key>": {"name": ..., "files": {"<file>": "<sha256>"},
+                                                                          "sizes": {"<file>": <bytes>},
                                                                           "environment": {...}}}}
     results/files/<sha256>    each file's bytes under its sha256 (content-addressed: equal files stored once)
 
@@ -17,16 +18,22 @@ a known sha256 per file, atomic downloads) and `Result.load` verifies it like an
 
 Where: `ATTNLAB_RESULTS_URL` (the site's root; "" or "off": never fetch), else `DEFAULT_URL` (the site set in
 _config.yml's `results: url`, written into the chapters' setup cells). An unreachable site costs one short
-timeout per process, then nothing: every Result is computed as before.
+timeout per process, then nothing: every Result is computed as before. A slow or oversized site cannot hang a
+reader: each download has a deadline for the whole download (`DEADLINE_S`) and a size cap (the registry's stated
+size of each file, `FILE_MAX_BYTES` where it states none; `REGISTRY_MAX_BYTES` for the registry); past either, one
+line, the Result is computed, and the process asks that site nothing more. ("sizes" came after format 2's first
+registries: a registry without it is read as before.)
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import sys
 import tempfile
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Optional
@@ -38,7 +45,15 @@ DEFAULT_URL = ""                  # no site by default for the package; the chap
 SITE_FOLDER = "results"
 FORMAT = 2
 KEY_FILE = "key.json"              # beside every stored Result (core.cache.KEY_FILE)
-TIMEOUT_S = 5.0
+TIMEOUT_S = 5.0                    # per connection attempt and per read: a silent site
+DEADLINE_S = 30.0                  # per download, from its request to its last byte: a site that trickles
+# The registry's cap: an entry is about 0.5 kB and a full build publishes a few hundred (about 0.2 MB); 16 MiB
+# leaves a hundred times that and still bounds what a broken or hostile site can send.
+REGISTRY_MAX_BYTES = 16 << 20
+# A published file's cap where the registry states no size (registries written before "sizes"): the largest
+# Result file is a few MB (fig3.csv at L = 1024 on every head).
+FILE_MAX_BYTES = 256 << 20
+CHUNK_BYTES = 1 << 16
 
 
 def results_dir() -> Path:
@@ -91,10 +106,11 @@ def publish(entries: Iterable[str], results_dir: Path, site: Path) -> dict:
         except (OSError, ValueError):
             missing.append(entry)
             continue
-        record = {"name": entry.rsplit("-", 1)[0], "files": {}, "environment": key.get("environment")}
+        record = {"name": entry.rsplit("-", 1)[0], "files": {}, "sizes": {}, "environment": key.get("environment")}
         for path in parts:
             sha = file_sha256(path)
             record["files"][path.name] = sha
+            record["sizes"][path.name] = path.stat().st_size
             if not (files / sha).exists():
                 shutil.copyfile(path, files / sha)
                 size += path.stat().st_size
@@ -107,17 +123,103 @@ def publish(entries: Iterable[str], results_dir: Path, site: Path) -> dict:
 
 # --------------------------------------------------------------------------- fetching (a reader's kernel)
 
+class SiteLimit(Exception):
+    """A download past its deadline ("too slow: ...") or its size cap ("too large: ...") (`BoundedDownload`)."""
+
+
+class BoundedDownload:
+    """A pooch downloader (`pooch.retrieve(..., downloader=...)`: pooch still writes atomically and checks the
+    sha256) that streams `url` and raises SiteLimit, naming the download by `label`, once time.monotonic() passes
+    `deadline` or more than `max_bytes` arrive (or a Content-Length says so before the first byte). Each read
+    returns what has arrived (`read1`), so a site that trickles a byte at a time is checked between bytes; a
+    silent one times out after TIMEOUT_S."""
+
+    def __init__(self, deadline: float, max_bytes: int, label: str):
+        self.deadline, self.max_bytes, self.label = deadline, int(max_bytes), label
+
+    def __call__(self, url: str, output_file, pooch=None) -> None:
+        import requests
+
+        with requests.get(url, stream=True, timeout=TIMEOUT_S) as response, \
+                _opened(output_file) as out:
+            response.raise_for_status()
+            stated = response.headers.get("Content-Length", "")
+            if stated.isdigit() and int(stated) > self.max_bytes and not response.headers.get("Content-Encoding"):
+                raise SiteLimit(f"too large: {self.label} is {int(stated)} bytes, at most {self.max_bytes} expected")
+            got, total = 0, f" of {stated}" if stated.isdigit() else ""
+            while True:
+                if time.monotonic() > self.deadline:
+                    raise SiteLimit(f"too slow: {self.label} not complete in {DEADLINE_S:g} s ({got}{total} bytes)")
+                block = response.raw.read1(CHUNK_BYTES, decode_content=True)
+                if not block:
+                    return
+                got += len(block)
+                if got > self.max_bytes:
+                    raise SiteLimit(f"too large: {self.label} sends more than the {self.max_bytes} bytes expected")
+                out.write(block)
+
+
+@contextlib.contextmanager
+def _opened(output_file):
+    """`output_file` as a binary file to write: pooch passes a path (its temporary file) or a file object."""
+    if hasattr(output_file, "write"):
+        yield output_file
+        return
+    with open(output_file, "wb") as fh:
+        yield fh
+
+
+@contextlib.contextmanager
+def _pooch_quiet():
+    """pooch's own log lines off ("Downloading data from ...", the known_hash hint): attnlab says in one line
+    what a failed fetch means, and nothing when it works."""
+    import pooch
+
+    logger = pooch.get_logger()
+    level = logger.level
+    logger.setLevel("WARNING")
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+_given_up: set[str] = set()          # sites found too slow or too large: not asked again in this process
+
+
+def _give_up(url: str, exc: SiteLimit, computing: str) -> None:
+    """One line: the site `url` was too slow or too large (`exc`), so `computing` happens here; never ask it
+    again in this process."""
+    _given_up.add(url)
+    print(f"attnlab: the site {url} is {exc}; computing {computing}, and fetching nothing more from that site",
+          file=sys.stderr)
+
+
+def _size_cap(record: dict, fname: str) -> int:
+    """The bytes `fname` of a registry `record` may have: its stated size, else FILE_MAX_BYTES (never more)."""
+    stated = (record.get("sizes") or {}).get(fname) if isinstance(record.get("sizes"), dict) else None
+    if isinstance(stated, int) and not isinstance(stated, bool) and 0 <= stated:
+        return min(stated, FILE_MAX_BYTES)
+    return FILE_MAX_BYTES
+
+
 @lru_cache(maxsize=4)
 def _registry(url: str) -> dict:
-    """The site's registry ({} when the site is unreachable or has none: asked once per process)."""
+    """The site's registry ({} when the site is unreachable, too slow or too large, or has none: asked once per
+    process)."""
     import pooch
 
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            path = pooch.retrieve(url + f"{SITE_FOLDER}/registry.json", known_hash=None, path=tmp,
-                                  fname="registry.json", progressbar=False,
-                                  downloader=pooch.HTTPDownloader(timeout=TIMEOUT_S))
+            with _pooch_quiet():
+                path = pooch.retrieve(url + f"{SITE_FOLDER}/registry.json", known_hash=None, path=tmp,
+                                      fname="registry.json", progressbar=False,
+                                      downloader=BoundedDownload(time.monotonic() + DEADLINE_S, REGISTRY_MAX_BYTES,
+                                                                 f"{SITE_FOLDER}/registry.json"))
             data = json.loads(Path(path).read_text())
+    except SiteLimit as exc:
+        _give_up(url, exc, "what is missing")
+        return {}
     except Exception as exc:  # noqa: BLE001 - any failure means: compute instead
         print(f"attnlab: no published Results at {url} ({type(exc).__name__}); computing what is missing",
               file=sys.stderr)
@@ -129,26 +231,34 @@ def _registry(url: str) -> dict:
 
 def fetch(name: str, portable: str):
     """The Result `name` the site publishes under portable key `portable` (`portable_key`), downloaded (each file
-    checked against the registry's sha256) and verified (`Result.load`, its key's portable part equal to
-    `portable`), with provenance `published_by` (the site) and `published_environment`; None when fetching is
-    off, the site does not have it, or a download or check fails."""
+    checked against the registry's sha256, all of them within DEADLINE_S, each within its stated size) and
+    verified (`Result.load`, its key's portable part equal to `portable`), with provenance `published_by` (the
+    site) and `published_environment`; None when fetching is off, the site does not have it, a download or check
+    fails, or the site was found too slow or too large in this process."""
     from attnlab.core.result import CorruptResult, Result
 
     url = results_url()
-    record = _registry(url).get(portable) if url is not None else None
-    if not isinstance(record, dict) or record.get("name") != name or not record.get("files"):
+    if url is None or url in _given_up:
+        return None
+    record = _registry(url).get(portable)
+    if not isinstance(record, dict) or record.get("name") != name or not record.get("files") or url in _given_up:
         return None
     import pooch
 
+    deadline = time.monotonic() + DEADLINE_S
     with tempfile.TemporaryDirectory() as tmp:
         try:
             for fname, sha in record["files"].items():
-                pooch.retrieve(url + f"{SITE_FOLDER}/files/{sha}", known_hash=f"sha256:{sha}", path=tmp,
-                               fname=Path(fname).name, progressbar=False,
-                               downloader=pooch.HTTPDownloader(timeout=TIMEOUT_S))
+                with _pooch_quiet():
+                    pooch.retrieve(url + f"{SITE_FOLDER}/files/{sha}", known_hash=f"sha256:{sha}", path=tmp,
+                                   fname=Path(fname).name, progressbar=False,
+                                   downloader=BoundedDownload(deadline, _size_cap(record, fname), f"{name}'s {fname}"))
             if portable_key(json.loads((Path(tmp) / KEY_FILE).read_text())) != portable:
                 raise CorruptResult(f"{name}: the published key is not the one asked for")
             result = Result.load(tmp, name)
+        except SiteLimit as exc:
+            _give_up(url, exc, name)
+            return None
         except Exception as exc:  # noqa: BLE001 - a failed download or check means: compute instead
             print(f"attnlab: could not fetch {name} from {url} ({type(exc).__name__}); computing it", file=sys.stderr)
             return None
