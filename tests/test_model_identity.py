@@ -18,7 +18,7 @@ from gguf_writer import reference_tokenizer, write_tiny_gguf
 from test_causal import tiny_llama
 
 from attnlab.core import cache, gguf, models
-from attnlab.core.model_files import ROUND_TRIP_PROBE, ModelUnavailable, round_trip
+from attnlab.core.model_files import ROUND_TRIP_PROBE, AttnlabWarning, ModelUnavailable, round_trip
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -163,13 +163,74 @@ def test_a_local_folder_names_its_files_in_its_identity(minilm_dir, tmp_path):
     for folder in (first, second):
         shutil.copytree(minilm_dir, folder, ignore=shutil.ignore_patterns("1_Pooling", "*.md"))
     edit_json(second / "tokenizer.json", swap_two_ids)
-    a, b = models.load_model(str(first)), models.load_model(str(second))
+    a = models.load_model(str(first))
+    with pytest.warns(AttnlabWarning, match=r"tokenizer.json \(sha256 .* is not all-MiniLM-L6-v2's"):
+        b = models.load_model(str(second))
     assert set(a.files) >= {"config.json", "model.safetensors", "tokenizer.json", "vocab.txt"}
     assert a.files["tokenizer.json"] != b.files["tokenizer.json"]
     assert a.tokenizer_digest != b.tokenizer_digest and a.identity != b.identity
     prov = a.provenance()
     assert prov["model_identity"] == a.identity and prov["model_files"] == a.files
-    assert any("no reference checksums" in c for c in prov["model_checks"])
+    assert any("equal the published all-MiniLM-L6-v2's" in c for c in prov["model_checks"])     # MiniLM's files
+    assert any("but not tokenizer.json" in c for c in b.provenance()["model_checks"])
+
+
+def minilm_folder(minilm_dir: Path, folder: Path, shuffle_vocab: bool = False) -> Path:
+    """A folder of its own holding MiniLM's weights (a link) and copies of its config and tokenizer files;
+    `shuffle_vocab`: vocab.txt's lines past the first 1,000 in another order (seed 0)."""
+    import random
+
+    folder.mkdir()
+    (folder / "model.safetensors").symlink_to(minilm_dir / "model.safetensors")
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        shutil.copyfile(minilm_dir / name, folder / name)
+    if shuffle_vocab:
+        lines = (folder / "vocab.txt").read_text(encoding="utf-8").splitlines()
+        tail = lines[1000:]
+        random.Random(0).shuffle(tail)
+        (folder / "vocab.txt").write_text("\n".join(lines[:1000] + tail) + "\n", encoding="utf-8")
+    return folder
+
+
+def test_minilms_weights_with_another_vocabulary_are_told_on_stderr(minilm_dir, tmp_path):
+    """Issue #46, item 5: MiniLM's weights in a folder of their own with vocab.txt shuffled past line 1,000 ran
+    with exit 0 and no word. The weights' checksum is MiniLM's, so the tokenizer files must be too: one warning
+    line (the run goes on: its identity holds the folder's checksums); the unmodified copy says nothing."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ATTNLAB_RESULTS_DIR": str(tmp_path / "results"), "ATTNLAB_RESULTS_URL": "off"}
+    said = {}
+    for name, shuffle in (("shuffled", True), ("intact", False)):
+        folder = minilm_folder(minilm_dir, tmp_path / name, shuffle_vocab=shuffle)
+        proc = subprocess.run([sys.executable, "-m", "attnlab.cli", "figures", "fig1", "--quick", "--model",
+                               str(folder), "--out", str(tmp_path / f"out-{name}")], capture_output=True, text=True,
+                              env=env, timeout=600, cwd=Path(__file__).resolve().parents[1])
+        assert proc.returncode == 0 and (tmp_path / f"out-{name}" / "fig1.csv").is_file(), proc.stderr
+        said[name] = [line for line in proc.stderr.splitlines() if "warning" in line.lower()]
+    assert len(said["shuffled"]) == 1, said
+    line = said["shuffled"][0]
+    assert line.startswith(f"attnlab: warning: {tmp_path / 'shuffled'}: vocab.txt (sha256 "), line
+    assert "the tokenizer is not the one the weights (all-MiniLM-L6-v2's, by sha256) were published with" in line
+    assert said["intact"] == [], said
+
+
+def test_which_files_were_not_published_with_known_weights():
+    from attnlab.core.model_files import not_published_with, published_with_line
+
+    known = {"m": {"model.safetensors": "w", "config.json": "c", "vocab.txt": "v", "tokenizer.json": "t"}}
+    assert not_published_with({"model.safetensors": "x", "vocab.txt": "other"}, known) is None   # not m's weights
+    assert not_published_with({"model.safetensors": "w", "vocab.txt": "v"}, known) == ("m", [])  # one missing: fine
+    found = {"model.safetensors": "w", "config.json": "c2", "vocab.txt": "v2", "tokenizer.json": "t",
+             "added_tokens.json": "a"}
+    model, names = not_published_with(found, known)
+    assert (model, names) == ("m", ["added_tokens.json", "config.json", "vocab.txt"])
+    line = published_with_line(Path("/f"), model, names, known[model], found)
+    assert "added_tokens.json (not among its published files)" in line and "vocab.txt (sha256 v2..." in line
+    assert "the tokenizer and the config are not the ones the weights (m's, by sha256)" in line
+    assert "\n" not in line
+    check = models.published_check(Path("/f"), {"model.safetensors": "0" * 64, "vocab.txt": "1" * 64})
+    assert "no reference checksums" in check                    # weights of no known model: nothing to compare
 
 
 class SpaceDropping:

@@ -60,6 +60,19 @@ def error_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+def one_line_warnings(shown):
+    """A `warnings.showwarning` that prints attnlab's own warnings (`core.model_files.AttnlabWarning`) as one line,
+    "attnlab: warning: ...", and passes any other to `shown` (Python's)."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        from attnlab.core.model_files import AttnlabWarning
+
+        if issubclass(category, AttnlabWarning):
+            print(f"attnlab: warning: {' '.join(str(message).split())}", file=file or sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+    return show
+
+
 def _stop_once(signum, frame):
     """Ctrl-C: ignore every later press from now on, then stop. A second press while the first unwinds (a
     progress bar closing, a generator finalised) would otherwise print an 'Exception ignored' traceback."""
@@ -92,6 +105,7 @@ def main(argv=None) -> int:
     one line whenever it is pressed (while importing, or twice: the second press is ignored)."""
     name = "attnlab"                                        # + the subcommand, once parsed
     handler = signal.getsignal(signal.SIGINT)               # restored on return (main called in-process)
+    shown = warnings.showwarning                            # as well
     try:
         with interrupts_held():
             from attnlab.core.style import use_figure_style
@@ -100,6 +114,7 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv)
         name = f"attnlab {args.command}"
         warnings.simplefilter("default")
+        warnings.showwarning = one_line_warnings(shown)
         keep_freed_memory()
         use_figure_style()
         return int(args.func(args) or 0)
@@ -112,3 +127,4 @@ def main(argv=None) -> int:
         return 130
     finally:
         signal.signal(signal.SIGINT, handler)
+        warnings.showwarning = shown

@@ -24,6 +24,11 @@ class ModelUnavailable(RuntimeError):
     """The requested model cannot be loaded here (offline without a local copy, missing package...)."""
 
 
+class AttnlabWarning(UserWarning):
+    """A warning of attnlab's own that the command line prints as one line, "attnlab: warning: ..." (`cli.main`);
+    Python shows it as any UserWarning elsewhere."""
+
+
 def hub_reachable(timeout: float = 3.0) -> bool:
     """True if the Hugging Face hub answers an HTTPS request within `timeout` s (any HTTP status counts;
     a proxy that accepts TCP but fails TLS does not). Never minutes of retries."""
@@ -189,6 +194,32 @@ def check_files(folder: Path, expected: dict[str, str], what: str) -> dict[str, 
             state = "is missing" if name not in found else f"has sha256 {found[name][:12]}..., not {sha[:12]}..."
             raise ModelUnavailable(f"{Path(folder) / name} {state}: not {what}'s file; reinstall it")
     return found
+
+
+def not_published_with(files: dict[str, str], published: dict[str, dict[str, str]]) -> Optional[tuple[str, list]]:
+    """(model, [file names]) when the weights among `files` ({name: sha256}, `shaping_files`) are those of a
+    model in `published` ({model: {file name: sha256}}, its weights *.safetensors among them): the folder's
+    other number-shaping files that are not the ones published with those weights (another sha256, or a file the
+    model was not published with; a missing one is not counted: the others stand in for it). None when the
+    weights are no known model's."""
+    for model, expected in published.items():
+        weights = [name for name in expected if name.endswith(".safetensors")]
+        if weights and all(files.get(name) == expected[name] for name in weights):
+            return model, [name for name in sorted(files) if name not in weights and files[name] != expected.get(name)]
+    return None
+
+
+def published_with_line(folder: Path, model: str, names: list, expected: dict[str, str], found: dict[str, str]) -> str:
+    """The one warning for a folder holding `model`'s weights beside files (`names`) not published with them."""
+    def one(name):
+        return (f"{name} (sha256 {found[name][:12]}..., published {expected[name][:12]}...)" if name in expected
+                else f"{name} (not among its published files)")
+
+    parts = list(dict.fromkeys("the config" if n == "config.json" else "the tokenizer" for n in names))
+    kinds, plural = " and ".join(parts), len(parts) > 1
+    return (f"{folder}: {', '.join(one(n) for n in names)} {'are' if len(names) > 1 else 'is'} not {model}'s: "
+            f"{kinds} {'are' if plural else 'is'} not the one{'s' if plural else ''} the weights ({model}'s, by "
+            f"sha256) were published with; the numbers are this folder's, not {model}'s")
 
 
 _VOLATILE_CONFIG = ("transformers_version", "dtype", "torch_dtype", "attn_implementation")

@@ -25,6 +25,7 @@ from attnlab.core.model_files import (  # noqa: F401 - re-exported: the names ca
     GPT2_TOKENIZER_SHA256,
     GPT2_VOCAB_SIZE,
     PROBE_SENTENCE,
+    AttnlabWarning,
     ModelUnavailable,
     check_files,
     check_finite,
@@ -35,6 +36,8 @@ from attnlab.core.model_files import (  # noqa: F401 - re-exported: the names ca
     gpt2_tokenizer,
     gpt2_tokenizer_from_files,
     hub_reachable,
+    not_published_with,
+    published_with_line,
     quiet_transformers,
     refuse_code,
     round_trip,
@@ -56,6 +59,9 @@ MINILM_FILES_SHA256 = {
     "tokenizer_config.json": "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b",
     "special_tokens_map.json": "303df45a03609e4ead04bc3dc1536d0ab19b5358db685b6f3da123d05ec200e3",
 }
+# The published files of the models attnlab knows, by model: a folder holding one's weights (`--model <folder>`) is
+# told when its config or tokenizer files are not the ones published with them (`not_published_with`)
+PUBLISHED_FILES = {"all-MiniLM-L6-v2": MINILM_FILES_SHA256}
 GPT2_RANDOM_SEED = 0
 MODEL_NAMES = ("auto", "gpt2", "minilm", "smollm2", "tiny-gpt2", "gpt2-random")   # plus a hub id, a folder, a .gguf
 AUTO_FALLBACK_HINT = ("to use GPT-2 (the paper's model), run once with internet access (it is then cached), "
@@ -337,8 +343,7 @@ def load_pretrained(source: str, device: str = "cpu", name: Optional[str] = None
     folder = local_dir if is_dir else (weights.parent if weights is not None else None)
     files = shaping_files(folder) if folder is not None else {}
     sha = files.get(weights.name) if weights is not None else None      # hashed once, with the folder's files
-    checks = [f"files that shape the numbers: {', '.join(files) or 'none found'} (checksums recorded in the "
-              "identity; no reference checksums for this model)"]
+    checks = [published_check(folder, files)]
     if getattr(hf.config, "model_type", "") == "gpt2":
         tok = gpt2_tokenizer(src)
         checks.append(f"GPT-2 tokenizer: {GPT2_VOCAB_SIZE} tokens and 'Hello world' -> {GPT2_HELLO_WORLD}")
@@ -349,6 +354,23 @@ def load_pretrained(source: str, device: str = "cpu", name: Optional[str] = None
     where = f"local directory {src}" if is_dir else f"hub {source} ({'downloaded/cached' if online else 'cache'})"
     return AttnModel(name or source, hf, tok, source=where, weights_sha256=sha, device=device, files=files,
                      checks=checks)
+
+
+def published_check(folder: Optional[Path], files: dict[str, str]) -> str:
+    """What a folder's files are, for `AttnModel.checks`: a known model's published files (PUBLISHED_FILES), or
+    its weights beside other files (then also one AttnlabWarning: the run goes on, its identity holds these files'
+    checksums, so its Results are never another folder's), or files without reference checksums."""
+    known = not_published_with(files, PUBLISHED_FILES)
+    if known is None:
+        return (f"files that shape the numbers: {', '.join(files) or 'none found'} (checksums recorded in the "
+                "identity; no reference checksums for this model)")
+    model, differ = known
+    if not differ:
+        return f"weights, config and tokenizer files ({', '.join(files)}) equal the published {model}'s (sha256)"
+    warnings.warn(published_with_line(folder, model, differ, PUBLISHED_FILES[model], files), AttnlabWarning,
+                  stacklevel=3)
+    return (f"weights equal the published {model}'s (sha256) but not {', '.join(differ)}: not the files published "
+            "with them (checksums recorded in the identity)")
 
 
 def _load_error(source: str, src: str, exc: Exception, *, is_dir: bool, online: bool) -> str:
