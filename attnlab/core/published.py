@@ -51,7 +51,7 @@ DEADLINE_S = 30.0                  # per download, from its request to its last 
 # leaves a hundred times that and still bounds what a broken or hostile site can send.
 REGISTRY_MAX_BYTES = 16 << 20
 # A published file's cap where the registry states no size (registries written before "sizes"): the largest
-# Result file is a few MB (fig3.csv at L = 1024 on every head).
+# Result file of a full build is about 3 MB (a fig3.csv).
 FILE_MAX_BYTES = 256 << 20
 CHUNK_BYTES = 1 << 16
 
@@ -197,7 +197,8 @@ def _give_up(url: str, exc: SiteLimit, computing: str) -> None:
 
 def _size_cap(record: dict, fname: str) -> int:
     """The bytes `fname` of a registry `record` may have: its stated size, else FILE_MAX_BYTES (never more)."""
-    stated = (record.get("sizes") or {}).get(fname) if isinstance(record.get("sizes"), dict) else None
+    sizes = record.get("sizes")
+    stated = sizes.get(fname) if isinstance(sizes, dict) else None
     if isinstance(stated, int) and not isinstance(stated, bool) and 0 <= stated:
         return min(stated, FILE_MAX_BYTES)
     return FILE_MAX_BYTES
