@@ -12,11 +12,10 @@ the model's identity, text checksum, grids and protocol, the libraries' versions
 from __future__ import annotations
 
 import contextlib
-import os
 from functools import lru_cache
 from typing import Optional, Sequence
 
-from attnlab.core import util
+from attnlab.core import settings, util
 from attnlab.core.cache import cached, model_key
 from attnlab.core.result import Result
 from attnlab.core.style import seconds, use_figure_style, volatile  # noqa: F401 (chapters: book.volatile)
@@ -70,7 +69,7 @@ def inputs(model: Optional[str] = None, device: Optional[str] = None) -> Inputs:
 
     _one_thread_for_views()
 
-    inp = Inputs(model or os.environ.get("ATTNLAB_MODEL", "auto"), device or os.environ.get("ATTNLAB_DEVICE", "cpu"))
+    inp = Inputs(model or settings.get("ATTNLAB_MODEL"), device or settings.get("ATTNLAB_DEVICE"))
     with warnings.catch_warnings():      # the chapter's admonition says which model ran, and why
         warnings.filterwarnings("ignore", message="model 'auto': GPT-2 is not available")
         inp.model
@@ -352,7 +351,7 @@ def model_changes(per_model: dict[str, list[dict]]) -> dict[str, list[dict]]:
 def long_context(model: str = "smollm2", length: int = 4096, fig_ids: Sequence[str] = ("fig1",)) -> dict[str, Result]:
     """{id: Result} of paper-1 figures on `model` with windows up to `length` tokens, past the paper's 1024 (the
     layers stream in blocks: `normalization.experiments.run_figures`); from the results cache when there."""
-    inp = Inputs(model, os.environ.get("ATTNLAB_DEVICE", "cpu"), max_length=length)
+    inp = Inputs(model, settings.get("ATTNLAB_DEVICE"), max_length=length)
     return cached_figures(list(fig_ids), inp)
 
 

@@ -38,11 +38,13 @@ import tempfile
 import threading
 from pathlib import Path
 
+from attnlab.core import settings  # the ATTNLAB_* variables (standard library only: no torch)
+
 _TAG = re.compile(r'data-attnlab-model="([^"]*)"')
 
 
-#: `attnlab.core.cache.PROGRESS_ENV` (not imported: that module loads torch; tests check they agree)
-PROGRESS_ENV = "ATTNLAB_PROGRESS_LOG"
+#: `attnlab.core.cache.PROGRESS_ENV` (that module loads torch)
+PROGRESS_ENV = settings.PROGRESS_LOG.name
 #: the relay `setup` started: {"log": its file, "stop": its stop()}
 _PROGRESS: dict = {}
 
@@ -78,7 +80,7 @@ def _relay_progress(log: Path, out=None, interval: float = 0.5):
 
 
 def _setting() -> tuple[str, str]:
-    return os.environ.get("ATTNLAB_MODEL", "auto"), os.environ.get("ATTNLAB_DEVICE", "cpu")
+    return settings.get("ATTNLAB_MODEL"), settings.get("ATTNLAB_DEVICE")
 
 
 # the libraries whose version can change what a chapter prints or draws (with Python's own version)
@@ -196,7 +198,7 @@ def _config_inited(app, config) -> None:
     # The repository, set once: _config.yml, or ATTNLAB_REPOSITORY_URL where the site is published (the
     # pages workflow sets it to the repository it runs in). {{ repository }} in the pages names it, and
     # says how to run the book without it when this build could not reach it.
-    repo = os.environ.get("ATTNLAB_REPOSITORY_URL") or options.get("repository_url") or ""
+    repo = settings.get("ATTNLAB_REPOSITORY_URL") or options.get("repository_url") or ""
     options["repository_url"] = repo
     config.html_theme_options = options
     reached = _reachable(repo)
@@ -225,7 +227,7 @@ def _results_for_the_site(execution_cache: Path) -> None:
 # ------------------------------------------------------------------ chapters side by side (`_execute_ahead`)
 
 #: how many chapters execute at once (`_jobs`)
-JOBS_ENV = "ATTNLAB_BOOK_JOBS"
+JOBS_ENV = settings.BOOK_JOBS.name
 #: the Results the chapters of this model/device's dropped execution caches read (`_config_inited`)
 _USED_BEFORE: set = set()
 
@@ -245,11 +247,9 @@ def _jobs(used: set, results: Path, cpus: int) -> tuple[int, str]:
     last time) is stored in `results`: the chapters then read them and draw, on one torch thread each
     (`attnlab.book`), so two of them fill two cores. Else 1: a chapter that computes Results takes every free core
     (`attnlab.core.util.auto_threads`), and a second one beside it would only halve its speed."""
-    chosen = os.environ.get(JOBS_ENV, "").strip()
-    if chosen:
-        if not chosen.isdigit() or int(chosen) < 1:
-            raise ValueError(f"{JOBS_ENV} must be a positive integer (1: one chapter at a time), got {chosen!r}")
-        return int(chosen), f"{JOBS_ENV}={chosen}"
+    chosen = settings.get(JOBS_ENV)             # a ValueError of one line when it is not a positive integer
+    if chosen is not None:
+        return chosen, f"{JOBS_ENV}={chosen}"
     if not used:
         return 1, f"no record of the Results the chapters read (set {JOBS_ENV}=2 to run two at a time anyway)"
     absent = sorted(entry for entry in used if not (results / entry / "key.json").is_file())
@@ -262,7 +262,7 @@ def _jobs(used: set, results: Path, cpus: int) -> tuple[int, str]:
 def _say(line: str) -> None:
     """One line for the terminal (stderr), or for the progress log a user chose instead (PROGRESS_ENV set before
     the build: `setup`)."""
-    path = os.environ.get(PROGRESS_ENV)
+    path = settings.get(PROGRESS_ENV)
     if path and path != _PROGRESS.get("log"):
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
@@ -441,7 +441,7 @@ def _publish_results(outdir: Path) -> None:
     from attnlab.core import published
     from attnlab.core.cache import results_dir
 
-    log = os.environ.get(published.LOG_ENV)
+    log = settings.get(published.LOG_ENV)
     if log:
         print(published.publish_log(Path(log), results_dir(), outdir), file=sys.stderr)
 
@@ -600,7 +600,7 @@ def setup(app):
     # from showing figures; kernels started by myst-nb inherit this process's environment.
     if os.environ.get("MPLBACKEND", "").lower() == "agg":
         del os.environ["MPLBACKEND"]
-    if not os.environ.get(PROGRESS_ENV):
+    if not settings.get(PROGRESS_ENV):
         fd, log = tempfile.mkstemp(prefix="attnlab-progress-", suffix=".log")
         os.close(fd)
         _PROGRESS.update(log=log, stop=_relay_progress(Path(log)))

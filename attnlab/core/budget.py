@@ -4,13 +4,14 @@ figure on the torch path (the path a GPU runs), so that a per-step loop creeping
 from __future__ import annotations
 
 import contextlib
-import os
 from collections import Counter
 from typing import Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from attnlab.core import settings
 
 # Tensor methods that bring values to the host (on a GPU, each waits for the device): counted as transfers
 _TO_HOST = {torch.Tensor.cpu, torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.__float__,
@@ -60,7 +61,7 @@ def count_calls() -> Iterator[Counter]:
 
 def sync_debug() -> bool:
     """ATTNLAB_SYNC_DEBUG=1: `sync_free` blocks raise on any host sync (CUDA only)."""
-    return os.environ.get("ATTNLAB_SYNC_DEBUG", "0") == "1"
+    return settings.get("ATTNLAB_SYNC_DEBUG")
 
 
 @contextlib.contextmanager

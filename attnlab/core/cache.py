@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import sys
 import time
 import warnings
@@ -27,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterator
 
-from attnlab.core import published
+from attnlab.core import published, settings
 from attnlab.core.published import results_dir
 from attnlab.core.result import CorruptResult, Result, differences, numbers, to_plain
 from attnlab.core.util import atomic_write, kernels_on
@@ -229,7 +228,7 @@ def verify(recompute: Callable[[str, dict], Result | None]) -> Iterator[tuple[st
 
 
 #: where `announce` writes: this file (appended to) when set, else stderr
-PROGRESS_ENV = "ATTNLAB_PROGRESS_LOG"
+PROGRESS_ENV = settings.PROGRESS_LOG.name
 
 
 def describe(key: dict) -> str:
@@ -256,7 +255,7 @@ def announce(name: str, key: dict, seconds: float) -> None:
 
 def _progress(line: str) -> None:
     """`line` to the file named by PROGRESS_ENV (appended), else to stderr."""
-    path = os.environ.get(PROGRESS_ENV)
+    path = settings.get(PROGRESS_ENV)
     if not path:
         sys.stderr.write(line)
         sys.stderr.flush()

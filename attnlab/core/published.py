@@ -16,9 +16,9 @@ reader's own key. The book build logs the entries its chapters read or write (`A
 `publish` copies them into the site. `fetch` downloads an entry with pooch (the fetcher scientific Python uses:
 a known sha256 per file, atomic downloads) and `Result.load` verifies it like any stored Result.
 
-Where: `ATTNLAB_RESULTS_URL` (the site's root; "" or "off": never fetch), else `DEFAULT_URL` (the site set in
-_config.yml's `results: url`, written into the chapters' setup cells). An unreachable site costs one short
-timeout per process, then nothing: every Result is computed as before. A slow or oversized site cannot hang a
+Where: `ATTNLAB_RESULTS_URL` (the site's root; unset, "" or "off": never fetch; the chapters' setup cells set it
+to the site of _config.yml's `attnlab: results_url`). An unreachable site costs one short timeout per process,
+then nothing: every Result is computed as before. A slow or oversized site cannot hang a
 reader: each download has a deadline for the whole download (`DEADLINE_S`) and a size cap (the registry's stated
 size of each file, `FILE_MAX_BYTES` where it states none; `REGISTRY_MAX_BYTES` for the registry); past either, one
 line, the Result is computed, and the process asks that site nothing more. ("sizes" came after format 2's first
@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -38,10 +37,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Optional
 
+from attnlab.core import settings
 from attnlab.core.model_files import file_sha256
 
-URL_ENV, LOG_ENV = "ATTNLAB_RESULTS_URL", "ATTNLAB_RESULTS_LOG"
-DEFAULT_URL = ""                  # no site by default for the package; the chapters' setup cell sets URL_ENV
+URL_ENV, LOG_ENV = settings.RESULTS_URL.name, settings.RESULTS_LOG.name   # unset: no site, no log
 SITE_FOLDER = "results"
 FORMAT = 2
 KEY_FILE = "key.json"              # beside every stored Result (core.cache.KEY_FILE)
@@ -62,20 +61,17 @@ def results_dir() -> Path:
     in it too."""
     from attnlab.core.text import cache_dir
 
-    return Path(os.environ.get("ATTNLAB_RESULTS_DIR", cache_dir() / "results")).expanduser()
+    return settings.get("ATTNLAB_RESULTS_DIR") or cache_dir() / "results"
 
 
 def results_url() -> Optional[str]:
     """The site root to fetch Results from (ending in "/"), or None (fetching off)."""
-    url = os.environ.get(URL_ENV, DEFAULT_URL).strip()
-    if not url or url.lower() in ("off", "0", "none"):
-        return None
-    return url if url.endswith("/") else url + "/"
+    return settings.get(URL_ENV)
 
 
 def log_use(entry: str) -> None:
     """Append a results-cache entry (folder name) to the build's log of Results it used, when LOG_ENV is set."""
-    path = os.environ.get(LOG_ENV)
+    path = settings.get(LOG_ENV)
     if path:
         with open(path, "a") as fh:
             fh.write(entry + "\n")

@@ -4,18 +4,19 @@ laid out like the project's shared data; Gutenberg header/footer stripping; CRLF
 from __future__ import annotations
 
 import hashlib
-import os
 import urllib.request
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+from attnlab.core import settings
+
 if TYPE_CHECKING:                  # torch is imported where used: `import attnlab` stays light (cli.main)
     import torch
 
-DATA_ENV = "ATTNLAB_DATA_DIR"
-CACHE_ENV = "ATTNLAB_CACHE_DIR"
+DATA_ENV = settings.DATA_DIR.name
+CACHE_ENV = settings.CACHE_DIR.name
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,12 @@ def sha256_bytes(data: bytes) -> str:
 
 def data_dir() -> Optional[Path]:
     """The offline data directory named by ATTNLAB_DATA_DIR, or None."""
-    value = os.environ.get(DATA_ENV)
-    return Path(value).expanduser() if value else None
+    return settings.get(DATA_ENV)
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "attnlab")).expanduser()
+    """attnlab's cache folder: ATTNLAB_CACHE_DIR, default ~/.cache/attnlab."""
+    return settings.get(CACHE_ENV)
 
 
 def normalize_newlines(text: str) -> str:

@@ -15,11 +15,13 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 import torch
 
+from attnlab.core import settings
+
 
 def kernels_on() -> bool:
     """Whether the numba kernels may run (`normalization.metrics.engine.FUSED` starts from it): ATTNLAB_KERNELS
     unset or not "0"."""
-    return os.environ.get("ATTNLAB_KERNELS", "1") != "0"
+    return settings.get("ATTNLAB_KERNELS")
 
 
 def as_float64(x, *, dtype=torch.float64, device=None) -> torch.Tensor:

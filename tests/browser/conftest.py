@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from attnlab.core import settings
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 DESKTOP = {"width": 1280, "height": 900}
@@ -34,7 +36,7 @@ def _named_explicitly(config) -> bool:
 
 
 def pytest_ignore_collect(collection_path, config):
-    if os.environ.get("ATTNLAB_BROWSER") == "1" or _named_explicitly(config):
+    if settings.get("ATTNLAB_BROWSER") or _named_explicitly(config):
         return None
     return collection_path.name.startswith("test_") or None
 
@@ -47,7 +49,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def site() -> Path:
-    path = Path(os.environ.get("ATTNLAB_SITE", ROOT / "_build" / "html")).resolve()
+    path = (settings.get("ATTNLAB_SITE") or ROOT / "_build" / "html").resolve()
     if not (path / "index.html").is_file():
         pytest.fail(f"no built site at {path}: run `make book` first")
     return path
@@ -55,7 +57,7 @@ def site() -> Path:
 
 @pytest.fixture(scope="session")
 def screenshots() -> Path:
-    path = Path(os.environ.get("ATTNLAB_SCREENSHOTS", ROOT / "_build" / "screenshots"))
+    path = settings.get("ATTNLAB_SCREENSHOTS") or ROOT / "_build" / "screenshots"
     path.mkdir(parents=True, exist_ok=True)
     return path
 

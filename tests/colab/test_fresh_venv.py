@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from attnlab.core import settings
+
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = "2.9.1"      # a Colab-like torch: not the pin, new enough for transformers 5 (>= 2.6)
 
@@ -102,7 +104,7 @@ def test_setup_cell_installs_attnlab_keeps_torch_and_chapter_1_runs(venv, publis
         "nbformat.write(nb, sys.argv[3])\n")
     run(py, "-m", "ipykernel", "install", "--sys-prefix", "--name", "python3")
     out = tmp_path / "ch1.ipynb"
-    chapter = Path(os.environ.get("ATTNLAB_COLAB_NOTEBOOK", ROOT / "book" / "01_vanishing.ipynb"))
+    chapter = settings.get("ATTNLAB_COLAB_NOTEBOOK") or ROOT / "book" / "01_vanishing.ipynb"
     run(py, "-c", script, chapter, ROOT / "book", out, env=env, timeout=1500)
     # attnlab came from the wheel; torch is the one that was there (same files, same claimed version)
     shown = run(py, "-m", "pip", "show", "attnlab", "torch").stdout

@@ -1,0 +1,125 @@
+"""Every `ATTNLAB_*` environment variable, declared once (`Setting`: name, default, meaning, parser, where it is
+documented), and the one way to read one: `get("ATTNLAB_MODEL")`, from the environment at call time (tests and
+chapters set variables after importing attnlab). `attnlab info --settings` prints them; scripts/settings_table.py
+writes the README's table from `ALL`; tests/test_settings.py checks that no other module reads one.
+
+Imports nothing but the standard library (no torch): the CLI and the book's Sphinx extension read it early.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+
+def _path(raw: str) -> Path:
+    return Path(raw).expanduser()
+
+
+def _path_or_none(raw: str) -> Optional[Path]:
+    return Path(raw).expanduser() if raw else None
+
+
+def _url_or_off(raw: str) -> Optional[str]:
+    """A site root ending in "/", or None for "", "off", "0", "none" (never fetch)."""
+    url = raw.strip()
+    if not url or url.lower() in ("off", "0", "none"):
+        return None
+    return url if url.endswith("/") else url + "/"
+
+
+def _positive_int(raw: str) -> Optional[int]:
+    chosen = raw.strip()
+    if not chosen:
+        return None
+    if not chosen.isdigit() or int(chosen) < 1:
+        raise ValueError(f"must be a positive integer (1: one chapter at a time), got {chosen!r}")
+    return int(chosen)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One variable. `default`: the raw value used when it is unset (parsed like a set one); where there is none,
+    `get` returns None and `unset` says what happens then. `documented`: the file that explains it further."""
+
+    name: str
+    meaning: str
+    documented: str
+    default: Optional[str] = None
+    unset: str = ""
+    parse: Callable[[str], Any] = str
+
+    def raw(self) -> Optional[str]:
+        """The value as set in the environment now, None when unset."""
+        return os.environ.get(self.name)
+
+    def get(self) -> Any:
+        """The parsed value now (None: unset without a default). An invalid value raises one line, ValueError
+        "ATTNLAB_X must be ...". """
+        raw = self.raw()
+        raw = self.default if raw is None else raw
+        if raw is None:
+            return None
+        try:
+            return self.parse(raw)
+        except ValueError as exc:
+            raise ValueError(f"{self.name} {exc}") from None
+
+    @property
+    def shown_default(self) -> str:
+        """The default as a person reads it: the raw default, else what unset means."""
+        return self.unset if self.default is None else self.default
+
+
+MODEL = Setting("ATTNLAB_MODEL", "the chapters' model (attnlab.book, the book build): auto (GPT-2 if available, else "
+                "SmolLM2, else MiniLM), gpt2, smollm2, minilm, a hub id, a folder or a .gguf file; the CLI takes "
+                "--model", "README.md", default="auto")
+DEVICE = Setting("ATTNLAB_DEVICE", "the chapters' device: cpu, cuda or cuda:<n>; the CLI takes --device", "README.md",
+                 default="cpu")
+DATA_DIR = Setting("ATTNLAB_DATA_DIR", "offline data folder (war_and_peace.txt, gpt2-tokenizer/, wikitext-2-raw/): "
+                   "corpora and the GPT-2 tokenizer are read there, never downloaded", "README.md",
+                   unset="download, or the cache", parse=_path_or_none)
+CACHE_DIR = Setting("ATTNLAB_CACHE_DIR", "attnlab's cache folder: downloaded corpora, Results (results/), the "
+                    "chapters' executions (book-execution/), compiled kernels (numba/), de-quantized models",
+                    "README.md", default="~/.cache/attnlab", parse=_path)
+RESULTS_DIR = Setting("ATTNLAB_RESULTS_DIR", "the results cache: every computed Result under its key",
+                      "attnlab/core/published.py", unset="results/ in ATTNLAB_CACHE_DIR", parse=_path)
+RESULTS_URL = Setting("ATTNLAB_RESULTS_URL", "the site to fetch a missing Result from (sha256-checked) instead of "
+                      "computing it; \"off\": never fetch. The chapters' setup cell sets the book's site; the book "
+                      "build sets off", "attnlab/core/published.py", unset="never fetch", parse=_url_or_off)
+RESULTS_LOG = Setting("ATTNLAB_RESULTS_LOG", "a file where every Result read or written is logged (the book build "
+                      "sets it for the chapters' kernels and publishes those Results)", "attnlab/core/published.py",
+                      unset="no log")
+PROGRESS_LOG = Setting("ATTNLAB_PROGRESS_LOG", "a file where each computed Result's line (\"attnlab: computed ...\") "
+                       "is appended (the book build sets it and copies the lines to its terminal)", "README.md",
+                       unset="stderr")
+KERNELS = Setting("ATTNLAB_KERNELS", "0: plain torch instead of the numba kernels on CPU (the path GPUs take)",
+                  "attnlab/normalization/metrics/engine.py", default="1", parse=lambda raw: raw != "0")
+SYNC_DEBUG = Setting("ATTNLAB_SYNC_DEBUG", "1: the metric tiles raise on any host sync on CUDA (scripts/gpu_check.sh)",
+                     "README.md", default="0", parse=lambda raw: raw == "1")
+BOOK_JOBS = Setting("ATTNLAB_BOOK_JOBS", "how many chapters the book build executes at once (a positive integer)",
+                    "README.md", unset="2 when every Result the chapters read last time is stored, else 1",
+                    parse=_positive_int)
+REPOSITORY_URL = Setting("ATTNLAB_REPOSITORY_URL", "the repository the site's launch buttons and pages name (the "
+                         "pages workflow sets the one it runs in)", "README.md", unset="repository.url in _config.yml")
+INSTALL = Setting("ATTNLAB_INSTALL", "what a chapter's setup cell installs when attnlab is missing: a wheel, a folder, "
+                  "any pip requirement (read by the cell itself: attnlab is not installed yet)",
+                  "scripts/setup_cells.py", unset="attnlab from repository.url in _config.yml")
+BROWSER = Setting("ATTNLAB_BROWSER", "1: pytest collects the browser tests (tests/browser) without being named them",
+                  "tests/browser/conftest.py", default="0", parse=lambda raw: raw == "1")
+SITE = Setting("ATTNLAB_SITE", "the built site the browser tests open", "tests/browser/conftest.py",
+               unset="_build/html", parse=_path)
+SCREENSHOTS = Setting("ATTNLAB_SCREENSHOTS", "where the browser tests save screenshots", "tests/browser/conftest.py",
+                      unset="_build/screenshots", parse=_path)
+COLAB_NOTEBOOK = Setting("ATTNLAB_COLAB_NOTEBOOK", "the chapter the Colab-style test runs (make colab)",
+                         "tests/colab/test_fresh_venv.py", unset="book/01_vanishing.ipynb", parse=_path)
+
+ALL = (MODEL, DEVICE, DATA_DIR, CACHE_DIR, RESULTS_DIR, RESULTS_URL, RESULTS_LOG, PROGRESS_LOG, KERNELS, SYNC_DEBUG,
+       BOOK_JOBS, REPOSITORY_URL, INSTALL, BROWSER, SITE, SCREENSHOTS, COLAB_NOTEBOOK)
+BY_NAME = {s.name: s for s in ALL}
+
+
+def get(name: str) -> Any:
+    """The value of the declared variable `name` now (`Setting.get`); KeyError for an undeclared one."""
+    return BY_NAME[name].get()
