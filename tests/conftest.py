@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from attnlab.core import settings
+
 ROOT = Path(__file__).resolve().parents[1]
-if "ATTNLAB_DATA_DIR" not in os.environ and (ROOT.parent / "shared" / "data").is_dir():
+if settings.DATA_DIR.raw() is None and (ROOT.parent / "shared" / "data").is_dir():
     os.environ["ATTNLAB_DATA_DIR"] = str(ROOT.parent / "shared" / "data")
 
 

@@ -1,10 +1,14 @@
-"""`attnlab info`: versions, which models load (and why not), the data directory, corpora + sha256."""
+"""`attnlab info`: versions, which models load (and why not), the data directory, corpora + sha256; `--settings`:
+the ATTNLAB_* variables."""
 from __future__ import annotations
 
+import os
 import platform
+import sys
 
 import torch
 
+from attnlab.core import settings
 from attnlab.core.util import check_device
 
 
@@ -14,7 +18,24 @@ def add_cli(sub) -> None:
                    help="describe this model (any name --model takes elsewhere: smollm2, a .gguf file, a folder) and, "
                         "for a causal language model, its perplexity on the WikiText-2 test split")
     p.add_argument("--device", default="cpu", help="cpu or cuda (with --model)")
+    p.add_argument("--settings", action="store_true",
+                   help="every ATTNLAB_* environment variable: its value here, default and meaning")
     p.set_defaults(func=run_info)
+
+
+def print_settings() -> int:
+    """`attnlab info --settings`: one line per ATTNLAB_* variable (`core.settings`), its value here ("-": unset),
+    default and meaning, in aligned columns; a reader that stops early (`| head`) is no error."""
+    rows = [("variable", "value", "default", "meaning")]
+    rows += [(s.name, "-" if s.raw() is None else s.raw() or '""', s.shown_default, s.meaning) for s in settings.ALL]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3] for row in rows]
+    try:
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:          # stdout's reader is gone: send what is left nowhere, exit quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
 
 
 def describe_model(name: str, device: str) -> int:
@@ -47,6 +68,8 @@ def describe_model(name: str, device: str) -> int:
 def run_info(args) -> int:
     import transformers
 
+    if args.settings:
+        return print_settings()
     check_device(args.device)
     if args.model is not None:
         return describe_model(args.model, args.device)

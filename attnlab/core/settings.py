@@ -41,11 +41,12 @@ def _positive_int(raw: str) -> Optional[int]:
 @dataclass(frozen=True)
 class Setting:
     """One variable. `default`: the raw value used when it is unset (parsed like a set one); where there is none,
-    `get` returns None and `unset` says what happens then. `documented`: the file that explains it further."""
+    `get` returns None and `unset` says what happens then. `documented`: the file that explains it further, or the
+    README's section ("README.md#<its anchor>")."""
 
     name: str
-    meaning: str
-    documented: str
+    meaning: str = ""
+    documented: str = ""
     default: Optional[str] = None
     unset: str = ""
     parse: Callable[[str], Any] = str
@@ -72,48 +73,68 @@ class Setting:
         return self.unset if self.default is None else self.default
 
 
-MODEL = Setting("ATTNLAB_MODEL", "the chapters' model (attnlab.book, the book build): auto (GPT-2 if available, else "
-                "SmolLM2, else MiniLM), gpt2, smollm2, minilm, a hub id, a folder or a .gguf file; the CLI takes "
-                "--model", "README.md", default="auto")
-DEVICE = Setting("ATTNLAB_DEVICE", "the chapters' device: cpu, cuda or cuda:<n>; the CLI takes --device", "README.md",
-                 default="cpu")
-DATA_DIR = Setting("ATTNLAB_DATA_DIR", "offline data folder (war_and_peace.txt, gpt2-tokenizer/, wikitext-2-raw/): "
-                   "corpora and the GPT-2 tokenizer are read there, never downloaded", "README.md",
-                   unset="download, or the cache", parse=_path_or_none)
-CACHE_DIR = Setting("ATTNLAB_CACHE_DIR", "attnlab's cache folder: downloaded corpora, Results (results/), the "
-                    "chapters' executions (book-execution/), compiled kernels (numba/), de-quantized models",
-                    "README.md", default="~/.cache/attnlab", parse=_path)
-RESULTS_DIR = Setting("ATTNLAB_RESULTS_DIR", "the results cache: every computed Result under its key",
-                      "attnlab/core/published.py", unset="results/ in ATTNLAB_CACHE_DIR", parse=_path)
-RESULTS_URL = Setting("ATTNLAB_RESULTS_URL", "the site to fetch a missing Result from (sha256-checked) instead of "
-                      "computing it; \"off\": never fetch. The chapters' setup cell sets the book's site; the book "
-                      "build sets off", "attnlab/core/published.py", unset="never fetch", parse=_url_or_off)
-RESULTS_LOG = Setting("ATTNLAB_RESULTS_LOG", "a file where every Result read or written is logged (the book build "
-                      "sets it for the chapters' kernels and publishes those Results)", "attnlab/core/published.py",
-                      unset="no log")
-PROGRESS_LOG = Setting("ATTNLAB_PROGRESS_LOG", "a file where each computed Result's line (\"attnlab: computed ...\") "
-                       "is appended (the book build sets it and copies the lines to its terminal)", "README.md",
-                       unset="stderr")
-KERNELS = Setting("ATTNLAB_KERNELS", "0: plain torch instead of the numba kernels on CPU (the path GPUs take)",
-                  "attnlab/normalization/metrics/engine.py", default="1", parse=lambda raw: raw != "0")
-SYNC_DEBUG = Setting("ATTNLAB_SYNC_DEBUG", "1: the metric tiles raise on any host sync on CUDA (scripts/gpu_check.sh)",
-                     "README.md", default="0", parse=lambda raw: raw == "1")
-BOOK_JOBS = Setting("ATTNLAB_BOOK_JOBS", "how many chapters the book build executes at once (a positive integer)",
-                    "README.md", unset="2 when every Result the chapters read last time is stored, else 1",
-                    parse=_positive_int)
-REPOSITORY_URL = Setting("ATTNLAB_REPOSITORY_URL", "the repository the site's launch buttons and pages name (the "
-                         "pages workflow sets the one it runs in)", "README.md", unset="repository.url in _config.yml")
-INSTALL = Setting("ATTNLAB_INSTALL", "what a chapter's setup cell installs when attnlab is missing: a wheel, a folder, "
-                  "any pip requirement (read by the cell itself: attnlab is not installed yet)",
-                  "scripts/setup_cells.py", unset="attnlab from repository.url in _config.yml")
-BROWSER = Setting("ATTNLAB_BROWSER", "1: pytest collects the browser tests (tests/browser) without being named them",
-                  "tests/browser/conftest.py", default="0", parse=lambda raw: raw == "1")
-SITE = Setting("ATTNLAB_SITE", "the built site the browser tests open", "tests/browser/conftest.py",
-               unset="_build/html", parse=_path)
-SCREENSHOTS = Setting("ATTNLAB_SCREENSHOTS", "where the browser tests save screenshots", "tests/browser/conftest.py",
-                      unset="_build/screenshots", parse=_path)
-COLAB_NOTEBOOK = Setting("ATTNLAB_COLAB_NOTEBOOK", "the chapter the Colab-style test runs (make colab)",
-                         "tests/colab/test_fresh_venv.py", unset="book/01_vanishing.ipynb", parse=_path)
+_README = "README.md#"
+
+MODEL = Setting(
+    "ATTNLAB_MODEL", default="auto", documented=_README + "running-on-a-gpu",
+    meaning="the chapters' model (attnlab.book, the book build): auto (GPT-2 if available, else SmolLM2, else "
+    "MiniLM), gpt2, smollm2, minilm, a hub id, a folder or a .gguf file; the CLI takes --model")
+DEVICE = Setting(
+    "ATTNLAB_DEVICE", default="cpu", documented=_README + "running-on-a-gpu",
+    meaning="the chapters' device: cpu, cuda or cuda:N; the CLI takes --device")
+DATA_DIR = Setting(
+    "ATTNLAB_DATA_DIR", unset="download, or the cache", parse=_path_or_none,
+    documented=_README + "running-offline-the-data-directory",
+    meaning="offline data folder (war_and_peace.txt, gpt2-tokenizer/, wikitext-2-raw/): corpora and the GPT-2 "
+    "tokenizer are read there, never downloaded")
+CACHE_DIR = Setting(
+    "ATTNLAB_CACHE_DIR", default="~/.cache/attnlab", parse=_path, documented=_README + "where-things-live",
+    meaning="attnlab's cache folder: downloaded corpora, Results (results/), the chapters' executions "
+    "(book-execution/), compiled kernels (numba/), de-quantized models")
+RESULTS_DIR = Setting(
+    "ATTNLAB_RESULTS_DIR", unset="$ATTNLAB_CACHE_DIR/results", parse=_path, documented="attnlab/core/published.py",
+    meaning="the results cache: every computed Result under its key")
+RESULTS_URL = Setting(
+    "ATTNLAB_RESULTS_URL", unset="never fetch", parse=_url_or_off, documented=_README + "publishing-the-site",
+    meaning="the site to fetch a missing Result from (sha256-checked) instead of computing it; \"off\": never fetch. "
+    "The chapters' setup cell sets the book's site; the book build sets off")
+RESULTS_LOG = Setting(
+    "ATTNLAB_RESULTS_LOG", unset="no log", documented="attnlab/core/published.py",
+    meaning="a file where every Result read or written is logged (the book build sets it for the chapters' kernels "
+    "and publishes those Results)")
+PROGRESS_LOG = Setting(
+    "ATTNLAB_PROGRESS_LOG", unset="stderr", documented=_README + "where-things-live",
+    meaning="a file where each computed Result's line (\"attnlab: computed ...\") is appended (the book build sets it "
+    "and copies the lines to its terminal)")
+KERNELS = Setting(
+    "ATTNLAB_KERNELS", default="1", parse=lambda raw: raw != "0", documented="attnlab/normalization/metrics/engine.py",
+    meaning="0: plain torch instead of the numba kernels on CPU (the path GPUs take)")
+SYNC_DEBUG = Setting(
+    "ATTNLAB_SYNC_DEBUG", default="0", parse=lambda raw: raw == "1", documented=_README + "running-on-a-gpu",
+    meaning="1: the metric tiles raise on any host sync on CUDA (scripts/gpu_check.sh)")
+BOOK_JOBS = Setting(
+    "ATTNLAB_BOOK_JOBS", unset="1 or 2", parse=_positive_int, documented=_README + "where-things-live",
+    meaning="how many chapters the book build executes at once, a positive integer (unset: 2 when every Result the "
+    "chapters read last time is stored, else 1)")
+REPOSITORY_URL = Setting(
+    "ATTNLAB_REPOSITORY_URL", unset="_config.yml's repository.url", documented=_README + "publishing-the-site",
+    meaning="the repository the site's launch buttons and pages name (the pages workflow sets the one it runs in)")
+INSTALL = Setting(
+    "ATTNLAB_INSTALL", unset="_config.yml's repository", documented="scripts/setup_cells.py",
+    meaning="what a chapter's setup cell installs when attnlab is missing: a wheel, a folder, any pip requirement "
+    "(read by the cell itself: attnlab is not installed yet)")
+BROWSER = Setting(
+    "ATTNLAB_BROWSER", default="0", parse=lambda raw: raw == "1", documented="tests/browser/conftest.py",
+    meaning="1: a plain pytest run collects the browser tests (tests/browser) too")
+SITE = Setting(
+    "ATTNLAB_SITE", unset="_build/html", parse=_path, documented="tests/browser/conftest.py",
+    meaning="the built site the browser tests open")
+SCREENSHOTS = Setting(
+    "ATTNLAB_SCREENSHOTS", unset="_build/screenshots", parse=_path, documented="tests/browser/conftest.py",
+    meaning="where the browser tests save screenshots")
+COLAB_NOTEBOOK = Setting(
+    "ATTNLAB_COLAB_NOTEBOOK", unset="book/01_vanishing.ipynb", parse=_path, documented="tests/colab/test_fresh_venv.py",
+    meaning="the chapter the Colab-style test runs (make colab)")
 
 ALL = (MODEL, DEVICE, DATA_DIR, CACHE_DIR, RESULTS_DIR, RESULTS_URL, RESULTS_LOG, PROGRESS_LOG, KERNELS, SYNC_DEBUG,
        BOOK_JOBS, REPOSITORY_URL, INSTALL, BROWSER, SITE, SCREENSHOTS, COLAB_NOTEBOOK)
