@@ -16,13 +16,13 @@ reader's own key. The book build logs the entries its chapters read or write (`A
 `publish` copies them into the site. `fetch` downloads an entry with pooch (the fetcher scientific Python uses:
 a known sha256 per file, atomic downloads) and `Result.load` verifies it like any stored Result.
 
-Where: `ATTNLAB_RESULTS_URL` (the site's root; unset, "" or "off": never fetch; the chapters' setup cells set it
-to the site of _config.yml's `attnlab: results_url`). An unreachable site costs one short timeout per process,
-then nothing: every Result is computed as before. A slow or oversized site cannot hang a
-reader: each download has a deadline for the whole download (`DEADLINE_S`) and a size cap (the registry's stated
-size of each file, `FILE_MAX_BYTES` where it states none; `REGISTRY_MAX_BYTES` for the registry); past either, one
-line, the Result is computed, and the process asks that site nothing more. ("sizes" came after format 2's first
-registries: a registry without it is read as before.)
+Where: `ATTNLAB_RESULTS_URL` (the site's root; unset, "" or "off": never fetch; the chapters' setup cells set it to
+the site of _config.yml's `attnlab: results_url`). An unreachable site costs one short timeout per process, then
+nothing: every Result is computed as before. A slow or oversized site cannot hang a reader: each download has a
+deadline for the whole download (`DEADLINE_S`) and a size cap (the registry's stated size of each file,
+`FILE_MAX_BYTES` where it states none; `REGISTRY_MAX_BYTES` for the registry); past either, one line, the Result is
+computed, and the process asks that site nothing more. ("sizes" came after format 2's first registries: a registry
+without it is read as before.)
 """
 from __future__ import annotations
 
