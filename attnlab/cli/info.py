@@ -74,7 +74,7 @@ def run_info(args) -> int:
     if args.model is not None:
         return describe_model(args.model, args.device)
     import attnlab
-    from attnlab.core import models, text
+    from attnlab.core import model_table, models, text
 
     print(f"python        {platform.python_version()}")
     print(f"torch         {torch.__version__} (cuda available: {torch.cuda.is_available()})")
@@ -84,10 +84,13 @@ def run_info(args) -> int:
     print(f"cache dir     {text.cache_dir()}")
     print(f"hub reachable {models.hub_reachable()}")
     print("models:")
-    for name in ("gpt2", "minilm", "smollm2", "tiny-gpt2"):
+    for e in model_table.MODELS:
+        name = e.name
+        if not e.in_info:
+            continue
         try:
             m = models.load_model(name)
-            sha = f", sha256 {m.weights_sha256} (verified)" if name in ("minilm", "smollm2") else (
+            sha = f", sha256 {m.weights_sha256} (verified)" if e.sha256 else (
                 f", sha256 {m.weights_sha256}" if m.weights_sha256 else "")
             print(f"  {name:10s} ok: {m.n_layers}x{m.n_heads} heads, {m.max_positions} positions, {m.source}{sha}")
         except Exception as exc:  # noqa: BLE001 - report every failure, keep going

