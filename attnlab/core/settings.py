@@ -77,8 +77,9 @@ _README = "README.md#"
 
 MODEL = Setting(
     "ATTNLAB_MODEL", default="auto", documented=_README + "running-on-a-gpu",
-    meaning="the chapters' model (attnlab.book, the book build): auto (GPT-2 if available, else SmolLM2, else "
-    "MiniLM), gpt2, smollm2, minilm, a hub id, a folder or a .gguf file; the CLI takes --model")
+    meaning="the chapters' model (attnlab.book, the book build): auto (GPT-2 if available, else the offline models "
+    "in the model table's order) or a named model (attnlab/core/model_table.py), a hub id, a folder or a .gguf "
+    "file; the CLI takes --model")
 DEVICE = Setting(
     "ATTNLAB_DEVICE", default="cpu", documented=_README + "running-on-a-gpu",
     meaning="the chapters' device: cpu, cuda or cuda:N; the CLI takes --device")
