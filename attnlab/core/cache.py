@@ -131,11 +131,13 @@ def store(name: str, key: dict, result: Result) -> Result:
     return result
 
 
-def cached(name: str, key: dict, compute: Callable[[], Result], *, version: int, refresh: bool = False) -> Result:
+def cached(name: str, key: dict, compute: Callable[[], Result], *, version: int | None = None,
+           refresh: bool = False) -> Result:
     """Load the Result stored under (name, key + `version`) (`stored`), or compute, announce (`announce`),
     store and return it (refresh=True: always compute). `version`: the computation's declared version (see the
-    module doc)."""
-    key = dict(key, version=version)
+    module doc), from the registry (`attnlab.computations`) when None; one given for a declared computation must
+    be the registry's (ValueError: a chapter's stale version)."""
+    key = dict(key, version=declared_version(name, version))
     with locked([(name, key)]):
         result = None if refresh else stored(name, key)
         if result is None:
@@ -144,6 +146,19 @@ def cached(name: str, key: dict, compute: Callable[[], Result], *, version: int,
             announce(name, key, time.perf_counter() - t0)
             result = store(name, key, result)
         return result
+
+
+def declared_version(name: str, version: int | None = None) -> int:
+    """`version`, or the registry's (`attnlab.computations`) when None. ValueError when `name` is declared there
+    with another version, or is not declared and no version is given."""
+    from attnlab.computations import COMPUTATIONS
+
+    declared = COMPUTATIONS.get(name)
+    if declared is None and version is None:
+        raise ValueError(f"{name!r} is not a computation of attnlab/computations.py: declare it there")
+    if declared is not None and version is not None and version != declared.version:
+        raise ValueError(f"{name} is version {declared.version} in attnlab/computations.py, not {version}")
+    return declared.version if version is None else version
 
 
 #: the folder of `locked`'s lock files, in `results_dir`
