@@ -61,11 +61,15 @@ def _window_inputs(key: dict):
 
 
 def _windows(pairs) -> list:
-    """The book's `windows.TextWindow`s of (corpus, start) pairs."""
+    """The `windows.TextWindow`s of (corpus, start) pairs: of the book's windows, else of `attnlab check --windows
+    K`'s for the smallest K (up to 32) that has them all."""
     from attnlab import windows
 
-    known = {(w.corpus, w.start): w for w in windows.text_windows(windows.BOOK_WINDOWS)}
-    return [known[(c, s)] for c, s in pairs]
+    for k in (windows.BOOK_WINDOWS, *range(1, 33)):
+        known = {(w.corpus, w.start): w for w in windows.text_windows(k)}
+        if all((c, s) in known for c, s in pairs):
+            return [known[(c, s)] for c, s in pairs]
+    raise ValueError(f"no text windows start at {pairs}")
 
 
 def _figure(key: dict):

@@ -224,7 +224,8 @@ def verify(recompute: Callable[[str, dict], Result | None]) -> Iterator[tuple[st
     """Compute every stored Result (`entries`) again and compare its numbers with the stored ones
     (`core.result.differences`): yields (name, status, differences), status "same", "differs", "damaged" (the
     stored Result fails verification), "other environment" (stored by other library versions or kernels: not
-    comparable here) or "not recomputable" (`recompute(name, key)` returned None: a chapter's own experiment)."""
+    comparable here) or "not recomputable" (`recompute(name, key)` returned None: not declared in
+    `attnlab.computations`, or its key does not say how)."""
     for name, key in entries():
         if key.get("environment") != environment():
             yield name, "other environment", []
