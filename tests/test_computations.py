@@ -171,3 +171,16 @@ def test_verify_recomputes_what_the_registry_declares(tmp_path, monkeypatch, cap
     lines = capsys.readouterr().out.splitlines()
     assert sorted(lines) == sorted(["fig1: same", "fig2c: same", "tsc_hardmax: same", "perplexity: same",
                                     "fig4_without_repeats: same", "demo: not recomputable"])
+
+
+def test_results_compute_stores_what_is_missing(tmp_path, monkeypatch, capsys):
+    from attnlab.cli import main
+
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    args = ["results", "compute", "--models", "tiny-gpt2", "--windows", "1", "--quick"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.splitlines() == ["tiny-gpt2, W&P #1: 0 stored, 6 computed",
+                                                    "tiny-gpt2, WikiText-2 #1: 0 stored, 6 computed"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.splitlines() == ["tiny-gpt2, W&P #1: 6 stored, 0 computed",
+                                                    "tiny-gpt2, WikiText-2 #1: 6 stored, 0 computed"]

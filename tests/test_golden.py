@@ -1,6 +1,6 @@
-"""Golden probes: every cached computation (each figure of the registry, each `cache.cached` / `book.cached_result`
-name of the package, the views and the chapters) run on a tiny input and compared with the numbers its declared
-version gave, stored in tests/golden/<name>@v<version>.json. Append-only: a change that moves numbers bumps the
+"""Golden probes: every cached computation (the registry of computations, attnlab/computations.py: the figures,
+chapter 9's experiments, the package's and the chapters' own) run on a tiny input and compared with the numbers its
+declared version gave, stored in tests/golden/<name>@v<version>.json. Append-only: a change that moves numbers bumps the
 version, which adds a file (`pytest tests/test_golden.py --update-golden` writes a missing one); an old file is
 never edited (tests/test_golden_history.py). A probe whose inputs change gets a label, so a file of its own
 (<name>@v<version>.<label>.json: TINY_LABEL); six computations also have a MiniLM probe (REAL). Each probe's
