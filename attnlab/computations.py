@@ -148,13 +148,21 @@ def _fig2c_ratio(key: dict):
                                    progress=False)
 
 
+def _sink_inputs(key: dict, max_length):
+    """`views.sinks`' inputs of a sink Result's key: War and Peace from its start (None: another text)."""
+    from attnlab.views import sinks as views
+
+    inp = _window_inputs(dict(key, text_name="war_and_peace", text_start=0, max_length=None))
+    return views._sharing(inp, max_length) if inp.corpus.sha256 == key["text"] else None
+
+
 def _sink_shares(key: dict):
     from attnlab.tools import sinks
     from attnlab.views import sinks as views
 
-    if key["window"] != views.WINDOW:
+    inp = _sink_inputs(key, None) if key["window"] == views.WINDOW else None
+    if inp is None:
         return None
-    inp = views._sharing(_window_inputs(dict(key, text_name="war_and_peace", text_start=0, max_length=None)), None)
     ids = inp.ids(max(key["lengths"]))
     return sinks.sink_shares(inp.model, ids, lengths=key["lengths"], normalizer=key["normalizer"],
                              text=views._text(inp))
@@ -165,10 +173,10 @@ def _sink_claims(key: dict):
     from attnlab.tools import sinks
     from attnlab.views import sinks as views
 
-    if key["window"] != views.WINDOW or key["fig3_version"] != FIGURES["fig3"].version:
+    ok = key["window"] == views.WINDOW and key["fig3_version"] == FIGURES["fig3"].version
+    inp = _sink_inputs(key, views.CLAIM_MAX_LENGTH) if ok else None
+    if inp is None:
         return None
-    inp = views._sharing(_window_inputs(dict(key, text_name="war_and_peace", text_start=0, max_length=None)),
-                         views.CLAIM_MAX_LENGTH)
     fig3 = cached_figures(["fig3"], inp)["fig3"]
     return sinks.sink_claims(inp.model, inp.ids(), fig3=fig3, lengths=key["lengths"], text=views._text(inp))
 

@@ -184,3 +184,45 @@ def test_results_compute_stores_what_is_missing(tmp_path, monkeypatch, capsys):
     assert main(args) == 0
     assert capsys.readouterr().out.splitlines() == ["tiny-gpt2, W&P #1: 6 stored, 0 computed",
                                                     "tiny-gpt2, WikiText-2 #1: 6 stored, 0 computed"]
+
+
+def test_verify_recomputes_the_views_and_chapters_own(tmp_path, monkeypatch, capsys):
+    """The computations verify-results could not recompute before the registry, stored by their own callers on
+    tiny-gpt2 (the views of chapters 3, 4 and 7; chapter 7's and 10's cells, as written there, smaller grids), then
+    computed again from their keys alone: the same numbers (a minute on the 2-core CPU; compare_normalizers' default
+    grid and diagnose, 2 more, were checked so on 2026-11-29, not here)."""
+    from attnlab import benchmarks, windows
+    from attnlab.cli import main
+    from attnlab.core.models import load_model
+    from attnlab.core.text import load_corpus
+    from attnlab.sample_complexity import real_tokens
+    from attnlab.tools import compare
+    from attnlab.views import separability, six_percent
+    from attnlab.views import sinks as sink_views
+
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setenv("ATTNLAB_MODEL", "tiny-gpt2")
+    inp = book.inputs()
+    model, corpus = inp.model, inp.corpus
+    windows.pooled_result(model, windows.text_windows(1))
+    windows.reading_result(model, windows.text_windows(1), "E1 / b / v")
+    sink_views.shares(inp)
+    sink_views.claims(inp)
+    six_percent.ratio_curve()
+    separability.head_separability()
+    own = {"model": model, "text_sha256": corpus.sha256}
+    book.cached_result("compare_normalizers", {"device": "cpu", "params": "peers", "lengths": [64, 128]},
+                       lambda: compare.compare_normalizers(model, corpus, lengths=[64, 128], progress=False,
+                                                           specs=[compare.spec("softpick"), compare.spec("sigmoid")]),
+                       **own)
+    book.cached_result("bench_normalizers", {"device": "cpu", "lengths": [128, 256]},
+                       lambda: benchmarks.bench_normalizers(model, corpus, lengths=(128, 256), repeats=3,
+                                                            progress=False), **own)
+    enc, params = load_model("minilm"), dict(quick=True, L=128, offset=0, seed=0, corpus="wikitext2")
+    book.cached_result("tsc_real", {"experiment": "real_encoder", "params": params, "device": "cpu"},
+                       lambda: real_tokens.real_encoder(enc, device="cpu", **params), model=enc,
+                       text_sha256=load_corpus("wikitext2", allow_download=False).sha256)
+    capsys.readouterr()
+    assert main(["results", "verify"]) == 0
+    got = {line.split(":")[0] for line in capsys.readouterr().out.splitlines() if not line.endswith(": same")}
+    assert not got, f"not the same: {got}"
