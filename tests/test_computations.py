@@ -91,6 +91,10 @@ def test_the_registry_is_well_formed():
         assert set(stems) <= chapters, (name, stems)
     for n, s in figures.FIGURES.items():
         assert s.version == COMPUTATIONS[n].version
+    from attnlab import recompute
+
+    assert all(callable(getattr(recompute, f"_{c.recompute}")) for c in COMPUTATIONS.values() if c.recompute)
+    assert [n for n, c in COMPUTATIONS.items() if not c.recompute] == ["compare_normalizers_each"]
 
 
 def test_every_version_is_the_one_before_the_registry():

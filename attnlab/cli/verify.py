@@ -12,11 +12,11 @@ def add_cli(sub) -> None:
 
 
 def recompute(name: str, key: dict):
-    """A stored Result computed again from its key (`attnlab.computations.recompute`): None where the registry does
-    not declare it, or its key does not say how."""
-    from attnlab import computations
+    """A stored Result computed again from its key (`attnlab.recompute`): None where the registry of computations
+    does not declare it, or its key does not say how."""
+    from attnlab import recompute as again
 
-    return computations.recompute(name, key)
+    return again.recompute(name, key)
 
 
 def run_verify(args) -> int:
