@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,8 @@ def _calls(tree: ast.AST, where: str):
 
 
 def _sources():
-    """(where, parsed code) of every package module and every chapter's code cell (by its id)."""
+    """(where, parsed code) of every package module and every chapter's code cell (by its id; a MyST page's by its
+    number)."""
     for path in sorted((ROOT / "attnlab").rglob("*.py")):
         yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(encoding="utf-8"))
     for path in sorted((ROOT / "book").glob("*.ipynb")):
@@ -52,6 +54,10 @@ def _sources():
                 code = "\n".join(line for line in "".join(cell["source"]).splitlines()
                                  if not line.lstrip().startswith(("%", "!")))
                 yield f"{path.relative_to(ROOT).as_posix()} cell {cell.get('id')}", ast.parse(code)
+    for path in sorted((ROOT / "book").glob("*.md")):              # MyST notebooks: {code-cell} blocks
+        for i, block in enumerate(re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", path.read_text(), re.S)):
+            code = "\n".join(line for line in block.splitlines() if not line.lstrip().startswith(("%", "!", ":")))
+            yield f"{path.relative_to(ROOT).as_posix()} code cell {i + 1}", ast.parse(code)
 
 
 def used() -> list[tuple[str, object, str]]:
