@@ -4,7 +4,8 @@ cached on disk (shared by every chapter and by rebuilds), and traces for live sl
     from attnlab import book
     inputs = book.inputs()                       # ATTNLAB_MODEL / ATTNLAB_DEVICE, War and Peace
     res = book.figure_results(["fig2a", "fig2b"], inputs)   # {id: Result}, from the cache when present
-    res = book.cached_result("compare", {"lengths": [64, 128]}, compute, version=1, model=inputs.model)
+    res = book.cached_result("compare_normalizers", {"lengths": [64, 128]}, compute, model=inputs.model)
+                                                # a computation of attnlab.computations, its version declared there
 
 Every cached Result goes through `attnlab.core.cache` (one key recipe: the computation's declared version,
 the model's identity, text checksum, grids and protocol, the libraries' versions).
@@ -95,11 +96,11 @@ def trace(length: int, model: Optional[str] = None, device: Optional[str] = None
         return inp.model.capture(ids, keep=keep, text_sha256=inp.corpus.sha256)
 
 
-def cached_result(name: str, key: dict, compute, *, version: int, model=None, text_sha256: Optional[str] = None,
-                  refresh: bool = False) -> Result:
+def cached_result(name: str, key: dict, compute, *, version: Optional[int] = None, model=None,
+                  text_sha256: Optional[str] = None, refresh: bool = False) -> Result:
     """A chapter's own experiment, cached like the figures: `key` names its grids and protocol; the model (name +
     identity: `core.cache.model_key`) and the text checksum are added when given. `version`: the version of the
-    numbers `compute` returns (1 at first; bump it when they change: `core.cache`)."""
+    numbers `compute` returns, declared in `attnlab.computations` (None: that one; another: ValueError)."""
     full = dict(key)
     if model is not None:
         full.update(model_key(model))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from attnlab.computations import version
 from attnlab.core.result import Result
 from attnlab.core.util import atomic_write
 from attnlab.core.verdicts import with_model
@@ -36,7 +37,7 @@ class FigureSpec:
     plot: Callable          # Result -> matplotlib Figure
     needs: str              # one of NEEDS
     title: str              # the id (the key of FIGURES) is also the Result's name and the claims' key
-    version: int            # of the numbers compute returns: bump it when they change (the cache key holds it;
+    version: int            # declared in attnlab/computations.py (`version`; the cache key holds it;
                             # tests/test_golden.py fails when they move without a bump), never for a refactor
 
 
@@ -51,38 +52,40 @@ class FigureSpec:
 #   same rows (tests/test_paths_agree.py); critical N and every row that finds one are unchanged.
 FIGURES: dict[str, FigureSpec] = {
     "fig1": FigureSpec("normalization", normalization.fig1, normalization_plots.plot_fig1, "model+text",
-                       "Vanishing attention: max weight and entropy against L (Corollary 1)", version=2),
+                       "Vanishing attention: max weight and entropy against L (Corollary 1)", version=version("fig1")),
     "fig2a": FigureSpec("normalization", normalization.fig2a, normalization_plots.plot_fig2a, "model+text",
-                        "Distance against L at N=5 (Theorem 1)", version=2),
+                        "Distance against L at N=5 (Theorem 1)", version=version("fig2a")),
     "fig2b": FigureSpec("normalization", normalization.fig2b, normalization_plots.plot_fig2b, "model+text",
-                        "Distance against N at the largest L (Theorem 1)", version=2),
+                        "Distance against N at the largest L (Theorem 1)", version=version("fig2b")),
     "fig2c": FigureSpec("normalization", normalization.fig2c, normalization_plots.plot_fig2c, "model+text",
-                        "Critical N against L (the 6% rule)", version=1),
+                        "Critical N against L (the 6% rule)", version=version("fig2c")),
     "fig3": FigureSpec("normalization", normalization.fig3, normalization_plots.plot_fig3, "model+text",
-                       "Geometric separability N_s/N (Theorem 2)", version=2),
+                       "Geometric separability N_s/N (Theorem 2)", version=version("fig3")),
     "fig4": FigureSpec("normalization", normalization.fig4, normalization_plots.plot_fig4, "model+text",
-                       "Gradient sensitivity against T (Lemma 2)", version=2),
+                       "Gradient sensitivity against T (Lemma 2)", version=version("fig4")),
     "thm1_readings": FigureSpec("normalization", theorem1.thm1_readings, normalization_plots.plot_thm1_readings,
                                 "model+text", "Theorem 1 under every reading: Fig. 2a's curves and the critical N",
-                                version=2),
+                                version=version("thm1_readings")),
     "separability_readings": FigureSpec("normalization", theorem2.separability_readings,
                                         theorem2.plot_separability_readings, "model+text",
-                                        "Theorem 2 under every reading: N_s/N per vectors, radius and rows", version=2),
+                                        "Theorem 2 under every reading: N_s/N per vectors, radius and rows",
+                                        version=version("separability_readings")),
     "gradient_readings": FigureSpec("normalization", lemma2.gradient_readings,
                                     lemma2.plot_gradient_readings, "model+text",
                                     "Fig. 4 under every reading: g(T, eps) per aggregate and direction, T -> 0",
-                                    version=1),
+                                    version=version("gradient_readings")),
     "tsc_uniform": FigureSpec("sample-complexity", sample_complexity.uniform_map,
                               sample_complexity_plots.plot_uniform_map, "none",
-                              "Uniform convergence of the attention map (C(R)/sqrt n)", version=1),
+                              "Uniform convergence of the attention map (C(R)/sqrt n)", version=version("tsc_uniform")),
     "tsc_moments": FigureSpec("sample-complexity", sample_complexity.moment_convergence,
                               sample_complexity_plots.plot_moment_convergence, "none",
-                              "Moment convergence: fitted |beta| against the horizon H", version=1),
+                              "Moment convergence: fitted |beta| against the horizon H",
+                              version=version("tsc_moments")),
     "tsc_hardmax": FigureSpec("sample-complexity", sphere.hardmax, sample_complexity_plots.plot_hardmax,
-                              "none", "The hardmax regime: slower than any power law", version=1),
+                              "none", "The hardmax regime: slower than any power law", version=version("tsc_hardmax")),
     "tsc_real": FigureSpec("sample-complexity", real_tokens.real_encoder,
                            sample_complexity_plots.plot_real_encoder, "encoder",
-                           "Real tokens: a pretrained encoder on WikiText-2", version=1),
+                           "Real tokens: a pretrained encoder on WikiText-2", version=version("tsc_real")),
 }
 
 def paper1_all_claims(results: dict) -> list[dict]:

@@ -251,7 +251,7 @@ def pooled_result(model, windows: Sequence[TextWindow], *, device: str = "cpu") 
     """`pooled_critical_n` at BOOK_LENGTHS as a cached Result "pooled_ks" (`model`: a loaded AttnModel)."""
     key = {"windows": [(w.corpus, w.start) for w in windows], "lengths": list(BOOK_LENGTHS),
            "max_length": BOOK_MAX_LENGTH, **model_key(model)}
-    return cached("pooled_ks", key, version=1, compute=lambda: Result(
+    return cached("pooled_ks", key, compute=lambda: Result(
         "pooled_ks", pooled_critical_n(model.name, windows, BOOK_LENGTHS, device=device, progress=False),
         {"model": model.name, "windows": [w.label for w in windows], "test": "KS, alpha 0.01, heads pooled"}))
 
@@ -260,7 +260,7 @@ def reading_result(model, windows: Sequence[TextWindow], reading: str, *, device
     """`reading_critical_over_windows` at BOOK_LENGTHS as a cached Result "reading_windows"."""
     key = {"reading": reading, "windows": [(w.corpus, w.start) for w in windows], "lengths": list(BOOK_LENGTHS),
            **model_key(model)}
-    return cached("reading_windows", key, version=1, compute=lambda: Result(
+    return cached("reading_windows", key, compute=lambda: Result(
         "reading_windows", reading_critical_over_windows(model.name, windows, reading, device=device,
                                                          lengths=BOOK_LENGTHS),
         {"model": model.name, "reading": reading}))
@@ -387,7 +387,7 @@ def repeats_result(model: str, window: TextWindow, *, device: str = "cpu", max_l
     """`fig4_without_repeats` on one window as a cached Result (seconds: one forward pass and Fig. 4's grid)."""
     inp = window_inputs(model, device, [window], max_length)[0]
     key = {"window": (window.corpus, window.start), "max_length": max_length, **model_key(inp.model)}
-    return cached("fig4_without_repeats", key, version=1, compute=lambda: fig4_without_repeats(inp))
+    return cached("fig4_without_repeats", key, compute=lambda: fig4_without_repeats(inp))
 
 
 def markup_over_windows(model: str, windows: Sequence[TextWindow], *, device: str = "cpu",

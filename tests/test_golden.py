@@ -1,6 +1,6 @@
-"""Golden probes: every cached computation (each figure of the registry, each `cache.cached` / `book.cached_result`
-name of the package, the views and the chapters) run on a tiny input and compared with the numbers its declared
-version gave, stored in tests/golden/<name>@v<version>.json. Append-only: a change that moves numbers bumps the
+"""Golden probes: every cached computation (the registry of computations, attnlab/computations.py: the figures,
+chapter 9's experiments, the package's and the chapters' own) run on a tiny input and compared with the numbers its
+declared version gave, stored in tests/golden/<name>@v<version>.json. Append-only: a change that moves numbers bumps the
 version, which adds a file (`pytest tests/test_golden.py --update-golden` writes a missing one); an old file is
 never edited (tests/test_golden_history.py). A probe whose inputs change gets a label, so a file of its own
 (<name>@v<version>.<label>.json: TINY_LABEL); six computations also have a MiniLM probe (REAL). Each probe's
@@ -15,7 +15,6 @@ the difference of two samples' head means; thm1_readings v2, 2026-11-27; its cri
 up to 9e-2). Columns that are timings are left out (`core.result.TIMINGS`)."""
 from __future__ import annotations
 
-import ast
 import json
 import warnings
 from functools import lru_cache
@@ -25,61 +24,21 @@ import pytest
 
 import attnlab
 from attnlab import figures
+from attnlab.computations import COMPUTATIONS
 from attnlab.core.result import Result, differences, numbers
 
 ROOT = Path(attnlab.__file__).parent.parent
 GOLDEN = ROOT / "tests" / "golden"
-CALLERS = ("cached", "cached_result")          # the functions a computation's version is declared to
 
 
-# ------------------------------------------------------------------ every declared computation, from the code
-
-
-def _calls(tree: ast.AST, where: str):
-    """(name, version, where:line) of each call `cached("name", ..., version=N)` / `cached_result(...)` in `tree`
-    whose name and version are literals."""
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        fn = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
-        version = next((k.value for k in node.keywords if k.arg == "version"), None)
-        if (fn in CALLERS and node.args and isinstance(node.args[0], ast.Constant)
-                and isinstance(node.args[0].value, str)):
-            assert isinstance(version, ast.Constant), f"{where}:{node.lineno}: {fn}({node.args[0].value!r}) " \
-                                                      "declares no literal version="
-            yield node.args[0].value, version.value, f"{where}:{node.lineno}"
-
-
-def _sources():
-    """(path, parsed code) of every package module and every chapter's code cells."""
-    for path in sorted((ROOT / "attnlab").rglob("*.py")):
-        yield path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(encoding="utf-8"))
-    for path in sorted((ROOT / "book").glob("*.ipynb")):
-        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        for i, cell in enumerate(cells):
-            if cell["cell_type"] == "code":
-                code = "\n".join(line for line in "".join(cell["source"]).splitlines()
-                                 if not line.lstrip().startswith(("%", "!")))
-                yield f"{path.relative_to(ROOT).as_posix()} cell {i}", ast.parse(code)
+# ------------------------------------------------------------------ every declared computation, from the registry
 
 
 @lru_cache(maxsize=1)
 def declared() -> dict[str, tuple[int, list[str]]]:
-    """{computation: (version, [where it is declared])}: the registry's figures, chapter 9's experiments and every
-    literal call of `CALLERS`. AssertionError when two places declare one computation with different versions."""
-    from attnlab.views import tokens
-
-    found = [(i, s.version, f"attnlab/figures.py FIGURES[{i!r}]") for i, s in figures.FIGURES.items()]
-    found += [(name, v, f"attnlab/views/tokens.py EXPERIMENTS[{e!r}]")
-              for e, (name, _, v) in tokens.EXPERIMENTS.items()]
-    for where, tree in _sources():
-        found += list(_calls(tree, where))
-    out: dict[str, tuple[int, list[str]]] = {}
-    for name, version, where in found:
-        v, places = out.setdefault(name, (version, []))
-        assert v == version, f"{name} is declared as version {v} in {places} and {version} in {where}"
-        places.append(where)
-    return out
+    """{computation: (version, [where it is declared])}: the registry, attnlab/computations.py (every computation
+    the package and the chapters cache is declared there: tests/test_computations.py)."""
+    return {n: (c.version, [f"attnlab/computations.py COMPUTATIONS[{n!r}]"]) for n, c in COMPUTATIONS.items()}
 
 
 # ------------------------------------------------------------------ the probes: a tiny input each, seconds
@@ -253,7 +212,7 @@ def golden_path(name: str, version: int, label: str = "") -> Path:
 
 
 PROBED = sorted(set(PROBED) | {"sink_shares", "sink_claims"})          # attention sinks (tools.sinks)
-PROBES = [(n, TINY_LABEL.get(n, "")) for n in PROBED] + [(n, REAL_LABEL) for n in REAL]     # (name, label)
+PROBES = [(n, label) for n, c in COMPUTATIONS.items() for label in c.probes]    # (name, label): the registry's
 
 
 # ------------------------------------------------------------------ the tests
@@ -274,6 +233,14 @@ def test_every_declared_computation_has_a_probe():
     missing = sorted(set(declared()) - set(PROBED))
     assert not missing, f"no golden probe for {missing}: add one to tests/test_golden.py (_probe, PROBED)"
     assert not sorted(set(PROBED) - set(declared())), "a probe of a computation that no longer exists"
+
+
+def test_the_registry_declares_every_probe():
+    """`Computation.probes` (what `attnlab results list` prints) are the probes this file runs: the tiny one, with
+    its TINY_LABEL, of every PROBED computation and the REAL ones."""
+    here = [(n, TINY_LABEL.get(n, "")) for n in PROBED] + [(n, REAL_LABEL) for n in REAL]
+    assert sorted(PROBES) == sorted(here)
+    assert all(golden_path(n, declared()[n][0], label).exists() for n, label in PROBES)
 
 
 @pytest.mark.parametrize("name, label", PROBES)

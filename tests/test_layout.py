@@ -15,8 +15,8 @@ from attnlab.core.result import Result
 
 PKG = Path(attnlab.__file__).parent
 # layer of each top-level part; a module may import only from its own layer or lower ones
-LAYERS = {"core": 0, "normalization": 1, "sample_complexity": 1, "tools": 2, "figures": 3, "windows": 3,
-          "benchmarks": 4, "book": 4, "views": 4, "widgets": 4, "cli": 5}
+LAYERS = {"core": 0, "computations": 0, "normalization": 1, "sample_complexity": 1, "tools": 2, "figures": 3,
+          "windows": 3, "benchmarks": 4, "book": 4, "views": 4, "widgets": 4, "recompute": 4, "cli": 5}
 MAX_FUNCTION_LINES = 80  # a function longer than this is split (by meaning, not by size)
 # the functions over the limit when the rule came in (issue #26), with their lengths then: each may only shrink
 LONG_FUNCTIONS = {

@@ -1,4 +1,4 @@
-"""Command line: attnlab info | figures | check | bench | diagnose | verify-results.
+"""Command line: attnlab info | figures | check | bench | diagnose | verify-results | results.
 
 Argument parsing and printing only: each subcommand module (`figures`, `info`, `bench`, `diagnose`)
 adds its parser with `add_cli(subparsers)` and calls the library. This file only dispatches.
@@ -22,7 +22,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser; importing the subcommands (torch, numba) happens here, inside `main`'s Ctrl-C handling."""
-    from attnlab.cli import bench, diagnose, figures, info, verify
+    from attnlab.cli import bench, diagnose, figures, info, results, verify
 
     parser = OneLineParser(
         prog="attnlab", description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(arXiv 2508.17821), attnlab.sample_complexity (arXiv 2512.10656), attnlab.tools (normalizers, compare,\n"
         "diagnose, report), attnlab.benchmarks, attnlab.core (text, models, capture, result, cache)")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (info, figures, diagnose, bench, verify):
+    for module in (info, figures, diagnose, bench, verify, results):
         module.add_cli(sub)
     return parser
 

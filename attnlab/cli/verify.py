@@ -1,5 +1,6 @@
-"""`attnlab verify-results`: compute every stored Result of the results cache again and compare (before a release:
-it catches a change that moved numbers where no golden probe looks, or a version that was not bumped)."""
+"""`attnlab verify-results` (also `attnlab results verify`): compute every stored Result of the results cache again
+and compare (before a release: it catches a change that moved numbers where no golden probe looks, or a version that
+was not bumped)."""
 from __future__ import annotations
 
 import sys
@@ -11,12 +12,11 @@ def add_cli(sub) -> None:
 
 
 def recompute(name: str, key: dict):
-    """A stored Result computed again from its key: a figure of the registry or a chapter 9 experiment; None for
-    the other chapters' own experiments (their code lives in the chapter)."""
-    from attnlab import figures
-    from attnlab.views import tokens
+    """A stored Result computed again from its key (`attnlab.recompute`): None where the registry of computations
+    does not declare it, or its key does not say how."""
+    from attnlab import recompute as again
 
-    return figures.recompute(name, key) or tokens.recompute(name, key)
+    return again.recompute(name, key)
 
 
 def run_verify(args) -> int:

@@ -131,11 +131,13 @@ def store(name: str, key: dict, result: Result) -> Result:
     return result
 
 
-def cached(name: str, key: dict, compute: Callable[[], Result], *, version: int, refresh: bool = False) -> Result:
+def cached(name: str, key: dict, compute: Callable[[], Result], *, version: int | None = None,
+           refresh: bool = False) -> Result:
     """Load the Result stored under (name, key + `version`) (`stored`), or compute, announce (`announce`),
     store and return it (refresh=True: always compute). `version`: the computation's declared version (see the
-    module doc)."""
-    key = dict(key, version=version)
+    module doc), from the registry (`attnlab.computations`) when None; one given for a declared computation must
+    be the registry's (ValueError: a chapter's stale version)."""
+    key = dict(key, version=declared_version(name, version))
     with locked([(name, key)]):
         result = None if refresh else stored(name, key)
         if result is None:
@@ -144,6 +146,19 @@ def cached(name: str, key: dict, compute: Callable[[], Result], *, version: int,
             announce(name, key, time.perf_counter() - t0)
             result = store(name, key, result)
         return result
+
+
+def declared_version(name: str, version: int | None = None) -> int:
+    """`version`, or the registry's (`attnlab.computations`) when None. ValueError when `name` is declared there
+    with another version, or is not declared and no version is given."""
+    from attnlab.computations import COMPUTATIONS
+
+    declared = COMPUTATIONS.get(name)
+    if declared is None and version is None:
+        raise ValueError(f"{name!r} is not a computation of attnlab/computations.py: declare it there")
+    if declared is not None and version is not None and version != declared.version:
+        raise ValueError(f"{name} is version {declared.version} in attnlab/computations.py, not {version}")
+    return declared.version if version is None else version
 
 
 #: the folder of `locked`'s lock files, in `results_dir`
@@ -209,7 +224,8 @@ def verify(recompute: Callable[[str, dict], Result | None]) -> Iterator[tuple[st
     """Compute every stored Result (`entries`) again and compare its numbers with the stored ones
     (`core.result.differences`): yields (name, status, differences), status "same", "differs", "damaged" (the
     stored Result fails verification), "other environment" (stored by other library versions or kernels: not
-    comparable here) or "not recomputable" (`recompute(name, key)` returned None: a chapter's own experiment)."""
+    comparable here) or "not recomputable" (`recompute(name, key)` returned None: not declared in
+    `attnlab.computations`, or its key does not say how)."""
     for name, key in entries():
         if key.get("environment") != environment():
             yield name, "other environment", []
@@ -223,8 +239,18 @@ def verify(recompute: Callable[[str, dict], Result | None]) -> Iterator[tuple[st
         if new is None:
             yield name, "not recomputable", []
             continue
-        moved = differences(numbers(new), numbers(old), name)
+        moved = differences(numbers(_as_stored(new)), numbers(old), name)
         yield name, "differs" if moved else "same", moved
+
+
+def _as_stored(result: Result) -> Result:
+    """`result` saved and loaded again (in a temporary folder), so that it compares with a stored one cell by cell:
+    a list column (bench_normalizers' shape) reads back as its text."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        result.save(Path(tmp), key="verify")
+        return Result.load(Path(tmp), result.name, key="verify")
 
 
 #: where `announce` writes: this file (appended to) when set, else stderr

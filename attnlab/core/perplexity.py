@@ -62,4 +62,4 @@ def cached_perplexity(model, text, **options) -> Result:
     from attnlab.core.cache import cached, model_key
 
     key = {"experiment": "perplexity", **model_key(model), "text": text.sha256, **options}
-    return cached("perplexity", key, lambda: perplexity(model, text, **options), version=1)
+    return cached("perplexity", key, lambda: perplexity(model, text, **options))

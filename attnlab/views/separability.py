@@ -215,7 +215,7 @@ def head_separability(model_name: Optional[str] = None) -> Result:
            **inp.window_key()}
     return book.cached_result("head_separability", key,
                               lambda: experiments.separability_by_concentration(res["fig1"], res["fig3"]),
-                              version=1, model=inp.model, text_sha256=inp.corpus.sha256)
+                              model=inp.model, text_sha256=inp.corpus.sha256)
 
 
 def relation_at(res: Result, N: Optional[int] = None) -> dict:

@@ -48,7 +48,7 @@ def shares(inp: Inputs, normalizer: Optional[str] = None) -> Result:
     return book.cached_result("sink_shares", key, lambda: sinks.sink_shares(inp.model, ids, lengths=lengths,
                                                                              normalizer=normalizer,
                                                                              text=_text(inp)),
-                              version=1, model=inp.model, text_sha256=inp.corpus.sha256)
+                              model=inp.model, text_sha256=inp.corpus.sha256)
 
 
 def claims(inp: Inputs) -> Result:
@@ -60,7 +60,7 @@ def claims(inp: Inputs) -> Result:
     key = {"window": WINDOW, "lengths": lengths, "fig3_version": FIGURES["fig3"].version, "device": inp.device}
     return book.cached_result("sink_claims", key, lambda: sinks.sink_claims(inp.model, inp.ids(), fig3=fig3,
                                                                              lengths=lengths, text=_text(inp)),
-                              version=1, model=inp.model, text_sha256=inp.corpus.sha256)
+                              model=inp.model, text_sha256=inp.corpus.sha256)
 
 
 def swap_table(native: Result, swapped: dict[str, Result]):

@@ -126,7 +126,7 @@ def ratio_curve() -> Result:
     key = {**inp.window_key(), "points": experiments.RATIO_POINTS, "fracs": list(fracs)}
     return book.cached_result("fig2c_ratio", key,
                               lambda: experiments.fig2c_ratio(inp.model, inp.ids(), fracs=fracs, progress=False),
-                              version=1, model=inp.model, text_sha256=inp.corpus.sha256)
+                              model=inp.model, text_sha256=inp.corpus.sha256)
 
 
 def ratio_at(ratio, frac: float) -> list[tuple[int, dict]]:

@@ -10,17 +10,18 @@ import numpy as np
 import torch
 
 from attnlab import book
-from attnlab.figures import FIGURES
+from attnlab.computations import version
 from attnlab.sample_complexity import experiments as te
 from attnlab.sample_complexity import montecarlo as mc
 from attnlab.sample_complexity import sphere, theory
 
-#: experiment -> (the name of the Result it returns, which is its cache name; its function; its version: the
-#: registry's where it is a figure)
-EXPERIMENTS = {"uniform_map": ("tsc_uniform", te.uniform_map, FIGURES["tsc_uniform"].version),
-               "moment_convergence": ("tsc_moments", te.moment_convergence, FIGURES["tsc_moments"].version),
-               "sample_reference_effect": ("tsc_sample_reference_effect", te.sample_reference_effect, 1),
-               "hardmax": ("tsc_hardmax", sphere.hardmax, FIGURES["tsc_hardmax"].version)}
+#: experiment -> (the name of the Result it returns, which is its cache name; its function; its version, declared
+#: in attnlab.computations)
+EXPERIMENTS = {"uniform_map": ("tsc_uniform", te.uniform_map, version("tsc_uniform")),
+               "moment_convergence": ("tsc_moments", te.moment_convergence, version("tsc_moments")),
+               "sample_reference_effect": ("tsc_sample_reference_effect", te.sample_reference_effect,
+                                           version("tsc_sample_reference_effect")),
+               "hardmax": ("tsc_hardmax", sphere.hardmax, version("tsc_hardmax"))}
 QUERIES = torch.linspace(-4, 4, 161, dtype=torch.float64)[:, None]       # queries of the map frame [161, 1]
 
 
