@@ -117,7 +117,8 @@ endif
 
 # Re-run every chapter and compare the cells marked `# NBVAL_CHECK_OUTPUT` (or tagged nbval-check-output)
 # with their stored outputs; notebooks run from book/. Those cells print only claims that hold on any model
-# (tests/test_committed_notebooks.py), so it passes on GPT-2 as on the model that stored them. `make test`
+# (tests/test_committed_notebooks.py), so it passes on GPT-2 as on the model that stored them; every other cell
+# is run too and fails on an exception (a view given the page's model besides both offline ones). `make test`
 # does not run it: scripts/check_outputs.py compares every stored output (timings masked) with its strict
 # book build's, one execution per chapter.
 nbval: install

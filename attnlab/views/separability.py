@@ -239,10 +239,11 @@ def provenance_line(res: Result) -> str:
             f"L = {p.get('L')}); N_s/N: {x} vectors on the unit sphere, strict radius, token mean per head")
 
 
-def relation_figure(results: dict, N: Optional[int] = None, figsize=(6.8, 3.0)):
+def relation_figure(results: dict, N: Optional[int] = None, figsize=None):
     """Figure: one panel per model ({name: head_separability Result}), each head's N_s/N at N (the largest when
     None) against its mean largest weight, coloured by layer, Spearman's rho in the panel's title, the paper's
-    band shaded; the models, window, L and reading underneath."""
+    band shaded; the models, window, L and reading underneath. `figsize`: 3.4 x 3.0 inches a panel when None."""
+    figsize = figsize or (3.4 * len(results), 3.0)
     fig, axes = plt.subplots(1, len(results), figsize=figsize, layout="constrained", squeeze=False)
     for ax, (name, res) in zip(axes[0], results.items()):
         rel = relation_at(res, N)
@@ -285,13 +286,23 @@ def relation_prose(results: dict, N: Optional[int] = None):
     against = [m for m, r in rel.items() if r["rho"] <= -FLAT_RHO]
     along = [m for m, r in rel.items() if r["rho"] >= FLAT_RHO]
     if len(rel) >= 2:
-        (a, ra), (b, rb) = sorted(rel.items(), key=lambda kv: kv[1]["median_max_weight"])   # a: the more diffuse
+        # The most diffuse model (a) against the most concentrated (b): a chapter shows both offline models and its
+        # own model when it is another (GPT-2 in the publishing workflow), so two or three.
+        order = sorted(rel.items(), key=lambda kv: kv[1]["median_max_weight"])
+        (a, ra), (b, rb) = order[0], order[-1]
         cmp_ns = ("higher" if ra["median_ns_frac"] > rb["median_ns_frac"] else
                   "lower" if ra["median_ns_frac"] < rb["median_ns_frac"] else "the same")
-        parts.append(f"<p>Between the models: {a}'s heads are more diffuse than {b}'s (median of the mean largest "
-                     f"weight {ra['median_max_weight']:.2f} against {rb['median_max_weight']:.2f}), and its median "
-                     f"N_s/N at N = {ra['N']} is {cmp_ns} ({ra['median_ns_frac']:.2f} against "
-                     f"{rb['median_ns_frac']:.2f}; the two models' N and L are those of their panels).</p>")
+        weights = f"{ra['median_max_weight']:.2f} against {rb['median_max_weight']:.2f}"
+        if len(order) == 2:
+            who = f"{a}'s heads are more diffuse than {b}'s (median of the mean largest weight {weights}), and its"
+            panels = "the two models' N and L are those of their panels"
+        else:
+            middle = ", ".join(f"{m} {r['median_max_weight']:.2f}" for m, r in order[1:-1])
+            who = (f"{a}'s heads are the most diffuse and {b}'s the most concentrated (median of the mean largest "
+                   f"weight {weights}; {middle} in between), and {a}'s")
+            panels = "each model's N and L are those of its panel"
+        parts.append(f"<p>Between the models: {who} median N_s/N at N = {ra['N']} is {cmp_ns} "
+                     f"({ra['median_ns_frac']:.2f} against {rb['median_ns_frac']:.2f}; {panels}).</p>")
     verdict = []
     if against:
         verdict.append(f"On {', '.join(against)} the concentrated heads are the ones that lose separability: "
