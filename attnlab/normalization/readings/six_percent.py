@@ -171,14 +171,15 @@ def _rel_se(samples: list[np.ndarray], c: int) -> float:
 def critical_n_readings(probs: torch.Tensor, x: torch.Tensor, visible: Optional[torch.Tensor] = None, *,
                         pairs=None, alpha: float = 0.01, n_max: Optional[int] = None, seed: int = 0,
                         samples: int = DEFAULT_SAMPLES, certify: bool = True, block: int = 8,
-                        progress=None) -> dict[tuple[str, str], dict]:
+                        progress=None, orders: Optional[list] = None) -> dict[tuple[str, str], dict]:
     """Critical N (Alg. 3) of every reading pair (e, d): {pair: dict as `critical_n.critical_n` returns (n, ns,
     pvalues, ks, exact, p_upper, d_mean, e_mean) plus e_rel_se (E4: median relative standard error of the head
     means at the N computed exactly; NaN elsewhere)}. Every N from 1 up is tested for each pair until its first
     non-rejection (p > alpha) or n_max (default L - 1). The last N that has rows is never certified: a pair that
     finds no critical N ends on an exact p-value and exact means (not an upper bound and bracket midpoints), on both
     paths. probs [..., Q, K] (heads = leading dims), x [..., K, D], visible [Q, K]; `seed`, `samples`: the random
-    subsets of E4."""
+    subsets of E4; `orders`: those subsets when the caller made them already (`random_orders(lead, visible, seed,
+    s)` for s < samples, [..., Q, K] each: they depend on the rows' visible keys only, not on x)."""
     vis = check_inputs(probs, x, visible)
     pairs = check_pairs(pairs)
     if not 0 < alpha < 1:
@@ -188,8 +189,10 @@ def critical_n_readings(probs: torch.Tensor, x: torch.Tensor, visible: Optional[
     n_max = scan_n_max(probs.shape[-1], n_max)
     last = min(n_max, int(vis.sum(-1).max()) - 1)                       # the last N with a row (L_t > N)
     lead = probs.shape[:-2]
-    orders = ([random_orders(lead, vis, seed, s) for s in range(samples)]
-              if any(e == "E4" for e, _ in pairs) else [])
+    if not any(e == "E4" for e, _ in pairs):
+        orders = []
+    elif orders is None:
+        orders = [random_orders(lead, vis, seed, s) for s in range(samples)]
     scan = _KernelScan(probs, x, vis, n_max, orders) if cpu_kernels(probs) is not None else \
         _TorchScan(probs, x, vis, orders)
     out = {p: new_scan_result("e_rel_se") for p in pairs}

@@ -68,16 +68,24 @@ def reading_lengths(model, n_tokens: int, quick: bool, lengths: Optional[Sequenc
     return grid
 
 
+def sample_orders(trace, seed: int, samples: int) -> list[torch.Tensor]:
+    """E4's random orders of a trace's rows, [layer, head, Q, K] each (`readings.random_orders`, s < samples): they
+    depend on the visible keys only, so one list serves every vector reading, the curves and the critical N."""
+    return [R.random_orders(trace.probs.shape[:-2], trace.visible(), seed, s) for s in range(samples)]
+
+
 def curve_rows(trace, vectors: str, L: int, ns: Sequence[int], seed: int, samples: int,
-               window: int = 0) -> list[dict]:
-    """kind="curve" rows of one trace (L tokens) and vector reading: per (N, layer, head)."""
+               window: int = 0, orders: Optional[list] = None) -> list[dict]:
+    """kind="curve" rows of one trace (L tokens) and vector reading: per (N, layer, head). `orders`: the trace's
+    `sample_orders` (made here when None)."""
     x = R.vectors(trace, vectors)
     vis = trace.visible()
+    orders = sample_orders(trace, seed, samples) if orders is None else orders
     st = distance_stats(trace.probs, x, ns, vis, stats=("dtilde_a", "dtilde_b", *E_STATS.values()), dtype=CURVE_DTYPE)
     vals = {"d_a": st["dtilde_a"], "d_b": st["dtilde_b"], **{e: st[k] for e, k in E_STATS.items()}}
     per_sample = [distance_stats(trace.probs, x, ns, vis, stats=("dtilde_a", "dtilde_b"),
-                                 order=R.random_orders(trace.probs.shape[:-2], vis, seed, s), dtype=CURVE_DTYPE)
-                  for s in range(samples)]                                           # (both readings: one pass)
+                                 order=order, dtype=CURVE_DTYPE)
+                  for order in orders]                                           # (both readings: one pass)
     for d in ("a", "b"):
         per = [st[f"dtilde_{d}"] for st in per_sample]
         means = torch.stack([row_mean(p, dim=-2) for p in per])                      # [S, layer, head, N]
@@ -112,10 +120,11 @@ def visible_max(values: torch.Tensor, vis: torch.Tensor) -> torch.Tensor:
 
 
 def critical_rows(trace, vectors: str, L: int, pairs, alpha: float, seed: int, samples: int,
-                  window: int = 0) -> list[dict]:
-    """kind="critical" rows of one trace and vector reading: one per reading pair (e, d)."""
+                  window: int = 0, orders: Optional[list] = None) -> list[dict]:
+    """kind="critical" rows of one trace and vector reading: one per reading pair (e, d). `orders`: the trace's
+    `sample_orders` (made by the scan when None)."""
     scans = critical_n_readings(trace.probs, R.vectors(trace, vectors), trace.visible(), pairs=pairs, alpha=alpha,
-                                seed=seed, samples=samples)
+                                seed=seed, samples=samples, orders=orders)
     rows = []
     for (e, d), res in scans.items():
         n = int(res["n"])
@@ -157,12 +166,14 @@ def thm1_readings(model, ids, *, quick: bool = False, progress: bool = True, cap
     jobs = [(w, L) for w in range(len(caps)) for L in sorted(set(crit_L) | set(curve_L))]
     for w, L in progress_bar(jobs, progress, "readings (Theorem 1)"):
         trace = caps[w].get(L)
+        e4 = L in curve_L or any(e == "E4" for e, _ in pairs)            # the curves have E4, the scan where asked
+        orders = sample_orders(trace, seed, samples) if e4 else None    # (one list for every vector reading)
         for vec in vectors:
             if L in curve_L:
                 ns = cor2_ns(L) if L == curve_L[-1] else [FIG2A_N]
-                rows += curve_rows(trace, vec, L, [n for n in ns if n < L], seed, samples, w)
+                rows += curve_rows(trace, vec, L, [n for n in ns if n < L], seed, samples, w, orders)
             if L in crit_L:
-                rows += critical_rows(trace, vec, L, pairs, alpha, seed, samples, w)
+                rows += critical_rows(trace, vec, L, pairs, alpha, seed, samples, w, orders)
         if not model.causal:
             caps[w].traces.pop(L, None)                                  # bidirectional: one pass per L, not kept
     first = caps[0].last
