@@ -189,10 +189,8 @@ def critical_n_readings(probs: torch.Tensor, x: torch.Tensor, visible: Optional[
     n_max = scan_n_max(probs.shape[-1], n_max)
     last = min(n_max, int(vis.sum(-1).max()) - 1)                       # the last N with a row (L_t > N)
     lead = probs.shape[:-2]
-    if not any(e == "E4" for e, _ in pairs):
-        orders = []
-    elif orders is None:
-        orders = [random_orders(lead, vis, seed, s) for s in range(samples)]
+    e4 = any(e == "E4" for e, _ in pairs)
+    orders = ([random_orders(lead, vis, seed, s) for s in range(samples)] if orders is None else orders) if e4 else []
     scan = _KernelScan(probs, x, vis, n_max, orders) if cpu_kernels(probs) is not None else \
         _TorchScan(probs, x, vis, orders)
     out = {p: new_scan_result("e_rel_se") for p in pairs}
