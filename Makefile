@@ -119,8 +119,8 @@ endif
 # with their stored outputs; notebooks run from book/. Those cells print only claims that hold on any model
 # (tests/test_committed_notebooks.py), so it passes on GPT-2 as on the model that stored them; every other cell
 # is run too and fails on an exception (a view given the page's model besides both offline ones). `make test`
-# does not run it: scripts/check_outputs.py compares every stored output (timings masked) with its strict
-# book build's, one execution per chapter.
+# does not run it: scripts/check_outputs.py compares every stored output (values marked volatile masked) with
+# its strict book build's, one execution per chapter.
 nbval: install
 	$(NB_ENV) $(PY) -m pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env book/
 

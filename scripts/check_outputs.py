@@ -173,7 +173,7 @@ def main(argv: list[str]) -> int:
     if problems:
         return 1
     print("check_outputs: the build's outputs are in book/*.ipynb" if args.refresh
-          else "check_outputs: every stored output equals the build's (timings masked)")
+          else "check_outputs: every stored output equals the build's (values marked volatile masked)")
     return 0
 
 
