@@ -110,6 +110,15 @@ def cached_result(name: str, key: dict, compute, *, version: Optional[int] = Non
         return cached(name, full, compute, version=version, refresh=refresh)
 
 
+def result(name: str, key: dict, *, model=None, corpus=None, refresh: bool = False) -> Result:
+    """The Result `name` (a computation of `attnlab.computations`) for `key`, on the loaded `model` and `corpus`:
+    from the results cache, else computed by the registry's recipe and stored (`attnlab.results.result`)."""
+    from attnlab.results import result as get
+
+    with _heavy():
+        return get(name, key, model=model, corpus=corpus, refresh=refresh)
+
+
 # ------------------------------------------------------------------------- helpers every chapter uses
 
 #: plain-text notation of the claim checker and the Results (terminal-friendly) -> rendered math on the page

@@ -193,8 +193,9 @@ def compute_figures(fig_ids, inputs: Inputs, *, quick: bool = False, progress: b
         if spec.needs == "model+text":
             out[fig_id] = spec.compute(inputs.model, inputs.ids(), quick=quick, progress=progress,
                                        text=_text(inputs))
-        elif spec.needs == "encoder":
-            out[fig_id] = spec.compute(inputs.encoder, quick=quick, device=inputs.device)
+        elif spec.needs == "encoder":          # its parameters spelled out, as its key has them (`_cache_key`)
+            out[fig_id] = spec.compute(inputs.encoder, device=inputs.device,
+                                       **real_tokens.real_params(inputs.encoder, quick))
         else:
             out[fig_id] = spec.compute(quick=quick, device=inputs.device)
         out[fig_id].provenance.setdefault("runtime_s", round(time.perf_counter() - t0, 3))
@@ -216,8 +217,12 @@ def _cache_key(fig_id: str, inputs: Inputs, quick: bool) -> dict:
            "max_length": inputs.max_length, "text_name": inputs.text_name, "text_start": inputs.start}
     if spec.needs == "model+text":          # (the window's length, not how it was asked: MiniLM's None and 512 agree)
         key.update(model_key(inputs.model), text=inputs.corpus.sha256, max_length=inputs.window_length)
-    elif spec.needs == "encoder":
-        key.update(model_key(inputs.encoder))
+    elif spec.needs == "encoder":           # chapter 10's key of the same Result (`attnlab.results`)
+        from attnlab.core.text import load_corpus
+
+        params = real_tokens.real_params(inputs.encoder, quick)
+        key = {"experiment": "real_encoder", "params": params, "device": inputs.device, "version": spec.version,
+               **model_key(inputs.encoder), "text": load_corpus(params["corpus"]).sha256}
     return key
 
 

@@ -1,7 +1,9 @@
 """`attnlab results list | verify | compute`: the registry of computations (`attnlab.computations`) and the
 results cache. `list [--json]`: every computation (name, version, inputs, probes, where it is used); `verify`:
 every stored Result computed again from its key and compared (as `attnlab verify-results`); `compute --models
-A,B [--windows K]`: the figure Results the cache lacks for those models (on K windows of each corpus)."""
+A,B [--windows K]`: the Results the cache lacks for those models: on the book's window every figure, the perplexity
+on both corpora and the chapters' model-only Results (`BOOK_WINDOW_RESULTS`); with --windows, paper 1's figures on
+K windows of each corpus."""
 from __future__ import annotations
 
 import json
@@ -18,7 +20,7 @@ def add_cli(sub) -> None:
     ls.set_defaults(func=run_list)
     v = what.add_parser("verify", help="compute every stored Result again and compare it with the stored one")
     v.set_defaults(func=run_verify)
-    c = what.add_parser("compute", help="compute and store the figure Results the cache lacks")
+    c = what.add_parser("compute", help="compute and store the Results the cache lacks for some models")
     model_args(c)
     c.add_argument("--models", default=None, metavar="A,B", help="comma-separated models (default: --model)")
     c.add_argument("--windows", type=int, default=None, metavar="K",
@@ -56,12 +58,18 @@ def run_verify(args) -> int:
     return verify(args)
 
 
+# the chapters' Results that need only a model and the book's window: (name, key without the model and text)
+BOOK_WINDOW_RESULTS = (("compare_normalizers", {"params": "default"}),     # chapter 7, cell baa9369c
+                       ("diagnose", {"params": "default"}))                # chapter 8, cell 8b431e04
+
+
 def run_compute(args) -> int:
-    """The figure Results of each model the results cache lacks, computed and stored (`figures.cached_figures`):
-    with --windows, paper 1's figures (default readings) on `windows.text_windows(K)`; else every figure on the
-    book's window. One line per model and window: how many were there and how many computed."""
+    """The Results of each model the results cache lacks, computed and stored. With --windows, paper 1's figures
+    (default readings) on `windows.text_windows(K)`; else on the book's window every figure, the perplexity on both
+    corpora, chapter 4's head separability and `BOOK_WINDOW_RESULTS` (causal models). One line per model and
+    window: how many were there and how many computed."""
     from attnlab import windows as W
-    from attnlab.figures import READING_FIGURES, Inputs, cached_figures, figure_ids
+    from attnlab.figures import READING_FIGURES, Inputs, figure_ids
 
     models = [m.strip() for m in (args.models or args.model).split(",") if m.strip()]
     if not models:
@@ -70,13 +78,42 @@ def run_compute(args) -> int:
         raise ValueError(f"--windows must be at least 1, got {args.windows}")
     for model in models:
         if args.windows is None:
-            ids, runs = figure_ids(), [("the book's window", Inputs(model, args.device))]
-        else:
-            ids = [i for i in figure_ids("normalization") if i not in READING_FIGURES]
-            ws = W.text_windows(args.windows)
-            runs = list(zip((w.label for w in ws), W.window_inputs(model, args.device, ws, W.BOOK_MAX_LENGTH)))
-        for label, inp in runs:
-            res = cached_figures(ids, inp, quick=args.quick)
-            fresh = sum(not r.provenance.get("loaded_from_cache") for r in res.values())
-            print(f"{model}, {label}: {len(res) - fresh} stored, {fresh} computed", flush=True)
+            _report(model, "the book's window", _book_window(Inputs(model, args.device), args.quick))
+            continue
+        ids, ws = [i for i in figure_ids("normalization") if i not in READING_FIGURES], W.text_windows(args.windows)
+        for w, inp in zip(ws, W.window_inputs(model, args.device, ws, W.BOOK_MAX_LENGTH)):
+            _report(model, w.label, _figures(ids, inp, args.quick))
     return 0
+
+
+def _figures(ids, inp, quick: bool) -> list:
+    from attnlab.figures import cached_figures
+
+    return list(cached_figures(ids, inp, quick=quick).values())
+
+
+def _book_window(inp, quick: bool) -> list:
+    """Every figure of `inp`'s model on the book's window, then (not with --quick) its perplexity on both corpora,
+    chapter 4's head separability and, for a causal model, `BOOK_WINDOW_RESULTS`."""
+    from attnlab.figures import figure_ids
+
+    out = _figures(figure_ids(), inp, quick)
+    if quick:
+        return out
+    from attnlab import results
+    from attnlab.core.perplexity import cached_perplexity
+    from attnlab.core.text import load_corpus
+    from attnlab.views import separability
+
+    model = inp.model
+    out += [cached_perplexity(model, load_corpus(c)) for c in ("war_and_peace", "wikitext2") if model.causal]
+    out.append(separability.head_separability(model.name))
+    if model.causal:
+        out += [results.result(name, dict(key, device=inp.device), model=model, corpus=inp.corpus)
+                for name, key in BOOK_WINDOW_RESULTS]
+    return out
+
+
+def _report(model: str, label: str, res: list) -> None:
+    fresh = sum(not r.provenance.get("loaded_from_cache") for r in res)
+    print(f"{model}, {label}: {len(res) - fresh} stored, {fresh} computed", flush=True)

@@ -17,9 +17,9 @@ from attnlab.tools import sinks
 
 MODELS = book.OFFLINE_MODELS                   # the model table's offline models of the book
 SHARE_LENGTHS = (64, 128, 256, 512, 1024)      # cut at the model's positions (MiniLM: 512)
-CLAIM_MAX_LENGTH = 512                         # the claims at the window set's lengths (`windows.BOOK_LENGTHS`)
+CLAIM_MAX_LENGTH = sinks.CLAIM_MAX_LENGTH      # the claims at the window set's lengths (`windows.BOOK_LENGTHS`)
 SWAP_LENGTH = 512                              # the swapped normalizers' sink shares, one length
-WINDOW = "W&P #1"                              # the text window: the first tokens of War and Peace
+WINDOW = sinks.BOOK_WINDOW                     # the text window: the first tokens of War and Peace
 
 
 def model_inputs(name: str, inp: Optional[Inputs] = None, device: str = "cpu") -> Inputs:
@@ -35,7 +35,7 @@ def _sharing(inp: Inputs, max_length: Optional[int]) -> Inputs:
 
 
 def _text(inp: Inputs) -> dict:
-    return dict(inp.corpus.provenance(), window=WINDOW)
+    return sinks.window_text(inp.corpus)
 
 
 def shares(inp: Inputs, normalizer: Optional[str] = None) -> Result:

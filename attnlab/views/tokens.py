@@ -33,14 +33,6 @@ def run(experiment: str, device: str, **params):
     return book.cached_result(name, key, lambda: fn(device=device, **params), version=version)
 
 
-def recompute(name: str, key: dict):
-    """The experiment stored by `run` as (name, key) computed again, or None when the key is not one of `run`'s."""
-    entry = EXPERIMENTS.get(key.get("experiment"))
-    if entry is None or entry[0] != name or not {"params", "device"} <= set(key):
-        return None
-    return entry[1](device=key["device"], **key["params"])
-
-
 def map_frame(H: float, n: int, R: float = 4.0, draws: int = 3, figsize=(4.6, 2.7)):
     """Figure: Gamma_{mu_n} for `draws` sets of n tokens ~ N(0, 1) against the exact limit H x, with the
     delta-method RMS band and the largest and smallest token of the first draw."""
