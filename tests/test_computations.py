@@ -201,7 +201,7 @@ def test_verify_recomputes_the_views_and_chapters_own(tmp_path, monkeypatch, cap
     tiny-gpt2 (the views of chapters 3, 4 and 7; chapter 7's and 10's cells, as written there, smaller grids), then
     computed again from their keys alone: the same numbers (a minute on the 2-core CPU; compare_normalizers' default
     grid and diagnose, 2 more, were checked so on 2026-11-29, not here)."""
-    from attnlab import benchmarks, windows
+    from attnlab import windows
     from attnlab.cli import main
     from attnlab.core.models import load_model
     from attnlab.core.text import load_corpus
