@@ -8,7 +8,8 @@ it is computed, and what a chapter stores can always be verified.
 """
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
 from attnlab.core.result import Result
 
@@ -50,3 +51,87 @@ def result(name: str, key: dict, *, model=None, corpus=None, refresh: bool = Fal
         return out
 
     return cached(name, full, compute, refresh=refresh)
+
+
+# ------------------------------------------------------------------ what `attnlab results compute` fills
+
+# the chapters' Results that need only a model and the book's window: (name, key without the model and text)
+BOOK_WINDOW_RESULTS = (("compare_normalizers", {"params": "default"}),     # chapter 7, cell baa9369c
+                       ("diagnose", {"params": "default"}))                # chapter 8, cell 8b431e04
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of `attnlab results compute`: the Results of `model` on one window (`window`: (corpus, start) of
+    `windows.text_windows`; None: the book's window), computed together so that they share forward passes."""
+
+    model: str
+    window: Optional[tuple[str, int]]
+    label: str                  # "the book's window" or the window's label ("W&P #2")
+    device: str = "cpu"
+    quick: bool = False
+
+
+def plan(models: Sequence[str], windows: Optional[int] = None, device: str = "cpu", quick: bool = False) -> list[Task]:
+    """The tasks of `results compute`, one model's after another: the book's window (windows None) or K windows of
+    each corpus. ValueError (before anything is loaded) for a model name `load_model` would refuse, or K < 1."""
+    from attnlab import windows as W
+    from attnlab.core.models import check_model_name
+
+    models = [m.strip() for m in models if m.strip()]
+    if not models:
+        raise ValueError("no model to compute: name one or more (--models A,B)")
+    for m in models:
+        check_model_name(m)
+    if windows is None:
+        return [Task(m, None, "the book's window", device, quick) for m in models]
+    if windows < 1:
+        raise ValueError(f"--windows must be at least 1, got {windows}")
+    ws = W.text_windows(windows)
+    return [Task(m, (w.corpus, w.start), w.label, device, quick) for m in models for w in ws]
+
+
+def fill(task: Task, loaded: Optional[dict] = None) -> dict:
+    """Compute and store the Results of `task` the results store lacks; {"model", "label", "stored", "computed"}.
+    `loaded`: {(model, device): AttnModel} of models loaded before in this process (a worker's workspace, filled
+    here), so a model is loaded once per process."""
+    from attnlab.figures import READING_FIGURES, Inputs, figure_ids
+    from attnlab.windows import BOOK_MAX_LENGTH
+
+    loaded = {} if loaded is None else loaded
+    window = {} if task.window is None else {"text": task.window[0], "start": task.window[1],
+                                             "max_length": BOOK_MAX_LENGTH}
+    have = loaded.get((task.model, task.device))
+    inp = Inputs(task.model, task.device, **window) if have is None else Inputs.around(have, task.device, **window)
+    loaded[(task.model, task.device)] = inp.model
+    if task.window is None:
+        res = _book_window(inp, task.quick)
+    else:
+        res = _figures([i for i in figure_ids("normalization") if i not in READING_FIGURES], inp, task.quick)
+    fresh = sum(not r.provenance.get("loaded_from_cache") for r in res)
+    return {"model": task.model, "label": task.label, "stored": len(res) - fresh, "computed": fresh}
+
+
+def _figures(ids, inp, quick: bool) -> list[Result]:
+    from attnlab.figures import cached_figures
+
+    return list(cached_figures(ids, inp, quick=quick).values())
+
+
+def _book_window(inp, quick: bool) -> list[Result]:
+    """Every figure of `inp`'s model on the book's window, then (not with quick) for a causal model its perplexity on
+    both corpora and `BOOK_WINDOW_RESULTS`."""
+    from attnlab.figures import figure_ids
+
+    out = _figures(figure_ids(), inp, quick)
+    if quick:
+        return out
+    from attnlab.core.perplexity import cached_perplexity
+    from attnlab.core.text import load_corpus
+
+    model = inp.model
+    out += [cached_perplexity(model, load_corpus(c)) for c in ("war_and_peace", "wikitext2") if model.causal]
+    if model.causal:
+        out += [result(name, dict(key, device=inp.device), model=model, corpus=inp.corpus)
+                for name, key in BOOK_WINDOW_RESULTS]
+    return out

@@ -1,9 +1,9 @@
 """`attnlab results list | verify | compute`: the registry of computations (`attnlab.computations`) and the
 results cache. `list [--json]`: every computation (name, version, inputs, probes, where it is used); `verify`:
 every stored Result computed again from its key and compared (as `attnlab verify-results`); `compute --models
-A,B [--windows K]`: the Results the cache lacks for those models: on the book's window every figure, the perplexity
-on both corpora and the chapters' model-only Results (`BOOK_WINDOW_RESULTS`); with --windows, paper 1's figures on
-K windows of each corpus."""
+A,B [--windows K] [--cluster local:N]`: the Results the store lacks for those models (`attnlab.results.plan`): on the
+book's window every figure, the perplexity on both corpora and the chapters' model-only Results; with --windows, paper
+1's figures on K windows of each corpus; on a Dask cluster with --cluster (`attnlab.cluster`)."""
 from __future__ import annotations
 
 import json
@@ -27,6 +27,12 @@ def add_cli(sub) -> None:
                    help="paper 1's figures on K windows of each corpus (`attnlab.windows`, L <= 512; default: the "
                         "book's window, War and Peace from its start, every figure)")
     c.add_argument("--quick", action="store_true", help="small grids, for smoke tests")
+    c.add_argument("--cluster", default=None, metavar="local:N|tcp://HOST:PORT",
+                   help="run the tasks on a Dask cluster: N local worker processes, or a running scheduler (pip "
+                        "install 'attnlab[cluster]'); Results go to the one store, ATTNLAB_RESULTS_DIR")
+    c.add_argument("--memory-per-worker", type=float, default=6.0, metavar="GiB",
+                   help="memory a local worker may use (local:N starts at most memory / this workers; default 6)")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.set_defaults(func=run_compute)
 
 
@@ -58,62 +64,25 @@ def run_verify(args) -> int:
     return verify(args)
 
 
-# the chapters' Results that need only a model and the book's window: (name, key without the model and text)
-BOOK_WINDOW_RESULTS = (("compare_normalizers", {"params": "default"}),     # chapter 7, cell baa9369c
-                       ("diagnose", {"params": "default"}))                # chapter 8, cell 8b431e04
-
-
 def run_compute(args) -> int:
-    """The Results of each model the results cache lacks, computed and stored. With --windows, paper 1's figures
-    (default readings) on `windows.text_windows(K)`; else on the book's window every figure, the perplexity on both
-    corpora, chapter 4's head separability and `BOOK_WINDOW_RESULTS` (causal models). One line per model and
-    window: how many were there and how many computed."""
-    from attnlab import windows as W
-    from attnlab.figures import READING_FIGURES, Inputs, figure_ids
-
-    models = [m.strip() for m in (args.models or args.model).split(",") if m.strip()]
-    if not models:
-        raise ValueError(f"--models names no model, got {args.models!r}")
-    if args.windows is not None and args.windows < 1:
-        raise ValueError(f"--windows must be at least 1, got {args.windows}")
-    for model in models:
-        if args.windows is None:
-            _report(model, "the book's window", _book_window(Inputs(model, args.device), args.quick))
-            continue
-        ids, ws = [i for i in figure_ids("normalization") if i not in READING_FIGURES], W.text_windows(args.windows)
-        for w, inp in zip(ws, W.window_inputs(model, args.device, ws, W.BOOK_MAX_LENGTH)):
-            _report(model, w.label, _figures(ids, inp, args.quick))
-    return 0
-
-
-def _figures(ids, inp, quick: bool) -> list:
-    from attnlab.figures import cached_figures
-
-    return list(cached_figures(ids, inp, quick=quick).values())
-
-
-def _book_window(inp, quick: bool) -> list:
-    """Every figure of `inp`'s model on the book's window, then (not with --quick) its perplexity on both corpora,
-    chapter 4's head separability and, for a causal model, `BOOK_WINDOW_RESULTS`."""
-    from attnlab.figures import figure_ids
-
-    out = _figures(figure_ids(), inp, quick)
-    if quick:
-        return out
+    """The Results of each model the results store lacks (`results.plan`, `results.fill`): serially, or as tasks of
+    a Dask cluster (--cluster, `attnlab.cluster`). One line per model and window: how many were there and how many
+    computed; exit 2 when a task failed (each said in one line as it failed)."""
     from attnlab import results
-    from attnlab.core.perplexity import cached_perplexity
-    from attnlab.core.text import load_corpus
-    from attnlab.views import separability
 
-    model = inp.model
-    out += [cached_perplexity(model, load_corpus(c)) for c in ("war_and_peace", "wikitext2") if model.causal]
-    out.append(separability.head_separability(model.name))
-    if model.causal:
-        out += [results.result(name, dict(key, device=inp.device), model=model, corpus=inp.corpus)
-                for name, key in BOOK_WINDOW_RESULTS]
-    return out
+    tasks = results.plan((args.models or args.model).split(","), args.windows, args.device, args.quick)
+    if args.cluster:
+        from attnlab import cluster
 
-
-def _report(model: str, label: str, res: list) -> None:
-    fresh = sum(not r.provenance.get("loaded_from_cache") for r in res)
-    print(f"{model}, {label}: {len(res) - fresh} stored, {fresh} computed", flush=True)
+        rows = cluster.compute(tasks, args.cluster, progress=not args.quiet,
+                               memory_per_worker_gib=args.memory_per_worker)
+    else:
+        loaded: dict = {}                          # one load a model, as a worker's workspace
+        rows = [results.fill(t, loaded) for t in tasks]
+    for r in rows:
+        if "error" not in r:
+            print(f"{r['model']}, {r['label']}: {r['stored']} stored, {r['computed']} computed", flush=True)
+    failed = [r for r in rows if "error" in r]
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(rows)} tasks failed (each named above); run again to retry them")
+    return 0
