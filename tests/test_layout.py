@@ -16,7 +16,7 @@ from attnlab.core.result import Result
 PKG = Path(attnlab.__file__).parent
 # layer of each top-level part; a module may import only from its own layer or lower ones
 LAYERS = {"core": 0, "computations": 0, "normalization": 1, "sample_complexity": 1, "tools": 2, "figures": 3,
-          "windows": 3, "benchmarks": 4, "book": 4, "views": 4, "widgets": 4, "recompute": 4, "cli": 5}
+          "windows": 3, "workspace": 2, "benchmarks": 4, "book": 4, "views": 4, "widgets": 4, "recompute": 4, "cli": 5}
 MAX_FUNCTION_LINES = 80  # a function longer than this is split (by meaning, not by size)
 # the functions over the limit when the rule came in (issue #26), with their lengths then: each may only shrink
 LONG_FUNCTIONS = {
@@ -299,9 +299,7 @@ def test_figure_cache_key_names_the_window_length_not_how_it_was_asked(minilm):
     from attnlab.figures import Inputs, _cache_key
 
     def key(max_length):
-        inp = Inputs("minilm", "cpu", max_length=max_length)
-        inp._model = minilm
-        return _cache_key("fig1", inp, False)
+        return _cache_key("fig1", Inputs.around(minilm, max_length=max_length), False)
 
     assert key(None) == key(512)
     assert key(None)["max_length"] == 512

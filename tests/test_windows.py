@@ -218,13 +218,11 @@ def test_fig4_without_repeats_on_wikitext2_4_and_on_a_window_without_a_run(tiny)
     ws = {w.label: w for w in W.book_windows()}
     res = {}
     for lab in ("WikiText-2 #4", "W&P #1"):
-        inp = Inputs("tiny-gpt2", "cpu", text=ws[lab].corpus, max_length=64, start=ws[lab].start)
-        inp._model = tiny
+        inp = Inputs.around(tiny, text=ws[lab].corpus, max_length=64, start=ws[lab].start)
         res[lab] = W.fig4_without_repeats(inp)
     assert res["WikiText-2 #4"].rows[0]["run"] == 3 and res["WikiText-2 #4"].rows[0]["degenerate_share"] >= 2 / 63
     assert res["W&P #1"].rows[0]["degenerate_share"] == 0.0
-    inp = Inputs("tiny-gpt2", "cpu", max_length=64)
-    inp._model = tiny
+    inp = Inputs.around(tiny, max_length=64)
     full = ex.fig4(tiny, inp.ids(), progress=False, jac_rows=0)
     assert [r["g_max"] for r in res["W&P #1"].rows] == [r["g_max"] for r in full.rows]
 

@@ -28,10 +28,9 @@ def model_inputs(name: str, inp: Optional[Inputs] = None, device: str = "cpu") -
 
 
 def _sharing(inp: Inputs, max_length: Optional[int]) -> Inputs:
-    """Inputs of the same model and text (loaded once) with another `max_length`."""
-    out = Inputs(inp.model_name, inp.device, text=inp.text_name, max_length=max_length, start=inp.start)
-    out._model, out._corpus = inp.model, inp.corpus
-    return out
+    """Inputs of the same model and text (loaded once: `Workspace.with_window`) with another `max_length`."""
+    inp.model, inp.corpus                          # loaded here, shared by the sibling
+    return inp.with_window(max_length=max_length)
 
 
 def _text(inp: Inputs) -> dict:
