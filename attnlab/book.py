@@ -51,10 +51,10 @@ def _heavy():
     A no-op when the user chose a count or `inputs()` did not set one."""
     import torch
 
-    if not _ONE_THREAD["set"] or torch.get_num_threads() != 1 or util._STATE["depth"] > 0:
+    if not _ONE_THREAD["set"] or torch.get_num_threads() != 1 or util.THREADS.depth > 0:
         yield
         return
-    torch.set_num_threads(util._DEFAULT_THREADS)
+    torch.set_num_threads(util.THREADS.default)
     try:
         yield
     finally:

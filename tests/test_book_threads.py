@@ -10,7 +10,7 @@ def _reset(monkeypatch):
     monkeypatch.setitem(book._ONE_THREAD, "set", False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     old = torch.get_num_threads()
-    torch.set_num_threads(util._DEFAULT_THREADS)
+    torch.set_num_threads(util.THREADS.default)
     return old
 
 
@@ -20,7 +20,7 @@ def test_views_one_thread_heavy_default(monkeypatch):
         book._one_thread_for_views()
         assert torch.get_num_threads() == 1
         with book._heavy():
-            assert torch.get_num_threads() == util._DEFAULT_THREADS
+            assert torch.get_num_threads() == util.THREADS.default
             assert not util.threads_chosen()          # so auto_threads may still lower it to the free CPUs
         assert torch.get_num_threads() == 1
     finally:
@@ -32,8 +32,21 @@ def test_user_choice_kept(monkeypatch):
     try:
         monkeypatch.setenv("OMP_NUM_THREADS", "2")
         book._one_thread_for_views()
-        assert torch.get_num_threads() == util._DEFAULT_THREADS and not book._ONE_THREAD["set"]
+        assert torch.get_num_threads() == util.THREADS.default and not book._ONE_THREAD["set"]
         with book._heavy():
-            assert torch.get_num_threads() == util._DEFAULT_THREADS
+            assert torch.get_num_threads() == util.THREADS.default
     finally:
         torch.set_num_threads(old)
+
+
+def test_a_fresh_thread_state_counts_its_own_contexts(monkeypatch):
+    """`util.ThreadState` is an object: a new one starts from torch's count now, with no context open, and its
+    `threads(n)` nests and restores as the process's does."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    state = util.ThreadState()
+    old = torch.get_num_threads()
+    assert state.depth == state.auto == 0 and state.default == old and not state.threads_chosen()
+    with state.threads(1):
+        assert torch.get_num_threads() == 1 and state.depth == 1 and state.threads_chosen()
+        assert util.THREADS.depth == 0                  # the process's bookkeeping is another object
+    assert torch.get_num_threads() == old and state.depth == 0
