@@ -1,5 +1,6 @@
-"""attnlab.book owns the chapters' thread count: one torch thread for their small views, torch's default
-count back inside the heavy computations (figure Results, traces, cached experiments)."""
+"""attnlab.book owns the chapters' thread count (`book.ChapterThreads`): one torch thread for their small views, torch's
+default count back inside the heavy computations (figure Results, traces, cached experiments). Each test makes its own
+ChapterThreads: no module state to reset."""
 import torch
 
 from attnlab import book
@@ -7,7 +8,6 @@ from attnlab.core import util
 
 
 def _reset(monkeypatch):
-    monkeypatch.setitem(book._ONE_THREAD, "set", False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     old = torch.get_num_threads()
     torch.set_num_threads(util.THREADS.default)
@@ -16,10 +16,11 @@ def _reset(monkeypatch):
 
 def test_views_one_thread_heavy_default(monkeypatch):
     old = _reset(monkeypatch)
+    chapter = book.ChapterThreads()
     try:
-        book._one_thread_for_views()
-        assert torch.get_num_threads() == 1
-        with book._heavy():
+        chapter.for_views()
+        assert torch.get_num_threads() == 1 and chapter.one
+        with chapter.heavy():
             assert torch.get_num_threads() == util.THREADS.default
             assert not util.threads_chosen()          # so auto_threads may still lower it to the free CPUs
         assert torch.get_num_threads() == 1
@@ -29,11 +30,12 @@ def test_views_one_thread_heavy_default(monkeypatch):
 
 def test_user_choice_kept(monkeypatch):
     old = _reset(monkeypatch)
+    chapter = book.ChapterThreads()
     try:
         monkeypatch.setenv("OMP_NUM_THREADS", "2")
-        book._one_thread_for_views()
-        assert torch.get_num_threads() == util.THREADS.default and not book._ONE_THREAD["set"]
-        with book._heavy():
+        chapter.for_views()
+        assert torch.get_num_threads() == util.THREADS.default and not chapter.one
+        with chapter.heavy():
             assert torch.get_num_threads() == util.THREADS.default
     finally:
         torch.set_num_threads(old)

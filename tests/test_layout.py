@@ -90,12 +90,13 @@ def test_no_import_cycle():
         visit(module, [], done)
 
 
-# normalization/ in rooms (issue #26): the modules of each folder, and what each room may import
+# normalization/ in rooms (issue #26), book/ too (issue #47): the modules of each folder, and what each room may import
 ROOMS = {
     "normalization": {"paper", "bounds", "oracle", "experiments", "streaming", "plots", "claims", "claim_kinds"},
     "normalization/metrics": {"engine", "rows", "distance", "separability", "gradients", "critical_n"},
     "normalization/kernels": {"metrics", "gradients", "readings"},
     "normalization/readings": {"runs", "theorem1", "six_percent", "theorem2", "lemma2"},
+    "book": {"running", "markup", "models", "across_windows", "chapters"},     # issue #47: by what each serves
 }
 ROOM_IMPORTS = {      # a room's modules import only these (data flows metrics -> readings, kernels serve both)
     "normalization/metrics": ("attnlab.core", "attnlab.normalization.metrics", "attnlab.normalization.kernels",
