@@ -9,7 +9,7 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-from attnlab import book
+from attnlab.book import markup
 from attnlab.normalization import bounds, readings
 from attnlab.normalization.metrics import gradients
 from attnlab.tools import normalizers
@@ -51,7 +51,7 @@ def gmax_table(res4, temperatures: Sequence[float] = (1e-3, 1e-2, 1e-1, 1.0, 10.
         return res4.select(T=T, eps=e)[0]["g_max"]
 
     pick = [T4[np.argmin(abs(np.log(T4 / t)))] for t in temperatures]
-    return book.table(["T"] + [f"max g, ε = {e:g}" for e in eps4] + ["paper's curve min{1/(4T), √2}", "1/(2T)"],
+    return markup.table(["T"] + [f"max g, ε = {e:g}" for e in eps4] + ["paper's curve min{1/(4T), √2}", "1/(2T)"],
                       [[f"{T:.3g}"] + [f"{gmax(T, e):.3g}" for e in eps4]
                        + [f"{float(bounds.corollary3_bound(T)):.3g}", f"{1 / (2 * T):.3g}"] for T in pick])
 
@@ -81,7 +81,7 @@ def live_g_histogram(trace):
 
 def readings_table():
     """HTML table of every reading of g: the summary over rows and heads, and the direction v."""
-    return book.registry_table((("summary", readings.G_AGGREGATES), ("direction v", readings.DIRECTIONS)))
+    return markup.registry_table((("summary", readings.G_AGGREGATES), ("direction v", readings.DIRECTIONS)))
 
 
 def slope_table(slopes: dict, eps_g: Sequence[float], L: int, model_name: str):
@@ -91,7 +91,7 @@ def slope_table(slopes: dict, eps_g: Sequence[float], L: int, model_name: str):
         r = slopes[f"{agg} / {d} / " + ("eps->0" if d == "worst" else f"eps={e:g}")]
         return f"{r['measured'].split(' (')[0].replace('slope ', '')}<br><b>{r['verdict']}</b>"
 
-    return book.table(["summary", "direction"] + [f"eps = {e:g}" for e in eps_g],
+    return markup.table(["summary", "direction"] + [f"eps = {e:g}" for e in eps_g],
                       [[readings.G_AGGREGATES[agg].label if j == 0 else "", f"<code>{d}</code>"]
                        + ([cell(agg, d, 0.0), "(eps -> 0)", ""] if d == "worst" else [cell(agg, d, e) for e in eps_g])
                        for agg in readings.G_AGGREGATES for j, d in enumerate(readings.DIRECTIONS)],
