@@ -15,13 +15,15 @@ import os
 import sys
 from typing import Optional, Sequence
 
+from distributed import WorkerPlugin      # the optional extra: attnlab[cluster] (the CLI says so when it is missing)
+
 from attnlab.results import Task, fill
 
 PLUGIN = "attnlab-workspace"
 GIB = 1024 ** 3
 
 
-class Workspace:
+class Workspace(WorkerPlugin):
     """A Dask worker plugin: the worker's loaded models ({(model, device): AttnModel}) and the client's settings
     (results store, data folder, cache folder), set in the worker's environment when it starts."""
 
@@ -59,10 +61,8 @@ def start(spec: str, memory_per_worker_gib: float = 6.0):
     """(client, cluster or None) for `spec`: "local:N" starts a LocalCluster of N one-thread worker processes on
     127.0.0.1 (at most as many as the memory gives `memory_per_worker_gib` each: a worker holds its model, its
     captures and one Result's work); "tcp://HOST:PORT" connects to a running scheduler. ValueError otherwise."""
-    try:
-        from distributed import Client, LocalCluster
-    except ImportError as exc:
-        raise ValueError("--cluster needs dask.distributed: pip install 'attnlab[cluster]'") from exc
+    from distributed import Client, LocalCluster
+
     if spec.startswith("tcp://"):
         return Client(spec, timeout="20s"), None
     head, _, count = spec.partition(":")

@@ -72,7 +72,10 @@ def run_compute(args) -> int:
 
     tasks = results.plan((args.models or args.model).split(","), args.windows, args.device, args.quick)
     if args.cluster:
-        from attnlab import cluster
+        try:
+            from attnlab import cluster
+        except ImportError as exc:
+            raise ValueError("--cluster needs dask.distributed: pip install 'attnlab[cluster]'") from exc
 
         rows = cluster.compute(tasks, args.cluster, progress=not args.quiet,
                                memory_per_worker_gib=args.memory_per_worker)
