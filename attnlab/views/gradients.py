@@ -187,6 +187,18 @@ def live_box(trace):
     return box
 
 
+def readings_slider(res_g, g_tab: dict):
+    """Two sliders (summary, direction) over `lemma2.plot_gradient_readings` of the gradient_readings Result `res_g`
+    (`lemma2.g_table` `g_tab`)."""
+    from attnlab.normalization.readings import lemma2
+    from attnlab.widgets import frame_slider_2d
+
+    aggs_g, dirs_g = list(readings.G_AGGREGATES), list(readings.DIRECTIONS)
+    return frame_slider_2d([[book.png(lemma2.plot_gradient_readings(res_g, aggregate=a, direction=d, table=g_tab))
+                             for d in dirs_g] for a in aggs_g], aggs_g, dirs_g, "summary", "direction",
+                           alt="g(T, eps) against T for one summary and direction reading")
+
+
 def readings_prose(res_g, rows_g: Sequence[dict]):
     """A paragraph: what the gradient_readings Result `res_g` holds (its grids) and how long it took."""
     prov = res_g.provenance
