@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from distributed import WorkerPlugin      # the optional extra: attnlab[cluster] (the CLI says so when it is missing)
+from distributed import WorkerPlugin  # the optional extra: attnlab[cluster] (the CLI says so when it is missing)
 
 from attnlab.results import Task, fill
 

@@ -99,7 +99,7 @@ COMPUTATIONS: dict[str, Computation] = {c.name: c for c in (
        "attnlab.windows:fig4_without_repeats", "seconds", ("05_gradients", "06_what_holds"),
        "attnlab/windows.py repeats_result", recompute="fig4_without_repeats"),
     _c("head_separability", 1, ("fig1_version", "fig3_version") + WINDOW_KEY,
-       "attnlab.normalization.experiments:separability_by_concentration", "seconds",
+       "attnlab.normalization.concentration:separability_by_concentration", "seconds",
        ("04_separability", "06_what_holds"), "attnlab/views/separability.py head_separability",
        recompute="head_separability"),
     _c("fig2c_ratio", 1, ("points", "fracs") + WINDOW_KEY, "attnlab.normalization.experiments:fig2c_ratio",

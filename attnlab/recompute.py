@@ -129,12 +129,12 @@ def _fig4_without_repeats(key: dict):
 
 def _head_separability(key: dict):
     from attnlab.figures import FIGURES, cached_figures
-    from attnlab.normalization import experiments
+    from attnlab.normalization import concentration
 
     if (key["fig1_version"], key["fig3_version"]) != (FIGURES["fig1"].version, FIGURES["fig3"].version):
         return None
     res = cached_figures(["fig1", "fig3"], _window_inputs(key))
-    return experiments.separability_by_concentration(res["fig1"], res["fig3"])
+    return concentration.separability_by_concentration(res["fig1"], res["fig3"])
 
 
 def _fig2c_ratio(key: dict):

@@ -23,11 +23,11 @@ class Workspace:
 
     def __init__(self, model: str, device: str, text: str = "war_and_peace", max_length: Optional[int] = None,
                  start: int = 0, *, threads: Optional[int] = None):
-        from attnlab.core.util import check_device, check_int
+        from attnlab.core.util import check_device, check_int, check_max_length
 
         self.model_name, self.device, self.text_name = model, check_device(device), text
         # the longest window of the paper-1 figures (None: 1024; at least the grid's first length, 32)
-        self.max_length = None if max_length is None else check_int(max_length, "--max-length", low=32)
+        self.max_length = check_max_length(max_length, "figures")
         self.start = check_int(start, "start", low=0)   # the window's first character in the corpus's text
         self.threads = None if threads is None else check_int(threads, "--threads", low=1)
         self._loaded = {}                               # "model", "corpus", "encoder": loaded once, shared

@@ -156,6 +156,18 @@ def check_int(value, option: str, *, low: int) -> int:
     return n
 
 
+# the shortest --max-length each use takes: "figures" the longest window of the paper-1 figures (`figures.Inputs`,
+# `attnlab figures`, `attnlab check --windows`): at least their length grid's first L, 32; "bench" where
+# `attnlab bench figures` cuts the window (`benchmarks.bench_figures`): any L >= 2
+MAX_LENGTH_LOW = {"figures": 32, "bench": 2}
+
+
+def check_max_length(value, use: str, option: str = "--max-length") -> Optional[int]:
+    """None, or `value` as an int >= MAX_LENGTH_LOW[use] (`check_int`): the one check of --max-length (argparse's
+    `type=` through `cli.options.arg_type`, the library's max_length arguments)."""
+    return None if value is None else check_int(value, option, low=MAX_LENGTH_LOW[use])
+
+
 def check_device(device, option: str = "--device") -> str:
     """`device` when it is "cpu", "cuda" or "cuda:<n>" and, for CUDA, available here; else ValueError in one line.
     The one device check of the CLI and the library (`load_model`, `figures.Inputs`)."""

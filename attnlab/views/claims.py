@@ -36,6 +36,19 @@ def claim_table(rows: Sequence[dict]):
                        for r in rows])
 
 
+def figure_claims(fig_id: str, res) -> list[dict]:
+    """Paper 1's claim rows that read figure `fig_id` (`OF_FIGURE`), from its Result `res`."""
+    from attnlab.normalization.claims import paper1_claims
+
+    return [r for r in paper1_claims({fig_id: res}) if r["id"].startswith(OF_FIGURE[fig_id])]
+
+
+def verdict_table(rows: Sequence[dict]):
+    """HTML table of claim rows as a chapter shows them under its figure: claim, paper, measured, verdict (bold)."""
+    return markup.table(["claim", "paper", "measured", "verdict"],
+                      [[r["claim"], r["paper"], r["measured"], f"<b>{r['verdict']}</b>"] for r in rows])
+
+
 def kind_summary(rows: Sequence[dict]):
     """HTML table: per kind of claim, how many there are and how many hold / do not hold / are not applicable."""
     return markup.table(["group", "claims", "holds", "does not hold", "not applicable"],

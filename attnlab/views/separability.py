@@ -14,7 +14,12 @@ import torch
 from attnlab.book import markup, running
 from attnlab.core.result import Result
 from attnlab.normalization import readings
-from attnlab.normalization.experiments import FLAT_RHO, concentration_direction
+from attnlab.normalization.concentration import (
+    FLAT_RHO,
+    concentration_direction,
+    concentration_relation,
+    separability_by_concentration,
+)
 from attnlab.normalization.metrics import engine, separability
 from attnlab.normalization.paper import SATURATION_N, SEPARABILITY_BAND
 from attnlab.normalization.readings import theorem2
@@ -199,13 +204,12 @@ def bound_table(rows_sep: Sequence[dict], units: Sequence[str]):
 
 
 def head_separability(model_name: Optional[str] = None) -> Result:
-    """`experiments.separability_by_concentration` of one model (the build's when None) on the book's default
+    """`concentration.separability_by_concentration` of one model (the build's when None) on the book's default
     window, cached (`running.cached_result`, keyed like the fig1 and fig3 Results it reads: model, text, window, their
     versions; a new version of either computes it again, in milliseconds). The figures come from
     `running.figure_results` with the set `book.models.claims_per_model` asks for, so that a model no chapter
     computed shares its forward passes."""
     from attnlab.figures import FIGURES, READING_FIGURES, figure_ids
-    from attnlab.normalization import experiments
 
     inp = running.inputs()
     if model_name and model_name != inp.model.name:
@@ -214,14 +218,12 @@ def head_separability(model_name: Optional[str] = None) -> Result:
     key = {"fig1_version": FIGURES["fig1"].version, "fig3_version": FIGURES["fig3"].version,   # the Results' key
            **inp.window_key()}
     return running.cached_result("head_separability", key,
-                              lambda: experiments.separability_by_concentration(res["fig1"], res["fig3"]),
-                              model=inp.model, text_sha256=inp.corpus.sha256)
+                                 lambda: separability_by_concentration(res["fig1"], res["fig3"]),
+                                 model=inp.model, text_sha256=inp.corpus.sha256)
 
 
 def relation_at(res: Result, N: Optional[int] = None) -> dict:
-    """`experiments.concentration_relation` of a head_separability Result at N (its largest when None), with N."""
-    from attnlab.normalization.experiments import concentration_relation
-
+    """`concentration.concentration_relation` of a head_separability Result at N (its largest when None), with N."""
     N = max(res.unique("N")) if N is None else N
     return dict(concentration_relation(res.column("max_weight", N=N), res.column("ns_frac", N=N)), N=N)
 
