@@ -40,13 +40,15 @@ class Workspace(WorkerPlugin):
 
 
 def _settings_env() -> dict:
-    """The client's settings a worker must share: where Results are stored and where data and caches are."""
+    """The client's settings a worker must share: every ATTNLAB_* variable set here (`core.settings`: the data and
+    cache folders, the kernels switch, ...), the results store resolved to a path, and HF_HUB_OFFLINE."""
+    from attnlab.core import settings
     from attnlab.core.published import results_dir
 
-    env = {"ATTNLAB_RESULTS_DIR": str(results_dir())}
-    for name in ("ATTNLAB_DATA_DIR", "ATTNLAB_CACHE_DIR", "HF_HUB_OFFLINE"):
-        if os.environ.get(name):
-            env[name] = os.environ[name]
+    env = {s.name: s.raw() for s in settings.ALL if s.raw() is not None}
+    env[settings.RESULTS_DIR.name] = str(results_dir())
+    if os.environ.get("HF_HUB_OFFLINE"):
+        env["HF_HUB_OFFLINE"] = os.environ["HF_HUB_OFFLINE"]
     return env
 
 
