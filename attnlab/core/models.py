@@ -22,6 +22,7 @@ import torch
 
 from attnlab.core import capture as cap
 from attnlab.core import model_table
+from attnlab.core.architectures import layer_kinds
 from attnlab.core.capture import KEEPABLE, CaptureState, Trace
 from attnlab.core.model_files import (  # noqa: F401 - re-exported: the names callers know from core.models
     GPT2_HELLO_WORLD,
@@ -68,7 +69,8 @@ AUTO_FALLBACK_HINT = ("to use GPT-2 (the paper's model), run once with internet 
 class AttnModel:
     """A Hugging Face model whose attention runs through attnlab's capture function.
 
-    name, causal, max_positions, n_layers, n_heads, d_head, device; `capture(ids)` -> Trace;
+    name, causal, max_positions, n_layers, n_heads, d_head, device, layer_kinds ((kind, window) per layer:
+    `core.architectures.layer_kinds`); `capture(ids)` -> Trace;
     `forward(ids, normalizer=...)` runs with another normalizer; `window(text, L)` -> ids.
     Identity (`identity`, in every Result key and provenance): the weights' checksum, the source files that
     shape its numbers (`files`: {name: sha256}), and digests of the config and tokenizer as loaded; `checks`
@@ -99,6 +101,7 @@ class AttnModel:
                           or int(getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0))) // max(self.n_heads, 1))
         self.max_positions = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
                                  or 10**9)
+        self.layer_kinds = layer_kinds(cfg, self.n_layers)     # (kind, window) per layer: "sliding" / "full"
         self.files = dict(files or {})
         if tokenizer is None:                 # token ids only (a model built in code): nothing to check
             self.checks, self.tokenizer_digest = [*checks, "no tokenizer: token ids only"], None
