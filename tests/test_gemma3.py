@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from attnlab.core import model_table
-from attnlab.core.architectures import layer_kinds
-from attnlab.core.models import AttnModel
+from attnlab.core.models import AttnModel, layer_kinds
 from attnlab.core.perplexity import strided_nll, window_nll
 from attnlab.normalization.layer_kinds import by_kind, layer_kind_rows, visible_keys
 

@@ -92,7 +92,8 @@ def test_no_import_cycle():
 
 # normalization/ in rooms (issue #26): the modules of each folder, and what each room may import
 ROOMS = {
-    "normalization": {"paper", "bounds", "oracle", "experiments", "streaming", "plots", "claims", "claim_kinds"},
+    "normalization": {"paper", "bounds", "oracle", "experiments", "streaming", "plots", "claims", "claim_kinds",
+                      "layer_kinds"},
     "normalization/metrics": {"engine", "rows", "distance", "separability", "gradients", "critical_n"},
     "normalization/kernels": {"metrics", "gradients", "readings"},
     "normalization/readings": {"runs", "theorem1", "six_percent", "theorem2", "lemma2"},

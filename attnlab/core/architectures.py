@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import io
 import warnings
-from typing import Optional
 
 import torch
 
@@ -35,23 +34,6 @@ TINY = {"hidden_size": 64, "n_embd": 64, "d_model": 64, "dim": 64, "embedding_si
         "attention_dropout": 0.0, "attn_pdrop": 0.0, "hidden_dropout_prob": 0.0,
         "attention_probs_dropout_prob": 0.0, "sliding_window": SLIDING_WINDOW, "use_sliding_window": True,
         "attn_logit_softcapping": SOFTCAP}
-
-
-def layer_kinds(config, n_layers: int) -> tuple[tuple[str, Optional[int]], ...]:
-    """(kind, window) of each of `n_layers` attention layers, from the config: "sliding" with the number of keys a
-    query sees at most (itself included: keys t - window < s <= t) where the layer attends to a sliding window,
-    "full" with None where it sees every earlier key (or every key: encoders); another kind its `layer_types`
-    name less "_attention" ("chunked"), window None. `layer_types` (Gemma 2/3, Qwen2, ...) says it per layer;
-    without it every layer is "sliding" when the config has a `sliding_window` not switched off by
-    `use_sliding_window` (Mistral), else "full" (GPT-2, BERT, Llama: MiniLM, SmolLM2)."""
-    window = getattr(config, "sliding_window", None)
-    types = list(getattr(config, "layer_types", None) or [])
-    if len(types) == n_layers:
-        kinds = [t.removesuffix("_attention") for t in types]
-    else:
-        uniform = window is not None and getattr(config, "use_sliding_window", True) is not False
-        kinds = ["sliding" if uniform else "full"] * n_layers
-    return tuple((k, int(window) if k == "sliding" and window is not None else None) for k in kinds)
 
 
 def families() -> list[tuple[str, str, str]]:

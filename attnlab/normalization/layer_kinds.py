@@ -32,14 +32,19 @@ def layer_row_stats(probs: torch.Tensor, window) -> dict[str, torch.Tensor]:
             "uniform": 1.0 / support}
 
 
-def layer_kind_rows(model, ids, lengths: Sequence[int] = (256, 1024, 4096), progress: bool = False) -> Result:
+def layer_kind_rows(model, ids, lengths: Sequence[int] = (256, 1024, 4096), progress: bool = False,
+                    bos: bool = False) -> Result:
     """One row per (L, layer, head): the layer's kind and window (`AttnModel.layer_kinds`) and the means over the
-    first L query rows of ids [token] of `KIND_STATS` (`layer_row_stats`). Memory: one layer's [head, L, L] float32
-    probs at a time (4 heads at L = 4096: 256 MiB)."""
+    first L query rows of ids [token] of `KIND_STATS` (`layer_row_stats`). bos: the tokenizer's BOS token first, then
+    ids (Gemma is trained with it: its full layers then put much of their weight on it). Memory: one layer's
+    [head, L, L] float32 probs at a time (4 heads at L = 4096: 256 MiB)."""
     if not model.causal:
         raise ValueError(f"{model.name} is not causal: layer kinds are measured on causal models (prefix rows)")
     lengths = sorted({int(L) for L in lengths})
-    ids = torch.as_tensor(ids).long()[: lengths[-1]]
+    ids = torch.as_tensor(ids).long()
+    if bos:
+        ids = torch.cat([torch.tensor([model.tokenizer.bos_token_id]), ids])
+    ids = ids[: lengths[-1]]
     if lengths[0] < 2 or ids.numel() < lengths[-1]:
         raise ValueError(f"lengths must be in [2, {ids.numel()}] (the window), got {lengths}")
     t0 = time.perf_counter()
@@ -52,10 +57,11 @@ def layer_kind_rows(model, ids, lengths: Sequence[int] = (256, 1024, 4096), prog
             means = {name: v[:, :L].mean(-1).tolist() for name, v in st.items()}
             rows += [{"L": L, "layer": layer, "head": h, "kind": kind, "window": window,
                       **{name: means[name][h] for name in KIND_STATS}} for h in range(model.n_heads)]
+    first = "the BOS token, then the text" if bos else "the text's tokens, no BOS token"
     prov = provenance(**model.provenance(), layer_kinds=[list(k) for k in model.layer_kinds], lengths=lengths,
                       runtime_seconds=round(time.perf_counter() - t0, 3), torch_threads=torch.get_num_threads(),
-                      protocol="one causal window of the longest L, no BOS token added (`AttnModel.window`); each L "
-                               "reads its first L query rows; means over rows")
+                      bos=bos, protocol=f"one causal window of the longest L ({first}); each L reads its first L "
+                                        "query rows; means over rows")
     return Result(name="layer_kinds", rows=rows, provenance=prov)
 
 
