@@ -118,6 +118,8 @@ def test_chunked_perplexity_equals_the_full_logits(softcap, monkeypatch):
     want = -logp.gather(1, ids[1:, None])[:, 0]
     monkeypatch.setattr(perplexity, "LOGIT_ROWS", 7)
     assert torch.allclose(window_nll(model, ids), want, atol=1e-5, rtol=1e-5)
+    monkeypatch.setattr(perplexity, "final_hidden", lambda m, ids: None)        # a model without logits_to_keep
+    assert torch.allclose(window_nll(model, ids), want, atol=1e-5, rtol=1e-5)
     total, scored = strided_nll(model, ids, 64, 32)                     # one window: every token, all context
     assert scored == ids.numel() - 1 and total == pytest.approx(float(want.sum()), rel=1e-5)
 

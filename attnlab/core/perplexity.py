@@ -9,6 +9,7 @@ window is not (nothing before it in that window). perplexity = exp(mean negative
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 
@@ -46,8 +47,9 @@ def window_nll(model, ids: torch.Tensor) -> torch.Tensor:
     [token]. The logits are formed LOGIT_ROWS positions at a time from the final hidden states (`head_logits`), never
     [token, vocab] at once: checked against the model's own logits of the last position, else (a model whose logits
     are more than its LM head) all at once from its output."""
-    hidden, last = final_hidden(model, ids)
-    if not torch.allclose(head_logits(model.hf, hidden[-1:])[0], last, rtol=1e-4, atol=1e-4):
+    found = final_hidden(model, ids)
+    hidden = None if found is None else found[0]
+    if found is None or not torch.allclose(head_logits(model.hf, hidden[-1:])[0], found[1], rtol=1e-4, atol=1e-4):
         logp = torch.log_softmax(model.forward(ids).logits[0, :-1].float(), dim=-1)
         return -logp.gather(1, ids[1:, None].to(logp.device))[:, 0]
     targets = ids[1:].to(hidden.device)
@@ -59,9 +61,10 @@ def window_nll(model, ids: torch.Tensor) -> torch.Tensor:
     return nll
 
 
-def final_hidden(model, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def final_hidden(model, ids: torch.Tensor) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
     """(the final hidden states [token, d_model] that the LM head reads, the model's logits of the last token
-    [vocab]) from one forward pass of ids [token] that forms the logits of the last position only."""
+    [vocab]) from one forward pass of ids [token] that forms the logits of the last position only; None for a model
+    whose forward takes no `logits_to_keep` or whose base model returns no hidden states."""
     seen = {}
 
     def keep(module, args, output):
@@ -70,9 +73,11 @@ def final_hidden(model, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     hook = model.hf.base_model.register_forward_hook(keep)
     try:
         out = model.forward(ids, logits_to_keep=1)
+    except TypeError:                                   # (an older model class: no logits_to_keep)
+        return None
     finally:
         hook.remove()
-    return seen["hidden"][0], out.logits[0, -1].float()
+    return (seen["hidden"][0], out.logits[0, -1].float()) if "hidden" in seen else None
 
 
 def head_logits(hf, hidden: torch.Tensor) -> torch.Tensor:
