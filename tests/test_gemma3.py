@@ -98,6 +98,7 @@ def test_layer_kind_rows_by_kind():
     assert row["kind"] == "sliding" and row["window"] == WINDOW
     assert row["max_weight"] == pytest.approx(float(trace.probs[1, 2].amax(-1).double().mean()), rel=1e-6)
     assert row["first_weight"] == pytest.approx(float(trace.probs[1, 2, :, 0].double().mean()), rel=1e-6)
+    assert row["max_rest"] == pytest.approx(float(trace.probs[1, 2, :, 1:].amax(-1).double().mean()), rel=1e-6)
     assert row["support"] == pytest.approx(float(visible_keys(32, WINDOW).mean()))
     kinds = by_kind(result)
     assert [(k["L"], k["kind"], k["n_layers"]) for k in kinds] == [(8, "full", 1), (8, "sliding", 2),

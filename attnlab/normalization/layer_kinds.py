@@ -15,7 +15,7 @@ import torch
 from attnlab.core.result import Result, provenance
 from attnlab.core.util import progress as progress_bar
 
-KIND_STATS = ("max_weight", "first_weight", "support", "uniform")
+KIND_STATS = ("max_weight", "first_weight", "max_rest", "support", "uniform")
 
 
 def visible_keys(n_rows: int, window) -> torch.Tensor:
@@ -26,10 +26,11 @@ def visible_keys(n_rows: int, window) -> torch.Tensor:
 
 def layer_row_stats(probs: torch.Tensor, window) -> dict[str, torch.Tensor]:
     """Per row [head, row] of one layer's probs [head, query, key]: the largest weight, the weight on the first token
-    (key 0), the keys the row sees (`visible_keys`) and the uniform weight 1 / that."""
+    (key 0: a BOS token, where one is put first, takes much of the full layers' weight), the largest weight on any
+    other key (0 in row 0), the keys the row sees (`visible_keys`) and the uniform weight 1 / that."""
     support = visible_keys(probs.shape[-2], window).expand(probs.shape[0], -1)
-    return {"max_weight": probs.amax(-1).double(), "first_weight": probs[..., 0].double(), "support": support,
-            "uniform": 1.0 / support}
+    return {"max_weight": probs.amax(-1).double(), "first_weight": probs[..., 0].double(),
+            "max_rest": probs[..., 1:].amax(-1).double(), "support": support, "uniform": 1.0 / support}
 
 
 def layer_kind_rows(model, ids, lengths: Sequence[int] = (256, 1024, 4096), progress: bool = False,
