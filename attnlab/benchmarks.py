@@ -14,8 +14,8 @@ import torch
 from attnlab.core.models import as_attn_model, load_model
 from attnlab.core.result import Result, provenance
 from attnlab.core.text import resolve_text
+from attnlab.core.util import check_max_length, with_threads
 from attnlab.core.util import progress as progress_bar
-from attnlab.core.util import with_threads
 from attnlab.figures import FIGURES
 from attnlab.normalization import experiments as ex
 from attnlab.normalization import oracle
@@ -59,7 +59,8 @@ class _Fixed(ex.Captures):
 
 def check_bench_figures(figures: Optional[Sequence[str]] = None, max_length: Optional[int] = None) -> list[str]:
     """The figure ids `bench_figures` will time (default: every paper-1 figure of the registry), checked
-    with `max_length` (an integer >= 2 or None) before any model is loaded; ValueError in one line."""
+    with `max_length` (`util.check_max_length`: None or an integer >= 2) before any model is loaded; ValueError in one
+    line."""
     known = [i for i in FIGURES if i in ex.FIGURE_FUNCS]          # the paper's figures (the oracle covers them)
     names = list(dict.fromkeys(figures)) if figures else known
     unknown = [n for n in names if n not in FIGURES]
@@ -68,9 +69,7 @@ def check_bench_figures(figures: Optional[Sequence[str]] = None, max_length: Opt
     other = [n for n in names if n not in known]
     if other:
         raise ValueError(f"{', '.join(other)}: bench figures times the paper's figures only ({', '.join(known)})")
-    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer))
-                                   or max_length < 2):
-        raise ValueError(f"max_length must be an integer >= 2, got {max_length!r}")
+    check_max_length(max_length, "bench", "max_length")
     return names
 
 

@@ -4,9 +4,9 @@ its golden probes (tests/test_golden.py, tests/golden/<name>@v<version>[.<label>
 chapters that use it. `attnlab results list | verify | compute` read it; `core.cache.cached` (and so
 `book.cached_result` and `figures.cached_figures`) takes a computation's version from here.
 
-`recompute` names the function of attnlab/recompute.py that computes a stored Result again from its key
-(`core.cache.KEY_FILE`) alone, for `attnlab results verify`; "" where the key does not say how
-(`compare_normalizers_each`: its SSMax reference length is the smallest L of another Result).
+`recompute` names the recipe of attnlab/recompute.py that computes a Result from its key: `attnlab.results.result`
+(a chapter's `book.result`) computes with it on the model and text the caller loaded, `attnlab results verify`
+computes a stored Result again from its key (`core.cache.KEY_FILE`) alone. Every computation has one.
 
 This module imports nothing (the core's cache reads it, and the figures): functions are named, not imported.
 """
@@ -74,8 +74,8 @@ COMPUTATIONS: dict[str, Computation] = {c.name: c for c in (
     _c("tsc_hardmax", 1, SYNTHETIC_KEY + EXPERIMENT_KEY, "attnlab.sample_complexity.sphere:hardmax", "minutes",
        ("09_infinite_tokens", "attnlab figures", "attnlab check"), f"{_F}; attnlab/views/tokens.py run",
        recompute="figure"),
-    # two recipes, one name: the figure (figures._cache_key) and chapter 10's (its params in the key)
-    _c("tsc_real", 1, SYNTHETIC_KEY + EXPERIMENT_KEY + ("model", "identity", "text"),
+    # one recipe: the figure (figures._cache_key) and chapter 10 key it alike (real_tokens.real_params)
+    _c("tsc_real", 1, EXPERIMENT_KEY + ("model", "identity", "text"),
        "attnlab.sample_complexity.real_tokens:real_encoder", "minutes",
        ("10_real_tokens", "attnlab figures", "attnlab check"), f"{_F}; book/10_real_tokens.ipynb cells 36106723, "
        "solution10-1", recompute="tsc_real"),
@@ -99,7 +99,7 @@ COMPUTATIONS: dict[str, Computation] = {c.name: c for c in (
        "attnlab.windows:fig4_without_repeats", "seconds", ("05_gradients", "06_what_holds"),
        "attnlab/windows.py repeats_result", recompute="fig4_without_repeats"),
     _c("head_separability", 1, ("fig1_version", "fig3_version") + WINDOW_KEY,
-       "attnlab.normalization.experiments:separability_by_concentration", "seconds",
+       "attnlab.normalization.concentration:separability_by_concentration", "seconds",
        ("04_separability", "06_what_holds"), "attnlab/views/separability.py head_separability",
        recompute="head_separability"),
     _c("fig2c_ratio", 1, ("points", "fracs") + WINDOW_KEY, "attnlab.normalization.experiments:fig2c_ratio",
@@ -112,11 +112,11 @@ COMPUTATIONS: dict[str, Computation] = {c.name: c for c in (
        recompute="sink_claims"),
     # the chapters' own (book.cached_result in a chapter's cells)
     _c("compare_normalizers", 1, CHAPTER_KEY + ("lengths",), "attnlab.tools.compare:compare_normalizers", "minutes",
-       ("07_beyond_softmax",), "book/07_beyond_softmax.ipynb cells baa9369c, peers07-table", ("crit50",),
+       ("07_beyond_softmax",), "book/07_beyond_softmax.ipynb cells baa9369c, peers07-table (book.result)", ("crit50",),
        recompute="compare"),
-    _c("compare_normalizers_each", 1, ("device", "L", "specs", "model", "identity", "text"),
+    _c("compare_normalizers_each", 1, ("device", "L", "specs", "ssmax_ref_length", "model", "identity", "text"),
        "attnlab.tools.compare:compare_normalizers", "minutes", ("07_beyond_softmax",),
-       "book/07_beyond_softmax.ipynb cell 98c26771"),
+       "book/07_beyond_softmax.ipynb cell 98c26771", recompute="compare_each"),
     _c("bench_normalizers", 1, ("device", "lengths", "model", "identity", "text"),
        "attnlab.benchmarks:bench_normalizers", "minutes", ("07_beyond_softmax",),
        "book/07_beyond_softmax.ipynb cell 5b27a72f", recompute="bench"),

@@ -25,6 +25,7 @@ from attnlab.sample_complexity import claims as sample_complexity_claims
 from attnlab.sample_complexity import experiments as sample_complexity
 from attnlab.sample_complexity import plots as sample_complexity_plots
 from attnlab.sample_complexity import real_tokens, sphere
+from attnlab.workspace import Workspace
 
 PAPERS = ("normalization", "sample-complexity")
 NEEDS = ("model+text", "none", "encoder")
@@ -111,70 +112,18 @@ def figure_ids(paper: str = "all") -> list[str]:
     return [i for i, s in FIGURES.items() if paper in ("all", s.paper)]
 
 
-class Inputs:
-    """Loads the model and text once, lazily, for every figure of a run."""
-
-    def __init__(self, model: str, device: str, text: str = "war_and_peace", max_length: Optional[int] = None,
-                 start: int = 0):
-        from attnlab.core.util import check_device, check_int
-
-        self.model_name, self.device, self.text_name = model, check_device(device), text
-        # the longest window of the paper-1 figures (None: 1024; at least the grid's first length, 32)
-        self.max_length = None if max_length is None else check_int(max_length, "--max-length", low=32)
-        self.start = check_int(start, "start", low=0)   # the window's first character in the corpus's text
-        self._model = self._corpus = self._encoder = None
-
-    @property
-    def model(self):
-        if self._model is None:
-            from attnlab.core.models import load_model
-
-            self._model = load_model(self.model_name, self.device)
-        return self._model
-
-    @property
-    def corpus(self):
-        if self._corpus is None:
-            from attnlab.core.text import load_corpus
-
-            self._corpus = load_corpus(self.text_name)
-        return self._corpus
-
-    @property
-    def window_length(self) -> int:
-        """L of the largest window the figures use: `max_length` (the paper's 1024 when None), at most the model's
-        positions (loads the model)."""
-        return min(self.model.max_positions, self.max_length or 1024)
-
-    def window_key(self) -> dict:
-        """The window a chapter's own Result is computed on, as its cache key names it (`book.cached_result`): device,
-        the text, its first character and the window's length (`window_length`; loads the model)."""
-        return {"device": self.device, "max_length": self.window_length, "text_name": self.text_name,
-                "text_start": self.start}
-
-    def ids(self, length: Optional[int] = None):
-        """Token ids of the largest window the figures use (`window_length`), or of the first `length` tokens."""
-        L = length or self.window_length
-        if self.max_length is not None and self.max_length > self.model.max_positions:
-            raise ValueError(f"--max-length {self.max_length} exceeds {self.model.name}'s {self.model.max_positions} "
-                             "positions")
-        return self.model.window(self.corpus.text[self.start:], L)
-
-    @property
-    def encoder(self):
-        """The model itself when it is an encoder; else MiniLM (the sample-complexity protocol is an encoder's)."""
-        if self._encoder is None:
-            if not self.model.causal:
-                self._encoder = self.model
-            else:
-                from attnlab.core.models import load_model
-
-                self._encoder = load_model("minilm", self.device)
-        return self._encoder
+#: the older name of the run's workspace (chapters, CLI and tests say `figures.Inputs`)
+Inputs = Workspace
 
 
-def compute_figures(fig_ids, inputs: Inputs, *, quick: bool = False, progress: bool = True) -> dict[str, Result]:
-    """Run the experiments of `fig_ids` and return {id: Result}. Paper-1 figures share forward passes."""
+def compute_figures(fig_ids, inputs: Workspace, *, quick: bool = False, progress: bool = True) -> dict[str, Result]:
+    """Run the experiments of `fig_ids` and return {id: Result}, under the workspace's thread count
+    (`Workspace.thread_count`). Paper-1 figures share forward passes."""
+    with inputs.thread_count():
+        return _compute_figures(fig_ids, inputs, quick=quick, progress=progress)
+
+
+def _compute_figures(fig_ids, inputs: Workspace, *, quick: bool, progress: bool) -> dict[str, Result]:
     unknown = [i for i in fig_ids if i not in FIGURES]
     if unknown:
         raise ValueError(f"unknown figure ids {unknown}; known: {', '.join(FIGURES)}")
@@ -193,8 +142,9 @@ def compute_figures(fig_ids, inputs: Inputs, *, quick: bool = False, progress: b
         if spec.needs == "model+text":
             out[fig_id] = spec.compute(inputs.model, inputs.ids(), quick=quick, progress=progress,
                                        text=_text(inputs))
-        elif spec.needs == "encoder":
-            out[fig_id] = spec.compute(inputs.encoder, quick=quick, device=inputs.device)
+        elif spec.needs == "encoder":          # its parameters spelled out, as its key has them (`_cache_key`)
+            out[fig_id] = spec.compute(inputs.encoder, device=inputs.device,
+                                       **real_tokens.real_params(inputs.encoder, quick))
         else:
             out[fig_id] = spec.compute(quick=quick, device=inputs.device)
         out[fig_id].provenance.setdefault("runtime_s", round(time.perf_counter() - t0, 3))
@@ -206,7 +156,7 @@ def compute_figures(fig_ids, inputs: Inputs, *, quick: bool = False, progress: b
     return {i: out[i] for i in fig_ids}
 
 
-def _cache_key(fig_id: str, inputs: Inputs, quick: bool) -> dict:
+def _cache_key(fig_id: str, inputs: Workspace, quick: bool) -> dict:
     """What a figure's Result depends on besides the libraries (`core.cache.full_key` adds them): its id, its
     declared version (`FigureSpec.version`) and its inputs."""
     from attnlab.core.cache import model_key
@@ -216,8 +166,12 @@ def _cache_key(fig_id: str, inputs: Inputs, quick: bool) -> dict:
            "max_length": inputs.max_length, "text_name": inputs.text_name, "text_start": inputs.start}
     if spec.needs == "model+text":          # (the window's length, not how it was asked: MiniLM's None and 512 agree)
         key.update(model_key(inputs.model), text=inputs.corpus.sha256, max_length=inputs.window_length)
-    elif spec.needs == "encoder":
-        key.update(model_key(inputs.encoder))
+    elif spec.needs == "encoder":           # chapter 10's key of the same Result (`attnlab.results`)
+        from attnlab.core.text import load_corpus
+
+        params = real_tokens.real_params(inputs.encoder, quick)
+        key = {"experiment": "real_encoder", "params": params, "device": inputs.device, "version": spec.version,
+               **model_key(inputs.encoder), "text": load_corpus(params["corpus"]).sha256}
     return key
 
 
@@ -227,12 +181,12 @@ def recompute(name: str, key: dict) -> Optional[Result]:
     if key.get("figure") != name or name not in FIGURES:
         return None
     model = key.get("model") or "tiny-gpt2"      # a synthetic figure's key names no model: it loads none
-    inputs = Inputs(model, key["device"], text=key["text_name"], max_length=key["max_length"],
+    inputs = Workspace(model, key["device"], text=key["text_name"], max_length=key["max_length"],
                     start=key["text_start"])
     return compute_figures([name], inputs, quick=key["quick"], progress=False)[name]
 
 
-def cached_figures(fig_ids, inputs: Inputs, *, quick: bool = False, refresh: bool = False,
+def cached_figures(fig_ids, inputs: Workspace, *, quick: bool = False, refresh: bool = False,
                    progress: bool = False) -> dict[str, Result]:
     """Like `compute_figures`, from the results cache when a Result is there (`core.cache`: same declared
     version, model weights, text, grids, libraries; provenance says `loaded_from_cache`); the missing ones are
@@ -253,7 +207,7 @@ def cached_figures(fig_ids, inputs: Inputs, *, quick: bool = False, refresh: boo
     return {i: out[i] for i in fig_ids}
 
 
-def _text(inputs: Inputs) -> dict:
+def _text(inputs: Workspace) -> dict:
     return dict(inputs.corpus.provenance(), offset=0, start_char=inputs.start)
 
 
@@ -333,7 +287,7 @@ def verify_manifest(out: Path) -> list[str]:
     return problems
 
 
-def claim_results(inputs: Inputs, *, quick: bool, paper: str = "all", progress: bool = True, readings: bool = True,
+def claim_results(inputs: Workspace, *, quick: bool, paper: str = "all", progress: bool = True, readings: bool = True,
                   refresh: bool = False) -> dict[str, dict[str, Result]]:
     """{paper: {figure id: Result}}: the Results the claims of `paper` ("all" or one of PAPERS) need, from
     the results cache where there (`cached_figures`; refresh=True: computed now and stored);
@@ -355,7 +309,7 @@ def claim_table(results: dict[str, dict[str, Result]]) -> list[dict]:
     return rows
 
 
-def claim_rows(inputs: Inputs, **options) -> list[dict]:
+def claim_rows(inputs: Workspace, **options) -> list[dict]:
     """`claim_table(claim_results(inputs, **options))`: the claim checker's table."""
     return claim_table(claim_results(inputs, **options))
 
@@ -374,7 +328,7 @@ def claims_by_model(models, device: str = "cpu", **options) -> dict[str, list[di
     Results; the text and everything else the same. Every row gains `model_kind` (`model_kind`)."""
     out = {}
     for name in models:
-        inputs = Inputs(name, device)
+        inputs = Workspace(name, device)
         out[name] = [dict(r, model_kind=model_kind(inputs.model)) for r in claim_rows(inputs, **options)]
     return out
 

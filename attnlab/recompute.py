@@ -1,26 +1,40 @@
-"""Computing a stored Result again from its key alone (`core.cache.KEY_FILE`), for `attnlab results verify` /
-`verify-results`: one function per recipe, named by each computation's `recompute` in `attnlab.computations`. Each
-loads the model the key names and the text whose checksum it holds; None where the key does not say how."""
+"""The recipes: how each computation of `attnlab.computations` is computed from its key, one function per recipe
+(named by the computation's `recompute`). Two callers share them: `attnlab.results.result` (a chapter or the CLI
+asks for a Result by name and key, with the model and text it has loaded: `model`, `corpus`) and `attnlab results
+verify` / `verify-results` (a stored Result computed again from its key alone, `core.cache.KEY_FILE`: the recipe
+loads the model the key names and the text whose checksum it holds). None where the key does not say how."""
 from __future__ import annotations
 
 from attnlab.computations import COMPUTATIONS
 
 
-def recompute(name: str, key: dict):
-    """The Result stored as (name, key) computed again, or None: not declared in `attnlab.computations`, or its key
-    does not say how."""
+def recompute(name: str, key: dict, model=None, corpus=None):
+    """The Result (name, key) computed by its recipe, or None: not declared in `attnlab.computations`, or its key
+    does not say how. `model`, `corpus`: the loaded model and text the key names (None: loaded from the key)."""
     c = COMPUTATIONS.get(name)
-    return None if c is None or not c.recompute else globals()[f"_{c.recompute}"](key)
+    if c is None or not c.recompute:
+        return None
+    recipe = globals()[f"_{c.recompute}"]
+    return recipe(key, model, corpus) if c.recompute in WITH_LOADED else recipe(key)
 
 
-def _model(key: dict):
+# the recipes that take the model and text a caller has loaded (`attnlab.results.result`)
+WITH_LOADED = ("tsc_real", "compare", "compare_each", "bench", "diagnose")
+
+
+def _model(key: dict, model=None):
+    """`model`, else the model the key names."""
+    if model is not None:
+        return model
     from attnlab.core.models import load_model
 
     return load_model(key["model"], key.get("device", "cpu"))
 
 
-def _corpus(sha256: str):
-    """The corpus (`core.text.CORPORA`) whose checksum a key holds."""
+def _corpus(sha256: str, corpus=None):
+    """`corpus`, else the corpus (`core.text.CORPORA`) whose checksum a key holds."""
+    if corpus is not None:
+        return corpus
     from attnlab.core.text import CORPORA, load_corpus
 
     for name in CORPORA:
@@ -57,18 +71,23 @@ def _figure(key: dict):
 
 
 def _experiment(key: dict):
-    from attnlab.views import tokens
+    """Chapter 9's experiments (`views.tokens.run`): the registry's function named by key["experiment"], called with
+    the key's device and parameters."""
+    import importlib
 
-    entry = tokens.EXPERIMENTS.get(key.get("experiment"))
-    return None if entry is None else tokens.recompute(entry[0], key)
+    wanted = [c.compute for c in COMPUTATIONS.values() if c.compute.endswith(f":{key.get('experiment')}")]
+    if len(wanted) != 1 or not {"params", "device"} <= set(key):
+        return None
+    module, fn = wanted[0].split(":")
+    return getattr(importlib.import_module(module), fn)(device=key["device"], **key["params"])
 
 
-def _tsc_real(key: dict):
-    if "figure" in key:
-        return _figure(key)
+def _tsc_real(key: dict, model=None, corpus=None):
+    """`real_tokens.real_encoder` with the key's explicit parameters (`real_tokens.real_params`): the figure's
+    and chapter 10's one recipe."""
     from attnlab.sample_complexity import real_tokens
 
-    return real_tokens.real_encoder(_model(key), device=key["device"], **key["params"])
+    return real_tokens.real_encoder(_model(key, model), device=key["device"], **key["params"])
 
 
 def _authors_sphere(key: dict):
@@ -110,12 +129,12 @@ def _fig4_without_repeats(key: dict):
 
 def _head_separability(key: dict):
     from attnlab.figures import FIGURES, cached_figures
-    from attnlab.normalization import experiments
+    from attnlab.normalization import concentration
 
     if (key["fig1_version"], key["fig3_version"]) != (FIGURES["fig1"].version, FIGURES["fig3"].version):
         return None
     res = cached_figures(["fig1", "fig3"], _window_inputs(key))
-    return experiments.separability_by_concentration(res["fig1"], res["fig3"])
+    return concentration.separability_by_concentration(res["fig1"], res["fig3"])
 
 
 def _fig2c_ratio(key: dict):
@@ -127,42 +146,41 @@ def _fig2c_ratio(key: dict):
 
 
 def _sink_inputs(key: dict, max_length):
-    """`views.sinks`' inputs of a sink Result's key: War and Peace from its start (None: another text)."""
-    from attnlab.views import sinks as views
-
-    inp = _window_inputs(dict(key, text_name="war_and_peace", text_start=0, max_length=None))
-    return views._sharing(inp, max_length) if inp.corpus.sha256 == key["text"] else None
+    """The inputs of a sink Result's key: War and Peace from its start, L up to `max_length` (None: another text)."""
+    inp = _window_inputs(dict(key, text_name="war_and_peace", text_start=0, max_length=max_length))
+    return inp if inp.corpus.sha256 == key["text"] else None
 
 
 def _sink_shares(key: dict):
     from attnlab.tools import sinks
-    from attnlab.views import sinks as views
 
-    inp = _sink_inputs(key, None) if key["window"] == views.WINDOW else None
+    inp = _sink_inputs(key, None) if key["window"] == sinks.BOOK_WINDOW else None
     if inp is None:
         return None
     ids = inp.ids(max(key["lengths"]))
     return sinks.sink_shares(inp.model, ids, lengths=key["lengths"], normalizer=key["normalizer"],
-                             text=views._text(inp))
+                             text=sinks.window_text(inp.corpus))
 
 
 def _sink_claims(key: dict):
     from attnlab.figures import FIGURES, cached_figures
     from attnlab.tools import sinks
-    from attnlab.views import sinks as views
 
-    ok = key["window"] == views.WINDOW and key["fig3_version"] == FIGURES["fig3"].version
-    inp = _sink_inputs(key, views.CLAIM_MAX_LENGTH) if ok else None
+    ok = key["window"] == sinks.BOOK_WINDOW and key["fig3_version"] == FIGURES["fig3"].version
+    inp = _sink_inputs(key, sinks.CLAIM_MAX_LENGTH) if ok else None
     if inp is None:
         return None
     fig3 = cached_figures(["fig3"], inp)["fig3"]
-    return sinks.sink_claims(inp.model, inp.ids(), fig3=fig3, lengths=key["lengths"], text=views._text(inp))
+    return sinks.sink_claims(inp.model, inp.ids(), fig3=fig3, lengths=key["lengths"],
+                             text=sinks.window_text(inp.corpus))
 
 
-def _compare(key: dict):
+def _compare(key: dict, model=None, corpus=None):
+    """Chapter 7's comparison: "default" (every normalizer at the default lengths) or "peers" (softpick and
+    sigmoid at the key's lengths)."""
     from attnlab.tools import compare
 
-    model, corpus = _model(key), _corpus(key["text"])
+    model, corpus = _model(key, model), _corpus(key["text"], corpus)
     if key.get("params") == "default":
         return compare.compare_normalizers(model, corpus, progress=False)
     if key.get("params") == "peers":
@@ -171,18 +189,29 @@ def _compare(key: dict):
     return None
 
 
-def _bench(key: dict):
+def _compare_each(key: dict, model=None, corpus=None):
+    """Chapter 7's one-layer-at-a-time swap at L = key["L"]: the default normalizers named by key["specs"], SSMax's
+    reference length key["ssmax_ref_length"]."""
+    from attnlab.tools import compare
+
+    specs = [s for s in compare.default_specs(key["ssmax_ref_length"]) if s.label in key["specs"]]
+    if [s.label for s in specs] != list(key["specs"]):
+        return None
+    return compare.compare_normalizers(_model(key, model), _corpus(key["text"], corpus), lengths=[key["L"]],
+                                       specs=specs, swap="each", ssmax_ref_length=key["ssmax_ref_length"],
+                                       progress=False)
+
+
+def _bench(key: dict, model=None, corpus=None):
     from attnlab import benchmarks
 
-    return benchmarks.bench_normalizers(_model(key), _corpus(key["text"]), lengths=tuple(key["lengths"]),
-                                        repeats=3, progress=False)
+    return benchmarks.bench_normalizers(_model(key, model), _corpus(key["text"], corpus),
+                                        lengths=tuple(key["lengths"]), repeats=3, progress=False)
 
 
-def _diagnose(key: dict):
+def _diagnose(key: dict, model=None, corpus=None):
     from attnlab.tools import diagnose
 
     if key.get("params") != "default":
         return None
-    return diagnose.diagnose(_model(key), _corpus(key["text"]), progress=False)
-
-
+    return diagnose.diagnose(_model(key, model), _corpus(key["text"], corpus), progress=False)

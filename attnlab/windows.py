@@ -1,7 +1,7 @@
 """Text windows as a dimension of every paper-1 claim: the same claims on several non-overlapping windows of
 War and Peace and of the WikiText-2 test split, each claim's verdict per window, and a summary (median and range
 of the number the verdict turns on; "robust" when every window gives the same verdict, else "depends on the
-window"). Data flow: corpus -> `text_windows` (stated character offsets) -> `figures.Inputs(start=...)` -> cached
+window"). Data flow: corpus -> `text_windows` (stated character offsets) -> `Workspace(start=...)` -> cached
 Results per window -> claim rows per window -> `window_summary`. `pooled_critical_n` runs Fig. 2c's KS test once
 on the heads of every window together.
 """
@@ -18,8 +18,9 @@ from attnlab.core.cache import cached, model_key
 from attnlab.core.result import Result
 from attnlab.core.util import progress as progress_bar
 from attnlab.core.verdicts import holds_le
-from attnlab.figures import Inputs, claim_rows, model_kind
+from attnlab.figures import claim_rows, model_kind
 from attnlab.normalization.claim_kinds import threshold, thresholds
+from attnlab.workspace import Workspace
 
 #: the corpora every window set draws from: the paper's novel, and a second corpus of another kind
 WINDOW_CORPORA = ("war_and_peace", "wikitext2")
@@ -67,13 +68,15 @@ def text_windows(k: int, corpora: Sequence[str] = WINDOW_CORPORA) -> list[TextWi
             for i, start in enumerate(window_starts(load_corpus(name).text, k))]
 
 
-def window_inputs(model: str, device: str, windows: Sequence[TextWindow], max_length: int) -> list[Inputs]:
-    """One `figures.Inputs` per window, sharing one loaded model (one load and weights checksum, not one per
-    window)."""
-    out = [Inputs(model, device, text=w.corpus, max_length=max_length, start=w.start) for w in windows]
-    for inp in out[1:]:
-        inp._model = out[0].model
-    return out
+def window_inputs(model: str, device: str, windows: Sequence[TextWindow], max_length: int) -> list[Workspace]:
+    """One `Workspace` per window, sharing one loaded model (one load and weights checksum, not one per window:
+    `Workspace.with_window`)."""
+    if not windows:
+        return []
+    first = Workspace(model, device, text=windows[0].corpus, max_length=max_length, start=windows[0].start)
+    if len(windows) > 1:
+        first.model                                  # loaded once, here, for every sibling
+    return [first] + [first.with_window(text=w.corpus, start=w.start) for w in windows[1:]]
 
 
 def claims_over_windows(model: str, windows: Sequence[TextWindow], *, device: str = "cpu",
@@ -358,7 +361,7 @@ def degenerate_rows(scores, visible, lo: int, hi: int):
     return ((top >= lo) & (top < hi)).all(-1) & (visible.sum(-1) >= 2)
 
 
-def fig4_without_repeats(inp: Inputs) -> Result:
+def fig4_without_repeats(inp: Workspace) -> Result:
     """Fig. 4 (`experiments.fig4`'s T and eps grids, protocol and seeded directions; no Jacobian curve) on the
     window of `inp` at its full length with the rows that its leading run of identical tokens makes degenerate
     (`degenerate_rows`) left out of every mean and share. Rows: fig4's columns plus `degenerate_share` (of the

@@ -402,9 +402,9 @@ def test_auto_threads_are_chosen_again_before_each_figure(monkeypatch, tiny):
 @pytest.mark.parametrize("argv, says", [
     (["figures", "fig1", "--out", ""], "--out '' names no folder"),              # was: wrote into the current folder
     (["figures", "fig1", "--out", "{out}", "--device", ""], "--device must be cpu, cuda or cuda:<n>, got ''"),
-    (["figures", "--out", "{out}", "--max-length", ""], "argument --max-length: invalid int value: ''"),  # was: + usage
+    (["figures", "--out", "{out}", "--max-length", ""], "argument --max-length: must be an integer >= 32, got ''"),
     (["check", "--models", ""], "--models needs two or more"),                    # was: the single-model table
-    (["check", "--windows", "2", "--max-length", "0"], "--max-length must be an integer >= 32, got 0"),  # was: 512
+    (["check", "--windows", "2", "--max-length", "0"], "argument --max-length: must be an integer >= 32, got '0'"),
     (["diagnose", "--out", ""], "--out '' names no folder"),                      # was: diagnose-<model>/
     (["diagnose", "--out", "{out}", "--n-top", "0"], "n_top (--n-top) must be an integer >= 1"),  # was: after loading
     (["diagnose", "--out", "{out}", "--max-rows", "-1"], "--max-rows must be an integer >= 0"),   # was: after a capture
@@ -464,3 +464,22 @@ def test_compare_normalizers_checks_its_inputs_as_diagnose_does(no_model_loads):
                          ({"jac_rows": 0}, "jac_rows")]:
         with pytest.raises(ValueError, match=says):
             compare_normalizers("tiny-gpt2", "some text", quick=True, progress=False, **kwargs)
+
+
+def test_max_length_is_checked_once_with_the_bound_of_each_use(capsys):
+    """--max-length: one check (`util.check_max_length`), its bound per use as data (`util.MAX_LENGTH_LOW`), argparse's
+    `type=` in every subcommand that takes it (issue 47 item 6: was 3 checks, 2 bounds written in 4 places)."""
+    from attnlab.cli import build_parser
+    from attnlab.core.util import MAX_LENGTH_LOW, check_max_length
+
+    assert check_max_length(None, "bench") is None and check_max_length("40", "figures") == 40
+    for use, low in MAX_LENGTH_LOW.items():
+        with pytest.raises(ValueError, match=f"--max-length must be an integer >= {low}, got {low - 1}"):
+            check_max_length(low - 1, use)
+    parser = build_parser()
+    assert parser.parse_args(["bench", "figures", "--max-length", "16"]).max_length == 16
+    assert parser.parse_args(["figures", "--max-length", "64"]).max_length == 64
+    assert parser.parse_args(["check", "--windows", "2", "--max-length", "32"]).max_length == 32
+    with pytest.raises(SystemExit):
+        parser.parse_args(["figures", "--max-length", "16"])
+    assert "argument --max-length: must be an integer >= 32, got '16'" in capsys.readouterr().err

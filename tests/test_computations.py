@@ -17,7 +17,7 @@ from attnlab.core import cache
 from attnlab.core.result import Result
 
 ROOT = Path(attnlab.__file__).parent.parent
-CALLERS = ("cached", "cached_result")          # the functions that ask the cache for a Result by name
+CALLERS = ("cached", "cached_result", "result")   # the functions that ask the cache for a Result by name
 
 # every computation's version as the code before the registry declared it (literals in figures.py, views/tokens.py,
 # windows.py, core/perplexity.py, views/*.py and chapters 7-10, 2026-11-29): the registry must keep them, or every
@@ -100,7 +100,7 @@ def test_the_registry_is_well_formed():
     from attnlab import recompute
 
     assert all(callable(getattr(recompute, f"_{c.recompute}")) for c in COMPUTATIONS.values() if c.recompute)
-    assert [n for n, c in COMPUTATIONS.items() if not c.recompute] == ["compare_normalizers_each"]
+    assert [n for n, c in COMPUTATIONS.items() if not c.recompute] == []       # 27 of 27 have a recipe
 
 
 def test_every_version_is_the_one_before_the_registry():
@@ -201,12 +201,10 @@ def test_verify_recomputes_the_views_and_chapters_own(tmp_path, monkeypatch, cap
     tiny-gpt2 (the views of chapters 3, 4 and 7; chapter 7's and 10's cells, as written there, smaller grids), then
     computed again from their keys alone: the same numbers (a minute on the 2-core CPU; compare_normalizers' default
     grid and diagnose, 2 more, were checked so on 2026-11-29, not here)."""
-    from attnlab import benchmarks, windows
+    from attnlab import windows
     from attnlab.cli import main
     from attnlab.core.models import load_model
     from attnlab.core.text import load_corpus
-    from attnlab.sample_complexity import real_tokens
-    from attnlab.tools import compare
     from attnlab.views import separability, six_percent
     from attnlab.views import sinks as sink_views
 
@@ -220,19 +218,40 @@ def test_verify_recomputes_the_views_and_chapters_own(tmp_path, monkeypatch, cap
     sink_views.claims(inp)
     six_percent.ratio_curve()
     separability.head_separability()
-    own = {"model": model, "text_sha256": corpus.sha256}
-    book.cached_result("compare_normalizers", {"device": "cpu", "params": "peers", "lengths": [64, 128]},
-                       lambda: compare.compare_normalizers(model, corpus, lengths=[64, 128], progress=False,
-                                                           specs=[compare.spec("softpick"), compare.spec("sigmoid")]),
-                       **own)
-    book.cached_result("bench_normalizers", {"device": "cpu", "lengths": [128, 256]},
-                       lambda: benchmarks.bench_normalizers(model, corpus, lengths=(128, 256), repeats=3,
-                                                            progress=False), **own)
+    own = {"model": model, "corpus": corpus}          # chapters 7 and 10's calls, as written there (book.result)
+    book.result("compare_normalizers", {"device": "cpu", "params": "peers", "lengths": [64, 128]}, **own)
+    each = book.result("compare_normalizers_each", {"device": "cpu", "L": 64, "specs": ["sparsemax"],
+                                                    "ssmax_ref_length": 64}, **own)
+    assert each.unique("normalizer") and each.rows[0]["swap"] == 0
+    book.result("bench_normalizers", {"device": "cpu", "lengths": [128, 256]}, **own)
     enc, params = load_model("minilm"), dict(quick=True, L=128, offset=0, seed=0, corpus="wikitext2")
-    book.cached_result("tsc_real", {"experiment": "real_encoder", "params": params, "device": "cpu"},
-                       lambda: real_tokens.real_encoder(enc, device="cpu", **params), model=enc,
-                       text_sha256=load_corpus("wikitext2", allow_download=False).sha256)
+    book.result("tsc_real", {"experiment": "real_encoder", "params": params, "device": "cpu"}, model=enc,
+                corpus=load_corpus("wikitext2", allow_download=False))
     capsys.readouterr()
     assert main(["results", "verify"]) == 0
     got = {line.split(":")[0] for line in capsys.readouterr().out.splitlines() if not line.endswith(": same")}
     assert not got, f"not the same: {got}"
+
+
+def test_the_figure_and_chapter_10_share_one_tsc_real(tmp_path, monkeypatch):
+    """`attnlab figures tsc_real` and chapter 10 key the Result alike (one recipe, `real_tokens.real_params`): what
+    one stores the other reads; its numbers are `real_encoder(quick=True)`'s, the golden probe's call."""
+    from attnlab import results
+    from attnlab.core.text import load_corpus
+    from attnlab.sample_complexity import real_tokens
+
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    inp = figures.Inputs("minilm", "cpu")
+    fig = figures.cached_figures(["tsc_real"], inp, quick=True)["tsc_real"]
+    key = {"experiment": "real_encoder", "params": real_tokens.real_params(inp.encoder, quick=True), "device": "cpu"}
+    again = results.result("tsc_real", key, model=inp.encoder, corpus=load_corpus("wikitext2", allow_download=False))
+    stored = figures.cached_figures(["tsc_real"], inp, quick=True)["tsc_real"]
+    assert again.provenance.get("loaded_from_cache") and again.rows == stored.rows
+    direct = real_tokens.real_encoder(inp.encoder, quick=True)
+    numbers = [(r["kind"], r["layer"], r.get("n"), r.get("err_mean"), r.get("beta")) for r in direct.rows]
+    assert numbers == [(r["kind"], r["layer"], r.get("n"), r.get("err_mean"), r.get("beta")) for r in fig.rows]
+    with pytest.raises(ValueError, match="does not know the key"):
+        results.result("diagnose", {"device": "cpu", "params": "other"}, model=inp.encoder,
+                       corpus=load_corpus("wikitext2", allow_download=False))
+    with pytest.raises(ValueError, match="has no recipe"):
+        results.result("nothing", {})

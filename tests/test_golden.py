@@ -61,8 +61,7 @@ def _text():
 @lru_cache(maxsize=1)
 def _paper1() -> dict[str, Result]:
     """Every paper-1 figure on tiny-gpt2's first 64 tokens of War and Peace, quick grids (one shared pass)."""
-    inp = figures.Inputs("tiny-gpt2", "cpu", max_length=64)
-    inp._model = _tiny()
+    inp = figures.Inputs.around(_tiny(), max_length=64)
     return figures.compute_figures(figures.figure_ids("normalization"), inp, quick=True, progress=False)
 
 
@@ -79,8 +78,7 @@ REAL_LABEL = "minilm64"
 
 @lru_cache(maxsize=1)
 def _paper1_minilm() -> dict[str, Result]:
-    inp = figures.Inputs("minilm", "cpu", max_length=64)
-    inp._model = _minilm()
+    inp = figures.Inputs.around(_minilm(), max_length=64)
     return figures.compute_figures(list(REAL), inp, quick=True, progress=False)
 
 
@@ -105,8 +103,7 @@ def _windows_probe(name: str) -> Result:
     ws = windows.text_windows(1)                                 # one window of each corpus
     if name == "fig4_without_repeats":                          # WikiText-2 #4: starts on 3 identical tokens
         w = windows.text_windows(4, ("wikitext2",))[3]
-        inp = figures.Inputs("tiny-gpt2", "cpu", text=w.corpus, max_length=64, start=w.start)
-        inp._model = _tiny()
+        inp = figures.Inputs.around(_tiny(), text=w.corpus, max_length=64, start=w.start)
         return windows.fig4_without_repeats(inp)
     if name == "pooled_ks":
         return Result(name, windows.pooled_critical_n("tiny-gpt2", ws, [32, 64], max_length=64, progress=False))

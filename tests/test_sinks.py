@@ -53,8 +53,7 @@ def _paper1():
 
 
 def test_sink_shares_rows_and_causal_prefixes(tiny):
-    inp, _ = _paper1()
-    inp._model = tiny
+    inp, _ = _paper1()                       # its model: tiny-gpt2, loaded by name
     ids = inp.ids()
     res = sinks.sink_shares(tiny, ids, lengths=[32, 64])
     assert len(res.rows) == 2 * tiny.n_layers * tiny.n_heads
@@ -74,7 +73,6 @@ def test_sink_shares_rows_and_causal_prefixes(tiny):
 
 def test_claims_with_every_head_equal_the_engines_own(tiny):
     inp, figs = _paper1()
-    inp._model = tiny
     fig3 = experiments.fig3(tiny, inp.ids(), quick=True, ns=[1, 16, 17], progress=False)   # N >= 16: Fig. 3's band
     res = sinks.sink_claims(tiny, inp.ids(), fig3=fig3, lengths=[32, 64], temperatures=temperature_grid(quick=True))
     for L in (32, 64):

@@ -185,3 +185,9 @@ def test_e4a_spans_read_every_length_and_count_none_found_as_l():
     got = claim_views._e4a_by_vectors(rows)
     assert got == {"v": [1 / 64, 1 / 128], "k": [1.0, 8 / 128]}
     assert claim_views._frac_span(got["v"]) == "0.0078–0.016 L" and claim_views._frac_span([]) == "–"
+
+
+def test_verdict_table_shows_claim_paper_measured_and_a_bold_verdict():
+    rows = [{"id": "p1-fig4-slope", "claim": "g falls as 1/T", "paper": "-1", "measured": "-0.9", "verdict": "holds"}]
+    html = claim_views.verdict_table(rows).data
+    assert html.count("<tr>") == 2 and "<b>holds</b>" in html and "p1-fig4-slope" not in html

@@ -63,3 +63,19 @@ def test_slope_table_reads_every_reading():
 def _close_figures():
     yield
     matplotlib.pyplot.close("all")
+
+
+def test_the_chapters_checks_and_tables_as_views(capsys):
+    """The folded cells of chapter 5 moved into views (issue 47 item 6): the temperature table, the Jacobian checks
+    (all True), and the row nearest a tie of 0.01 with its g(T, ε) curve."""
+    html = views.temperature_table().data
+    assert html.count("<tr>") == 7 and ">0.25<" in html and ">2.5e+03<" in html      # 1/(4T) at T = 1, 1e-4
+    views.print_jacobian_checks()
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and all(line.endswith(": True") for line in out)
+    tr = _Trace()
+    tr.scores[0, 0, 9] = torch.linspace(-3.0, 0.0, 10)
+    tr.scores[0, 0, 9, :2] = torch.tensor([2.0, 2.01])             # a row of 10 keys, its top two 0.01 apart
+    pick = views.near_tie_row(tr, min_keys=10)
+    assert capsys.readouterr().out.startswith("row 9 of layer 0, head 4: 10 keys, gap between its two largest logits")
+    assert len(pick.row) == 10 and abs(pick.gap - 0.01) < 1e-6 and pick.g_row.shape == (26, 3) and len(pick.J_row) == 26

@@ -218,13 +218,11 @@ def test_fig4_without_repeats_on_wikitext2_4_and_on_a_window_without_a_run(tiny)
     ws = {w.label: w for w in W.book_windows()}
     res = {}
     for lab in ("WikiText-2 #4", "W&P #1"):
-        inp = Inputs("tiny-gpt2", "cpu", text=ws[lab].corpus, max_length=64, start=ws[lab].start)
-        inp._model = tiny
+        inp = Inputs.around(tiny, text=ws[lab].corpus, max_length=64, start=ws[lab].start)
         res[lab] = W.fig4_without_repeats(inp)
     assert res["WikiText-2 #4"].rows[0]["run"] == 3 and res["WikiText-2 #4"].rows[0]["degenerate_share"] >= 2 / 63
     assert res["W&P #1"].rows[0]["degenerate_share"] == 0.0
-    inp = Inputs("tiny-gpt2", "cpu", max_length=64)
-    inp._model = tiny
+    inp = Inputs.around(tiny, max_length=64)
     full = ex.fig4(tiny, inp.ids(), progress=False, jac_rows=0)
     assert [r["g_max"] for r in res["W&P #1"].rows] == [r["g_max"] for r in full.rows]
 
@@ -251,6 +249,7 @@ def test_book_names_the_rows_that_decide_a_window_verdict(monkeypatch):
     """Chapter 6's table and each chapter's window spread say which window's repeated-token rows flip a verdict, from
     the rows (monkeypatched summaries and notes: no model runs)."""
     from attnlab import book
+    from attnlab.book import across_windows
 
     ws = [W.TextWindow("war_and_peace", 0, 0), W.TextWindow("wikitext2", 3, 9)]
     summary = W.window_summary({ws[0]: _rows(-0.2, "does not hold", "p1-fig4-slope"),
@@ -259,10 +258,10 @@ def test_book_names_the_rows_that_decide_a_window_verdict(monkeypatch):
              "WikiText-2 #4": {"flagged": True, "run": 3, "why": "starts with 3 identical tokens",
                                "degenerate_share": 0.419,
                                "without": [{"id": "p1-fig4-slope", "value": -0.28, "verdict": "does not hold"}]}}
-    monkeypatch.setattr(book, "window_summaries", lambda: {"smollm2": summary})
-    monkeypatch.setattr(book, "window_markup", lambda: {"smollm2": notes})
+    monkeypatch.setattr(across_windows, "window_summaries", lambda: {"smollm2": summary})
+    monkeypatch.setattr(across_windows, "window_markup", lambda: {"smollm2": notes})
     monkeypatch.setattr(W, "book_windows", lambda: ws)
-    monkeypatch.setattr(book, "windows_described", lambda: "2 text windows")
+    monkeypatch.setattr(across_windows, "windows_described", lambda: "2 text windows")
     spread = book.window_spread("p1-fig4-slope").data
     assert "in WikiText-2 #4 the rows on its leading repeated tokens decide it (holds with them" in spread
     tab, said = book.markup_table()

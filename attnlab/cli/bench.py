@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 
 from attnlab import benchmarks
+from attnlab.cli.options import max_length_type
 from attnlab.core.util import (
+    MAX_LENGTH_LOW,
     allowed_cpus,
     auto_threads,
     check_device,
@@ -103,8 +105,9 @@ def add_cli(sub) -> None:
     f = b.add_argument_group("bench figures")
     f.add_argument("--figures", nargs="+", default=None, metavar="ID",
                    help="figure ids to time (default: fig1 fig2a fig2b fig2c fig3 fig4)")
-    f.add_argument("--max-length", default=None, metavar="L",
-                   help="cap the lengths grid at L tokens (the window's first L tokens; L >= 2)")
+    f.add_argument("--max-length", type=max_length_type("bench"), default=None, metavar="L",
+                   help="cap the lengths grid at L tokens (the window's first L tokens; "
+                        f"L >= {MAX_LENGTH_LOW['bench']})")
     f.add_argument("--no-oracle", action="store_true",
                    help="skip the per-row oracle (far too slow at GPT-2's shape): vectorised times and a total only")
     b.set_defaults(func=run_bench)
@@ -121,8 +124,6 @@ def run_bench(args) -> int:
         raise ValueError("--model '' names no model: pass a name as --model takes, or leave --model out")
     if only_figures and args.what != "figures":
         raise ValueError(f"{', '.join(only_figures)}: for `attnlab bench figures` only")
-    if getattr(args, "max_length", None) is not None:
-        args.max_length = _int_at_least(args.max_length, 2, "--max-length")
     if args.what == "figures":                     # before any model is loaded or anything printed
         benchmarks.check_bench_figures(getattr(args, "figures", None), getattr(args, "max_length", None))
     n = _int_at_least(getattr(args, "threads", None), 1, "--threads")

@@ -6,7 +6,7 @@ import sys
 import textwrap
 import time
 
-from attnlab.cli.options import model_args
+from attnlab.cli.options import max_length_type, model_args
 from attnlab.core.util import writable_dir
 from attnlab.figures import (
     FIGURES,
@@ -27,7 +27,7 @@ def add_cli(sub) -> None:
     model_args(p)
     p.add_argument("--out", default="figures", help="output directory (default: figures)")
     p.add_argument("--quick", action="store_true", help="small grids, for smoke tests")
-    p.add_argument("--max-length", type=int, default=None, metavar="L",
+    p.add_argument("--max-length", type=max_length_type("figures"), default=None, metavar="L",
                    help="the longest window of the paper-1 figures (default 1024, the paper's; up to the model's "
                         "positions: 8192 on smollm2); long windows stream the layers in blocks")
     p.set_defaults(func=run_figures)
@@ -50,7 +50,7 @@ def add_cli(sub) -> None:
                         "number, and whether the verdict is the same in every window; a window that starts on markup "
                         "(a heading line, a run of identical tokens) is flagged, with Fig. 4's verdicts there also "
                         "without the rows those tokens make degenerate")
-    c.add_argument("--max-length", type=int, default=None, metavar="L",
+    c.add_argument("--max-length", type=max_length_type("figures"), default=None, metavar="L",
                    help="with --windows: the longest window (default 512)")
     c.add_argument("--refresh", action="store_true",
                    help="recompute every Result (default: the results cache's, where the book or an earlier check "

@@ -1,7 +1,9 @@
 """`attnlab results list | verify | compute`: the registry of computations (`attnlab.computations`) and the
 results cache. `list [--json]`: every computation (name, version, inputs, probes, where it is used); `verify`:
 every stored Result computed again from its key and compared (as `attnlab verify-results`); `compute --models
-A,B [--windows K]`: the figure Results the cache lacks for those models (on K windows of each corpus)."""
+A,B [--windows K] [--cluster local:N]`: the Results the store lacks for those models (`attnlab.results.plan`): on the
+book's window every figure, the perplexity on both corpora and the chapters' model-only Results; with --windows, paper
+1's figures on K windows of each corpus; on a Dask cluster with --cluster (`attnlab.cluster`)."""
 from __future__ import annotations
 
 import json
@@ -18,13 +20,19 @@ def add_cli(sub) -> None:
     ls.set_defaults(func=run_list)
     v = what.add_parser("verify", help="compute every stored Result again and compare it with the stored one")
     v.set_defaults(func=run_verify)
-    c = what.add_parser("compute", help="compute and store the figure Results the cache lacks")
+    c = what.add_parser("compute", help="compute and store the Results the cache lacks for some models")
     model_args(c)
     c.add_argument("--models", default=None, metavar="A,B", help="comma-separated models (default: --model)")
     c.add_argument("--windows", type=int, default=None, metavar="K",
                    help="paper 1's figures on K windows of each corpus (`attnlab.windows`, L <= 512; default: the "
                         "book's window, War and Peace from its start, every figure)")
     c.add_argument("--quick", action="store_true", help="small grids, for smoke tests")
+    c.add_argument("--cluster", default=None, metavar="local:N|tcp://HOST:PORT",
+                   help="run the tasks on a Dask cluster: N local worker processes, or a running scheduler (pip "
+                        "install 'attnlab[cluster]'); Results go to the one store, ATTNLAB_RESULTS_DIR")
+    c.add_argument("--memory-per-worker", type=float, default=6.0, metavar="GiB",
+                   help="memory a local worker may use (local:N starts at most memory / this workers; default 6)")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.set_defaults(func=run_compute)
 
 
@@ -57,26 +65,27 @@ def run_verify(args) -> int:
 
 
 def run_compute(args) -> int:
-    """The figure Results of each model the results cache lacks, computed and stored (`figures.cached_figures`):
-    with --windows, paper 1's figures (default readings) on `windows.text_windows(K)`; else every figure on the
-    book's window. One line per model and window: how many were there and how many computed."""
-    from attnlab import windows as W
-    from attnlab.figures import READING_FIGURES, Inputs, cached_figures, figure_ids
+    """The Results of each model the results store lacks (`results.plan`, `results.fill`): serially, or as tasks of
+    a Dask cluster (--cluster, `attnlab.cluster`). One line per model and window: how many were there and how many
+    computed; exit 2 when a task failed (each said in one line as it failed)."""
+    from attnlab import results
 
-    models = [m.strip() for m in (args.models or args.model).split(",") if m.strip()]
-    if not models:
-        raise ValueError(f"--models names no model, got {args.models!r}")
-    if args.windows is not None and args.windows < 1:
-        raise ValueError(f"--windows must be at least 1, got {args.windows}")
-    for model in models:
-        if args.windows is None:
-            ids, runs = figure_ids(), [("the book's window", Inputs(model, args.device))]
-        else:
-            ids = [i for i in figure_ids("normalization") if i not in READING_FIGURES]
-            ws = W.text_windows(args.windows)
-            runs = list(zip((w.label for w in ws), W.window_inputs(model, args.device, ws, W.BOOK_MAX_LENGTH)))
-        for label, inp in runs:
-            res = cached_figures(ids, inp, quick=args.quick)
-            fresh = sum(not r.provenance.get("loaded_from_cache") for r in res.values())
-            print(f"{model}, {label}: {len(res) - fresh} stored, {fresh} computed", flush=True)
+    tasks = results.plan((args.models or args.model).split(","), args.windows, args.device, args.quick)
+    if args.cluster:
+        try:
+            from attnlab import cluster
+        except ImportError as exc:
+            raise ValueError("--cluster needs dask.distributed: pip install 'attnlab[cluster]'") from exc
+
+        rows = cluster.compute(tasks, args.cluster, progress=not args.quiet,
+                               memory_per_worker_gib=args.memory_per_worker)
+    else:
+        loaded: dict = {}                          # one load a model, as a worker's workspace
+        rows = [results.fill(t, loaded) for t in tasks]
+    for r in rows:
+        if "error" not in r:
+            print(f"{r['model']}, {r['label']}: {r['stored']} stored, {r['computed']} computed", flush=True)
+    failed = [r for r in rows if "error" in r]
+    if failed:
+        raise RuntimeError(f"{len(failed)} of {len(rows)} tasks failed (each named above); run again to retry them")
     return 0

@@ -605,6 +605,26 @@ def load_model(name: str = "auto", device: str = "cpu") -> AttnModel:
         return load_gpt2_random(device)
     if name == "gpt2" or Path(name).expanduser().is_dir() or _looks_like_hub_id(name) or name.startswith("gpt2-"):
         return load_pretrained(name, device, name=name)
+    check_model_name(name)
+    raise AssertionError(name)        # check_model_name raises for every name the branches above do not take
+
+
+def check_model_name(name: str) -> None:
+    """ValueError (one line) when `load_model` would refuse `name` before loading anything: not a name of the model
+    table, a file, a folder or a hub id. Says nothing about whether a known model is installed."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("model name must be a non-empty string")
+    if name in ("auto", "tiny-gpt2", "gpt2-random", "gpt2") or model_table.entry(name) is not None \
+            or name.startswith("gpt2-") or _looks_like_hub_id(name):
+        return
+    path = Path(name).expanduser()
+    if path.is_dir() or (path.is_file() and name.lower().endswith(".gguf")):
+        return
+    if path.exists():
+        raise ValueError(f"model {name!r} is a file but not a .gguf one: pass a model folder, a .gguf file or a "
+                         "hub id")
+    if name.lower().endswith(".gguf"):
+        raise ValueError(f"model file {name!r} does not exist")
     if name.startswith(("/", "./", "../", "~")):
         raise ValueError(f"model directory {name!r} does not exist: pass an existing folder with config.json "
                          "and model.safetensors, or a hub id")

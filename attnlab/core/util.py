@@ -156,6 +156,18 @@ def check_int(value, option: str, *, low: int) -> int:
     return n
 
 
+# the shortest --max-length each use takes: "figures" the longest window of the paper-1 figures (`figures.Inputs`,
+# `attnlab figures`, `attnlab check --windows`): at least their length grid's first L, 32; "bench" where
+# `attnlab bench figures` cuts the window (`benchmarks.bench_figures`): any L >= 2
+MAX_LENGTH_LOW = {"figures": 32, "bench": 2}
+
+
+def check_max_length(value, use: str, option: str = "--max-length") -> Optional[int]:
+    """None, or `value` as an int >= MAX_LENGTH_LOW[use] (`check_int`): the one check of --max-length (argparse's
+    `type=` through `cli.options.arg_type`, the library's max_length arguments)."""
+    return None if value is None else check_int(value, option, low=MAX_LENGTH_LOW[use])
+
+
 def check_device(device, option: str = "--device") -> str:
     """`device` when it is "cpu", "cuda" or "cuda:<n>" and, for CUDA, available here; else ValueError in one line.
     The one device check of the CLI and the library (`load_model`, `figures.Inputs`)."""
@@ -195,50 +207,100 @@ def progress(iterable: Iterable, show: bool, desc: str, total: Optional[int] = N
     return tqdm(iterable, desc=desc, total=total, leave=False)
 
 
-@contextlib.contextmanager
-def threads(n: Optional[int]):
-    """Context manager: torch intra-op threads = n (an integer from 1 to `allowed_cpus()`; more crashed
-    OpenMP: 100000 segfaulted) inside, restored on exit (None: unchanged). On a busy shared CPU one thread
-    can be several times faster than two (OpenMP threads wait for each other)."""
-    if n is None:
-        yield
-        return
-    n = int(n)
-    if not 1 <= n <= allowed_cpus():
-        raise ValueError(f"threads must be an integer from 1 to {allowed_cpus()} (the CPUs this process may use), "
-                         f"got {n}")
-    start_numba_pool()
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    _STATE["depth"] += 1
-    try:
-        yield
-    finally:
-        _STATE["depth"] -= 1
-        torch.set_num_threads(old)
+class ThreadState:
+    """torch's thread bookkeeping of one process, with one owner: the process's is `THREADS`, and the module's
+    `threads`, `auto_threads`, `recheck_threads`, `threads_chosen`, `start_numba_pool` are its methods. It holds
+    torch's count when it was made (`default`: attnlab's import; a count that still equals it was not chosen by
+    the user), the open `threads(n)` contexts (`depth`), of them opened by `auto_threads` (`auto`), and whether
+    numba's pool was started (`numba`). A test that needs a fresh one makes its own instead of resetting this one."""
+
+    def __init__(self):
+        self.default = torch.get_num_threads()
+        self.depth = self.auto = 0
+        self.numba = False
+
+    @contextlib.contextmanager
+    def threads(self, n: Optional[int]):
+        """Context manager: torch intra-op threads = n (an integer from 1 to `allowed_cpus()`; more crashed
+        OpenMP: 100000 segfaulted) inside, restored on exit (None: unchanged). On a busy shared CPU one thread
+        can be several times faster than two (OpenMP threads wait for each other)."""
+        if n is None:
+            yield
+            return
+        n = int(n)
+        if not 1 <= n <= allowed_cpus():
+            raise ValueError(f"threads must be an integer from 1 to {allowed_cpus()} (the CPUs this process may use), "
+                             f"got {n}")
+        self.start_numba_pool()
+        old = torch.get_num_threads()
+        torch.set_num_threads(n)
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            torch.set_num_threads(old)
+
+    def start_numba_pool(self) -> None:
+        """Start numba's thread pool now (once), keeping torch's thread count.
+
+        numba's "omp" threading layer shares torch's OpenMP runtime and, when its pool starts (at the first
+        parallel kernel), sets the OpenMP thread count, torch's included, to NUMBA_NUM_THREADS (all CPUs): a
+        count chosen before (threads(n), torch.set_num_threads, OMP_NUM_THREADS) would be lost mid-run."""
+        if self.numba:
+            return
+        self.numba = True
+        try:
+            import numba
+        except ImportError:
+            return
+        n = torch.get_num_threads()
+        numba.get_num_threads()                   # starts the pool
+        torch.set_num_threads(n)
+
+    def threads_chosen(self) -> bool:
+        """True when the user chose torch's thread count: OMP_NUM_THREADS is set, or the count was changed
+        since attnlab was imported (torch.set_num_threads, or inside `threads(n)` / `auto_threads()`)."""
+        return (bool(os.environ.get("OMP_NUM_THREADS")) or self.depth > 0
+                or torch.get_num_threads() != self.default)
+
+    @contextlib.contextmanager
+    def auto_threads(self):
+        """Context manager: unless the user chose a thread count (`threads_chosen`), torch threads =
+        min(current, free_cpus()) inside. Beside another busy process, two OpenMP threads on two cores
+        wait for each other (spinning waits): several times slower than one; on an idle machine nothing
+        changes.
+        It only ever lowers the count, decides when entered (nested calls keep the outer choice) and again
+        at each `recheck_threads()` (between figures and blocks: a neighbour that came or left), and
+        torch's count (which numba's kernels follow) is restored on exit. To fix a count: `threads=n`,
+        `--threads n` or OMP_NUM_THREADS."""
+        if self.threads_chosen():
+            yield
+            return
+        with self.threads(min(torch.get_num_threads(), free_cpus())):
+            self.auto += 1
+            try:
+                yield
+            finally:
+                self.auto -= 1
+
+    def recheck_threads(self) -> int:
+        """Inside `auto_threads()` and no count chosen since: torch threads = min(torch's count at import,
+        free_cpus()) again, for the load now: a run that started on a quiet machine and got a busy neighbour
+        later kept 2 threads (fig4 at GPT-2 shape 232 s; 92 s with 1 thread). A no-op elsewhere. Returns
+        torch's count."""
+        if self.auto and self.depth == self.auto and not os.environ.get("OMP_NUM_THREADS"):
+            torch.set_num_threads(min(self.default, free_cpus()))
+        return torch.get_num_threads()
 
 
-# torch's thread count when attnlab was imported: a count that still equals it was not chosen by the user
-_DEFAULT_THREADS = torch.get_num_threads()
-_STATE = {"depth": 0, "auto": 0, "numba": False}   # open `threads(n)` contexts, of them opened by `auto_threads`
-
-
-def start_numba_pool() -> None:
-    """Start numba's thread pool now (once), keeping torch's thread count.
-
-    numba's "omp" threading layer shares torch's OpenMP runtime and, when its pool starts (at the first
-    parallel kernel), sets the OpenMP thread count, torch's included, to NUMBA_NUM_THREADS (all CPUs): a
-    count chosen before (threads(n), torch.set_num_threads, OMP_NUM_THREADS) would be lost mid-run."""
-    if _STATE["numba"]:
-        return
-    _STATE["numba"] = True
-    try:
-        import numba
-    except ImportError:
-        return
-    n = torch.get_num_threads()
-    numba.get_num_threads()                   # starts the pool
-    torch.set_num_threads(n)
+#: this process's thread bookkeeping (made at attnlab's import: `default` is torch's count then)
+THREADS = ThreadState()
+threads = THREADS.threads
+start_numba_pool = THREADS.start_numba_pool
+threads_chosen = THREADS.threads_chosen
+auto_threads = THREADS.auto_threads
+recheck_threads = THREADS.recheck_threads
 
 
 def allowed_cpus() -> int:
@@ -274,44 +336,6 @@ def free_cpus(interval: float = 0.1) -> int:
         except (AttributeError, OSError):
             return n
     return max(1, min(n, math.floor(free + 0.2)))
-
-
-def threads_chosen() -> bool:
-    """True when the user chose torch's thread count: OMP_NUM_THREADS is set, or the count was changed
-    since attnlab was imported (torch.set_num_threads, or inside `threads(n)` / `auto_threads()`)."""
-    return (bool(os.environ.get("OMP_NUM_THREADS")) or _STATE["depth"] > 0
-            or torch.get_num_threads() != _DEFAULT_THREADS)
-
-
-@contextlib.contextmanager
-def auto_threads():
-    """Context manager: unless the user chose a thread count (`threads_chosen`), torch threads =
-    min(current, free_cpus()) inside. Beside another busy process, two OpenMP threads on two cores
-    wait for each other (spinning waits): several times slower than one; on an idle machine nothing
-    changes.
-    It only ever lowers the count, decides when entered (nested calls keep the outer choice) and again
-    at each `recheck_threads()` (between figures and blocks: a neighbour that came or left), and
-    torch's count (which numba's kernels follow) is restored on exit. To fix a count: `threads=n`,
-    `--threads n` or OMP_NUM_THREADS."""
-    if threads_chosen():
-        yield
-        return
-    with threads(min(torch.get_num_threads(), free_cpus())):
-        _STATE["auto"] += 1
-        try:
-            yield
-        finally:
-            _STATE["auto"] -= 1
-
-
-def recheck_threads() -> int:
-    """Inside `auto_threads()` and no count chosen since: torch threads = min(torch's count at import,
-    free_cpus()) again, for the load now: a run that started on a quiet machine and got a busy neighbour
-    later kept 2 threads (fig4 at GPT-2 shape 232 s; 92 s with 1 thread). A no-op elsewhere. Returns
-    torch's count."""
-    if _STATE["auto"] and _STATE["depth"] == _STATE["auto"] and not os.environ.get("OMP_NUM_THREADS"):
-        torch.set_num_threads(min(_DEFAULT_THREADS, free_cpus()))
-    return torch.get_num_threads()
 
 
 def with_threads(fn: Callable) -> Callable:

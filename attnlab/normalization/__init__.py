@@ -12,6 +12,7 @@ Data flows one way, from a model's captured attention (`core.capture.Trace`) to 
                 (separability), lemma2 (Fig. 4's slope)
     paper, bounds       the paper's numbers and closed-form bounds
     experiments         the six figures from a model and a text (streaming: long windows in blocks)
+    concentration       Fig. 3's N_s/N against each head's concentration, from the fig1 and fig3 Results
     plots, claims       their figures and claim rows; claim_kinds: the claim registry (claims.toml: one table
                         per claim, its words, kind, test, unit, threshold, tolerance, failure, chapter)
     oracle              per-row reference implementations (tests and benchmarks only)

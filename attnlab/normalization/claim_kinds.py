@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from attnlab.core import claim_registry
+from attnlab.normalization import concentration as conc
 from attnlab.normalization import paper
 
 REGISTRY_FILE = Path(__file__).with_name("claims.toml")
@@ -145,16 +146,14 @@ def heads_note(n_heads: int) -> str:
 
 
 def separability_relation(fig1, fig3) -> str:
-    """One sentence: how N_s/N goes with a head's concentration on this model (`experiments.concentration_relation`
-    at the largest N of `experiments.relation_ns`), its direction read from the sign of Spearman's rho."""
-    from attnlab.normalization import experiments as ex
-
-    rows = ex.concentration_rows(fig1, fig3)
+    """One sentence: how N_s/N goes with a head's concentration on this model (`concentration.concentration_relation`
+    at the largest N of `concentration.relation_ns`), its direction read from the sign of Spearman's rho."""
+    rows = conc.concentration_rows(fig1, fig3)
     N = max(r["N"] for r in rows)
-    rel = ex.concentration_relation([r["max_weight"] for r in rows if r["N"] == N],
-                                    [r["ns_frac"] for r in rows if r["N"] == N])
-    how = ex.concentration_direction(rel["rho"], "rises", "falls", "hardly changes")
-    so = ex.concentration_direction(
+    rel = conc.concentration_relation([r["max_weight"] for r in rows if r["N"] == N],
+                                      [r["ns_frac"] for r in rows if r["N"] == N])
+    how = conc.concentration_direction(rel["rho"], "rises", "falls", "hardly changes")
+    so = conc.concentration_direction(
         rel["rho"], "Here the more diffuse heads do lose separable tokens.",
         "So diffuse rows do not explain the level: on this model the concentrated heads lose the most.",
         "So how concentrated a head is does not explain the level.")

@@ -38,6 +38,15 @@ REAL_PRESETS = {
 }
 
 
+def real_params(model, quick: bool = False) -> dict:
+    """`real_encoder`'s parameters spelled out (the key of its Result, `attnlab.results`): the default preset's
+    grid (quick: the quick one's) on the first min(model's positions, 512) tokens of WikiText-2 (quick: 64).
+    `real_encoder(model, device=..., **real_params(model, quick))` is `real_encoder(model, quick=quick, ...)`
+    for an encoder of at most 512 positions (MiniLM's)."""
+    grid = dict(REAL_PRESETS["quick"], preset="quick") if quick else dict(REAL_PRESETS["default"])
+    return dict(grid, L=min(model.max_positions, 64 if quick else 512), offset=0, seed=0, corpus="wikitext2")
+
+
 def _self_attention_module(hf, layer: int):
     """``encoder.layer[layer].attention.self`` of a BERT-family model (bare or with a head)."""
     for root in (hf, getattr(hf, "base_model", None), getattr(hf, "bert", None)):

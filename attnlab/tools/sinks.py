@@ -43,6 +43,13 @@ from attnlab.normalization.paper import EPSILONS, KS_ALPHA, SATURATION_N
 
 SINK_RULE = 0.5           # a sink head: mean weight on the first token >= this
 SUBSETS = ("all heads", "without sink heads", "sink heads only")
+BOOK_WINDOW = "W&P #1"     # the book's text window of the sink Results: the first tokens of War and Peace
+CLAIM_MAX_LENGTH = 512     # the book's sink claims at the window set's lengths (`windows.BOOK_LENGTHS`)
+
+
+def window_text(corpus) -> dict:
+    """The text provenance of the book's sink Results: the corpus's, with BOOK_WINDOW."""
+    return dict(corpus.provenance(), window=BOOK_WINDOW)
 DEFINITIONS = {
     "first": "weight on key position 0 (causal: the text's first token; encoder: [CLS])",
     "repeated": "weight on keys j > 0 whose token id occurs at an earlier position of the window",

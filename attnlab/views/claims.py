@@ -10,7 +10,7 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-from attnlab import book
+from attnlab.book import markup, models, running
 from attnlab.normalization import readings
 from attnlab.normalization.claim_kinds import by_kind, failure_facts, threshold, trial, why
 
@@ -31,14 +31,27 @@ def verdict_html(v: str) -> str:
 
 def claim_table(rows: Sequence[dict]):
     """HTML table of claim rows: id, claim, paper, measured, coloured verdict."""
-    return book.table(["id", "claim", "paper", "measured", "verdict"],
+    return markup.table(["id", "claim", "paper", "measured", "verdict"],
                       [[f"<code>{r['id']}</code>", r["claim"], r["paper"], r["measured"], verdict_html(r["verdict"])]
                        for r in rows])
 
 
+def figure_claims(fig_id: str, res) -> list[dict]:
+    """Paper 1's claim rows that read figure `fig_id` (`OF_FIGURE`), from its Result `res`."""
+    from attnlab.normalization.claims import paper1_claims
+
+    return [r for r in paper1_claims({fig_id: res}) if r["id"].startswith(OF_FIGURE[fig_id])]
+
+
+def verdict_table(rows: Sequence[dict]):
+    """HTML table of claim rows as a chapter shows them under its figure: claim, paper, measured, verdict (bold)."""
+    return markup.table(["claim", "paper", "measured", "verdict"],
+                      [[r["claim"], r["paper"], r["measured"], f"<b>{r['verdict']}</b>"] for r in rows])
+
+
 def kind_summary(rows: Sequence[dict]):
     """HTML table: per kind of claim, how many there are and how many hold / do not hold / are not applicable."""
-    return book.table(["group", "claims", "holds", "does not hold", "not applicable"],
+    return markup.table(["group", "claims", "holds", "does not hold", "not applicable"],
                       [[g, len(rs)] + [sum(r["verdict"] == v for r in rs) for v in VERDICT_COLORS]
                        for g, rs in by_kind(rows).items()])
 
@@ -51,9 +64,9 @@ def failures(rows: Sequence[dict], results: dict) -> list:
     failed = [r for r in rows if r["verdict"] == "does not hold"]
     if not failed:
         return [HTML("<p>Every claim holds on this model.</p>")]
-    return [HTML(f'<p class="mathjax_process"><code>{r["id"]}</code>: {book.rendered(r["claim"])}<br>'
-                 f"<b>Measured:</b> {book.rendered(r['measured'])}<br><b>Why:</b> "
-                 f"{book.rendered(why(r['id'], facts))}</p>") for r in failed]
+    return [HTML(f'<p class="mathjax_process"><code>{r["id"]}</code>: {markup.rendered(r["claim"])}<br>'
+                 f"<b>Measured:</b> {markup.rendered(r['measured'])}<br><b>Why:</b> "
+                 f"{markup.rendered(why(r['id'], facts))}</p>") for r in failed]
 
 
 def holding_count(rclaims: Sequence[dict], cid: str, prefix: str) -> str:
@@ -78,21 +91,21 @@ def theorem1_counts(rclaims: Sequence[dict], today: dict):
             cross = "" if readings.is_paper_pair(e, d) else "<br><small>cross pair: not counted</small>"
             label = f"{e} / {d}{cross}"
             rows.append([label] + [holding_count(rclaims, c, f"{e} / {_cor2_d(c, e, d)} / ") for c, _ in STATEMENTS])
-    return book.table(["E / d~"] + [s for _, s in STATEMENTS], rows)
+    return markup.table(["E / d~"] + [s for _, s in STATEMENTS], rows)
 
 
 def separability_counts(rclaims: Sequence[dict]):
     """HTML table: per vector choice (rows) and summary over heads (columns), the readings where N_s/N is in band."""
     rows = [[f"<code>{v}</code>"] + [holding_count(rclaims, "p1-fig3-saturation", f"{a} / {v} / ")
                                      for a in readings.SEP_AGGREGATES] for v in readings.VECTORS]
-    return book.table(["vectors"] + [r.label for r in readings.SEP_AGGREGATES.values()], rows)
+    return markup.table(["vectors"] + [r.label for r in readings.SEP_AGGREGATES.values()], rows)
 
 
 def gradient_counts(rclaims: Sequence[dict]):
     """HTML table: per aggregate (rows) and direction (columns), the values of ε for which g follows 1/T."""
     rows = [[readings.G_AGGREGATES[a].label] + [holding_count(rclaims, "p1-fig4-slope", f"{a} / {d} / ")
                                                 for d in readings.DIRECTIONS] for a in readings.G_AGGREGATES]
-    return book.table(["aggregate"] + [r.label for r in readings.DIRECTIONS.values()], rows)
+    return markup.table(["aggregate"] + [r.label for r in readings.DIRECTIONS.values()], rows)
 
 
 def verdict_matrix(rclaims: Sequence[dict], cid: str) -> np.ndarray:
@@ -122,7 +135,7 @@ def statement_frame(rclaims: Sequence[dict], cid: str, label: str) -> bytes:
                   rotation=50, ha="right")
     ax.set_yticks(range(m.shape[0]), [f"{e} / {d}" for e in readings.E_READINGS for d in readings.D_READINGS])
     ax.set_title(f"{label}: holds for {int(np.nansum(m))} of {int(np.isfinite(m).sum())}")
-    return book.png(fig, colors=16)
+    return markup.png(fig, colors=16)
 
 
 def figure_with_verdicts(fid: str, results: dict, rows: Sequence[dict]):
@@ -264,11 +277,11 @@ def critical_per_model(inp) -> dict[str, tuple]:
     from attnlab.normalization.claims import critical_fracs, critical_ns
 
     crit = {}
-    for name, mrows in book.claims_per_model(inp).items():
+    for name, mrows in models.claims_per_model(inp).items():
         if not any(r["id"] == "p1-fig2c-critical" and r["verdict"] != "not applicable" for r in mrows):
             continue
-        m_inp = inp if name == inp.model.name else book.inputs(name, inp.device)
-        ns = critical_ns(book.figure_results(["fig2c"], m_inp)["fig2c"])
+        m_inp = inp if name == inp.model.name else running.inputs(name, inp.device)
+        ns = critical_ns(running.figure_results(["fig2c"], m_inp)["fig2c"])
         fr, m = critical_fracs(ns), m_inp.model
         crit[name] = (min(fr), max(fr), max(ns), m.causal, m.n_layers * m.n_heads)
     return crit
@@ -352,7 +365,7 @@ def readings_prose(inp, extra: dict, rclaims: Sequence[dict]):
         lo, hi, L_top, is_causal, H = crit[name]
         return (f"{lo:.2f}–{hi:.2f} L on {name} ({'causal decoder' if is_causal else 'bidirectional encoder'}, "
                 f"{H} heads, L ≤ {L_top})")
-    return book.prose(
+    return markup.prose(
         "<ul>"
         "<li><b>The 6% rule.</b> " + expectation_readings_text(extra["thm1_readings"].rows, rclaims)
         + f"With reading b of d~ it comes down to 6% at every length, in this one window of text, in {len(six_ok)} of "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from attnlab import book
+from attnlab.book import markup, running
 from attnlab.normalization.paper import CRITICAL_FRAC, ONE_OVER_T_BELOW
 
 
@@ -57,11 +57,11 @@ def design_prose(inp, rows: Sequence[dict]):
     from attnlab.normalization.readings import lemma2
     from attnlab.views import claims as claim_views
 
-    grad = book.figure_results(["gradient_readings"], inp)["gradient_readings"]
+    grad = running.figure_results(["gradient_readings"], inp)["gradient_readings"]
     worst = lemma2.g_table(grad)[("worst", 0.0)]               # the worst row (chapter 5), the first direction
     i0 = int(np.argmin(worst["T"]))
     T0, attained = worst["T"][i0], 2 * worst["T"][i0] * np.nanmax(worst["g_max_row"][i0])   # share of 1/(2T)
     gap_min = np.nanmin([r["gap_min"] for r in grad.rows if r.get("gap_min") is not None])
     slope = next((r for r in rows if r["id"] == "p1-fig4-slope" and not r.get("reading")), {})
-    return book.prose("<ul>" + temperature_item(inp.model.name, slope, T0, attained, gap_min)
+    return markup.prose("<ul>" + temperature_item(inp.model.name, slope, T0, attained, gap_min)
                       + retrieval_item(claim_views.critical_per_model(inp)) + "</ul>")

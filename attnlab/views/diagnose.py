@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from attnlab import book
+from attnlab.book import markup
 from attnlab.core.util import figure_grid
 from attnlab.tools import diagnose
 
@@ -26,7 +26,7 @@ def calibration_table(res, Ls: Sequence[int]):
                      _count(heads, "flag_near_uniform"), _count(heads, "flag_low_separability"),
                      f"{_count(heads, 'flagged')} of {len(heads)}",
                      f"{_count(layers, 'flag_critical_n')} of {len(layers)}"])
-    return book.table(["L", "fixed cuts: heads", "fixed cuts: layers", "near uniform", "low separability",
+    return markup.table(["L", "fixed cuts: heads", "fixed cuts: layers", "near uniform", "low separability",
                        "calibrated: heads", "calibrated: layers"], rows)
 
 
@@ -53,7 +53,7 @@ def critical_table(res, Ls: Sequence[int]):
     def whole(r):
         flag = " (flagged)" if r["flag_critical_n"] else ""
         return f"{critical_text(r)}; uniform: {critical_text(r, 'critical_n_uniform')}" + flag
-    return book.table(["L", "whole model", "per layer"],
+    return markup.table(["L", "whole model", "per layer"],
                       [[L, whole(res.select(kind="model", L=L)[0]), _per_layer(res, L)] for L in Ls])
 
 

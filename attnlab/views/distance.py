@@ -8,7 +8,7 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-from attnlab import book
+from attnlab.book import markup
 from attnlab.core.verdicts import percent
 from attnlab.normalization import readings
 from attnlab.normalization.claim_kinds import ALL_CLAIMS, threshold
@@ -29,20 +29,20 @@ def claims_table(claims: dict, ra):
     rows = [[label, claims[cid]["paper"], claims[cid]["measured"], f"<b>{claims[cid]['verdict']}</b>"]
             for cid, label in CLAIM_LABELS]
     Ls = sorted(ra.unique("L"))
-    growth_e = linear_growth(Ls, [book.head_mean(ra, "E", L=L) for L in Ls])
+    growth_e = linear_growth(Ls, [markup.head_mean(ra, "E", L=L) for L in Ls])
     rows.insert(1, ["Fig. 2a: E grows about linearly in L (N = 5; same test, computed here)",
                     ALL_CLAIMS["p1-fig2a-linear"].paper,
                     f"E: {growth_e['text']}", f"<b>{'holds' if growth_e['ok'] else 'does not hold'}</b>"])
-    return book.table(["claim", "paper", "this book", "verdict"], rows)
+    return markup.table(["claim", "paper", "this book", "verdict"], rows)
 
 
 def means_table(result, by: str, caption: str):
     """HTML table per value of `by` (L or N): head means of d~, E and both bounds, and the share of rows under
     the summary's bound."""
     def mean(key, x):
-        return book.head_mean(result, key, **{by: x})
+        return markup.head_mean(result, key, **{by: x})
 
-    return book.table(
+    return markup.table(
         [by, "true d~", "expectation E", "bound, summary", "bound, reconstruction", "d~ / bound (summary)",
          "rows under the summary's bound"],
         [[x, f"{mean('dtilde_b', x):.3g}", f"{mean('E', x):.3g}", f"{mean('dmax_B', x):.3g}",
@@ -54,11 +54,11 @@ def means_table(result, by: str, caption: str):
 def _curves(ax, result, by: str, mark) -> None:
     xs = sorted(result.unique(by))
     for key in ("dtilde_b", "E", "dmax_B", "dmax_R"):
-        ys = [book.head_mean(result, key, **{by: x}) for x in xs]
+        ys = [markup.head_mean(result, key, **{by: x}) for x in xs]
         ax.plot(xs, ys, "--" if key == "dmax_R" else "o-", ms=3, lw=1.2, color=COLORS[key], label=LABELS[key])
     ax.axvline(mark, color="0.4", lw=4, alpha=0.25)
     ax.set(xscale="log", yscale="log", xlabel=by, ylabel="distance (mean over heads)")
-    book.plain_log(ax)
+    markup.plain_log(ax)
     ax.set_xticks(xs, [str(x) for x in xs])
     ax.legend(loc="best")
 
@@ -77,7 +77,7 @@ def _scatter(ax, result, **where) -> float:
     ax.plot(d, result.column("E", **where), ".", ms=3, color=COLORS["E"], label="E")
     ax.plot(d, result.column("dmax_B", **where), ".", ms=3, color=COLORS["dmax_B"], label="bound (summary)")
     ax.set(xscale="log", yscale="log", xlim=lim, ylim=lim, xlabel="true d~ (one point per head)")
-    book.plain_log(ax)
+    markup.plain_log(ax)
     ax.legend(loc="upper left")
     return np.average(result.column("holds_B", **where), weights=result.column("n_rows", **where))
 
@@ -113,7 +113,7 @@ def head_distance_figure(tr, keys: Sequence[str] = ("dmax_R", "dmax_B", "E", "dt
         lines = {key: ax.plot(t, np.ones(len(t)), "-" if key != "dtilde_b" else ".", ms=2, lw=0.8,
                               color=COLORS[key], label=LABELS[key])[0] for key in keys}
         ax.set(yscale="log", xlabel="query position t", ylabel="distance")
-        book.plain_log(ax)
+        markup.plain_log(ax)
         ax.legend(ncol=2, loc="upper left")            # two rows: four labels do not fit one line
         title = ax.set_title("")
 
@@ -141,7 +141,7 @@ def head_distance_figure(tr, keys: Sequence[str] = ("dmax_R", "dmax_B", "E", "dt
 
 def readings_table():
     """HTML table of every reading of E, d~ and the vectors x_i: name, label, source, formula."""
-    return book.registry_table((("expectation E", readings.E_READINGS), ("distance d~", readings.D_READINGS),
+    return markup.registry_table((("expectation E", readings.E_READINGS), ("distance d~", readings.D_READINGS),
                                 ("vectors x_i", readings.VECTORS)), first="what")
 
 
@@ -166,12 +166,12 @@ def vectors_frame(rr, vec: str) -> bytes:
             label="bound (E1, E3, E4)")
     ax.plot(*head_curve(rr, vec, "sum_y"), "--", color="0.3", label="sum ||a_i x_i||")
     ax.set(xscale="log", yscale="log", xlabel="L", ylabel="head mean at N = 5")
-    book.plain_log(ax)
+    markup.plain_log(ax)
     ax.set_xticks(L, [str(int(v)) for v in L])
     ax.legend(ncol=3, loc="upper left", handlelength=1.5, columnspacing=0.8)
     ax.set_ylim(top=ax.get_ylim()[1] * 30)            # room for the legend above the curves
     ax.set_title(f"x = {vec} ({readings.VECTORS[vec].label})")
-    return book.png(fig, colors=32)
+    return markup.png(fig, colors=32)
 
 
 def verdict_grid(rclaims: Sequence[dict], cid: str, vecs: Sequence[str]):
@@ -179,7 +179,7 @@ def verdict_grid(rclaims: Sequence[dict], cid: str, vecs: Sequence[str]):
     v = {r["reading"]: r["verdict"] for r in rclaims if r["id"] == cid}
     mark = {"holds": "✔", "does not hold": "✘"}
     pairs = [(e, d) for e in readings.E_READINGS for d in readings.D_READINGS]
-    return book.table(["E / d~"] + [f"<code>{x}</code>" for x in vecs],
+    return markup.table(["E / d~"] + [f"<code>{x}</code>" for x in vecs],
                       [[f"{e} / {d}"] + [mark.get(v.get(f"{e} / {d} / {x}"), "–") for x in vecs] for e, d in pairs])
 
 
@@ -197,7 +197,7 @@ def cor2_counts(rclaims: Sequence[dict]):
         v = [r["verdict"] == "holds" for r in rclaims if r["id"] == cid and r["reading"].startswith(f"{e} / {d} / ")]
         return f"{sum(v)} of {len(v)}"
 
-    return book.table(["E reading"] + [label for _, label in COR2_STATEMENTS],
+    return markup.table(["E reading"] + [label for _, label in COR2_STATEMENTS],
                       [[f"{e}" + (f" (d~ {dc})" if e == "E4" else "")] + [count(cid, e, dc, dp)
                                                                            for cid, _ in COR2_STATEMENTS]
                        for e, dc, dp in COR2_ROWS])
@@ -262,7 +262,7 @@ def cor2_prose(model_name: str, rr, rclaims: Sequence[dict]):
                 "that fails it")
     else:
         rest = f"; of the other {len(free)}, E1 passes it for {sum(ok for _, ok in free)}"
-    return book.prose(
+    return markup.prose(
         f"<p><b>On {model_name}:</b> both curves grow about linearly only under "
         f"{' and '.join(linear) or 'no reading'}; from L = {Lc[0]} to {Lc[-1]} (×{Lc[-1] // Lc[0]}) E2 and E5 grow "
         f"×{growth['E2']:.3g} and ×{growth['E5']:.3g} (median over the vector choices), E1 only ×{growth['E1']:.2g} "

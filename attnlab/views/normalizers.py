@@ -2,7 +2,7 @@
 `tools.compare.compare_normalizers` Result. Views only."""
 from __future__ import annotations
 
-from attnlab import book
+from attnlab.book import markup
 from attnlab.tools import report
 
 KEYS = ("max_weight", "entropy_norm", "weight_sum", "ns_frac", "critical_n_frac", "jac_norm_mean")
@@ -25,5 +25,5 @@ def comparison_table(res):
     cost = report.cost_key(res)
     keys = [*KEYS, cost]
     longest = res.select(L=max(res.unique("L")))
-    return book.table(["normalizer"] + [report.LABELS[k] for k in keys],
+    return markup.table(["normalizer"] + [report.LABELS[k] for k in keys],
                       [[r["normalizer"]] + [cell(r, k, cost) for k in keys] for r in longest])

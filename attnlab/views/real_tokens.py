@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import HTML
 
-from attnlab import book
+from attnlab.book import markup
 from attnlab.sample_complexity import claims as scc
 from attnlab.sample_complexity import theory
 
@@ -26,7 +26,7 @@ def _pm(f: dict) -> str:
 def fit_table(res):
     """HTML table per layer: H (ours and the authors'), beta(H) and the fitted |beta| of the mean and covariance."""
     fit = fits(res)
-    return book.table(["layer", "H (ours)", "H (authors' code)", "β(H) [CODE curve]", "|β| mean", "|β| cov"],
+    return markup.table(["layer", "H (ours)", "H (authors' code)", "β(H) [CODE curve]", "|β| mean", "|β| cov"],
                       [[l, f"{fit[l, 'mean']['horizon']:.3g}", f"{fit[l, 'mean']['horizon_authors']:.3g}",
                         f"{fit[l, 'mean']['beta_ref']:.3f}", _pm(fit[l, "mean"]), _pm(fit[l, "cov"])]
                        for l in sorted(res.unique("layer"))])
@@ -49,7 +49,7 @@ def _errors_panel(ax, res, fit, layer, n_r):
            title=f"layer {layer}: H = {H:.3g}, β(H) = {theory.beta_reference(H):.3f}")
     ax.title.set_fontsize(9)
     ax.legend(loc="lower left")
-    book.plain_log(ax, nice="y")
+    markup.plain_log(ax, nice="y")
     ax.set_xticks(n_r, [f"{n:g}" for n in n_r])
 
 
@@ -72,7 +72,7 @@ def layer_frame(res, layer: int):
     ax2.axhline(0.5, color="grey", ls="--", lw=1)
     ax2.set(xscale="log", yscale="log", ylim=(1e-3, 1.5), xlabel="horizon H (ours)", ylabel=r"fitted $|\beta|$")
     ax2.legend(loc="lower left")
-    book.plain_log(ax2, nice="x")
+    markup.plain_log(ax2, nice="x")
     return fig
 
 
@@ -96,7 +96,7 @@ def heads_table(res):
         counts = f"{sum(at_or_above(h, 'mean') for h in hs)}, {sum(at_or_above(h, 'cov') for h in hs)} of {len(hs)}"
         rows.append([l, f"{fit[l, 'mean']['horizon']:.3g}", H_j, _spread([h["beta_mean"] for h in hs]),
                      _spread([h["beta_cov"] for h in hs]), counts])
-    return book.table(["layer", "H of the layer", r"\(H_j\) of its heads: min / median / max [CODE]",
+    return markup.table(["layer", "H of the layer", r"\(H_j\) of its heads: min / median / max [CODE]",
                        "|β| mean per head: median (range)", "|β| cov per head: median (range)",
                        r"heads at or above \(\beta(H_j)\) [R]: mean, cov"], rows,
                       caption="Per-head horizons and exponents (WLS fits [CODE]); β(H) = 1/(2(1+H²)) [CODE]")
@@ -108,7 +108,7 @@ def every_head(res):
 
     def pm(h, mom):
         return f"{h[f'beta_{mom}']:.2f} ± {h[f'beta_{mom}_se']:.2f}" + ("" if at_or_above(h, mom) else " (below)")
-    table = book.table(["layer", "head", r"\(H_j\)", r"\(\beta(H_j)\) [CODE]", "|β| mean", "|β| cov"],
+    table = markup.table(["layer", "head", r"\(H_j\)", r"\(\beta(H_j)\) [CODE]", "|β| mean", "|β| cov"],
                        [[h["layer"], h["head"], f"{h['horizon']:.3g}", f"{h['beta_ref']:.3f}", pm(h, "mean"),
                          pm(h, "cov")] for h in heads])
     return HTML(f"<details><summary>Every head ({len(heads)} rows): its horizon and exponents</summary>{table.data}"

@@ -11,10 +11,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from attnlab import book
+from attnlab.book import markup, running
 from attnlab.core.result import Result
 from attnlab.normalization import readings
-from attnlab.normalization.experiments import FLAT_RHO, concentration_direction
+from attnlab.normalization.concentration import (
+    FLAT_RHO,
+    concentration_direction,
+    concentration_relation,
+    separability_by_concentration,
+)
 from attnlab.normalization.metrics import engine, separability
 from attnlab.normalization.paper import SATURATION_N, SEPARABILITY_BAND
 from attnlab.normalization.readings import theorem2
@@ -87,7 +92,7 @@ def fig3_summary(res3, model_name: str):
     med = {n: float(np.nanmedian(res3.column("ns_frac", N=n))) for n in ns3}
     q25, q75 = (float(np.nanpercentile(res3.column("ns_frac", N=ns3[-1]), q)) for q in (25, 75))
     late = [med[n] for n in ns3 if n >= 16]
-    return book.table(["quantity", "paper (GPT-2 124M, L = 1024)",
+    return markup.table(["quantity", "paper (GPT-2 124M, L = 1024)",
                        f"this book ({model_name}, L = {res3.rows[0]['L']})"],
                       [["N_s/N at N = 1", "1 (by definition)", f"{med[1]:.3f}"],
                        ["decline from N = 1 to N = 16", "declines up to N ≈ 16", f"{med[1]:.3f} → {med[16]:.3f}"],
@@ -152,7 +157,7 @@ def live_head_histogram(trace):
 
 def readings_table():
     """HTML table of every reading of separability: vectors, radius, rows, summary over heads, xi, constant."""
-    return book.registry_table((("vectors x_i", readings.VECTORS), ("radius", readings.RADII),
+    return markup.registry_table((("vectors x_i", readings.VECTORS), ("radius", readings.RADII),
                                 ("rows", readings.ROW_SETS), ("summary over heads", readings.SEP_AGGREGATES),
                                 ("spread xi_i (bounds)", readings.XI_READINGS),
                                 ("upper bound's constant", readings.UPPER_FORMS)))
@@ -173,7 +178,7 @@ def saturation_table(sep_tab: dict, rows_sep: Sequence[dict], L: int, model_name
         lo, hi, verdict = saturation(sep_tab, rows_sep, agg, name)
         return f"{lo:.3f}–{hi:.3f}<br><b>{verdict}</b>"
 
-    return book.table(["vectors x_i"] + [r.label for r in readings.SEP_AGGREGATES.values()],
+    return markup.table(["vectors x_i"] + [r.label for r in readings.SEP_AGGREGATES.values()],
                       [[f"<code>{n}</code>" + (" (default)" if n == "v_unit" else "")]
                        + [cell(a, n) for a in readings.SEP_AGGREGATES] for n in readings.VECTORS],
                       caption=f"N_s/N for N = 16..32, L = {L}, {model_name}; paper: "
@@ -189,7 +194,7 @@ def bound_table(rows_sep: Sequence[dict], units: Sequence[str]):
         r = bound_rows[(cid, f"xi={xi} / {n} / nearest / positive_r")]
         return f"{r['measured'].split(';')[0]}<br><b>{r['verdict']}</b>"
 
-    return book.table(["bound", "xi"] + [f"<code>{n}</code>" for n in units],
+    return markup.table(["bound", "xi"] + [f"<code>{n}</code>" for n in units],
                       [[what[cid] if j == 0 else "", readings.XI_READINGS[xi].label] + [cell(cid, xi, n) for n in units]
                        for cid in what for j, xi in enumerate(readings.XI_READINGS)])
 
@@ -199,29 +204,26 @@ def bound_table(rows_sep: Sequence[dict], units: Sequence[str]):
 
 
 def head_separability(model_name: Optional[str] = None) -> Result:
-    """`experiments.separability_by_concentration` of one model (the build's when None) on the book's default
-    window, cached (`book.cached_result`, keyed like the fig1 and fig3 Results it reads: model, text, window, their
+    """`concentration.separability_by_concentration` of one model (the build's when None) on the book's default
+    window, cached (`running.cached_result`, keyed like the fig1 and fig3 Results it reads: model, text, window, their
     versions; a new version of either computes it again, in milliseconds). The figures come from
-    `book.figure_results` with the set `book.claims_per_model` asks for, so that a model no chapter computed shares
-    its forward passes."""
+    `running.figure_results` with the set `book.models.claims_per_model` asks for, so that a model no chapter
+    computed shares its forward passes."""
     from attnlab.figures import FIGURES, READING_FIGURES, figure_ids
-    from attnlab.normalization import experiments
 
-    inp = book.inputs()
+    inp = running.inputs()
     if model_name and model_name != inp.model.name:
-        inp = book.inputs(model_name)
-    res = book.figure_results([i for i in figure_ids("normalization") if i not in READING_FIGURES], inp)
+        inp = running.inputs(model_name)
+    res = running.figure_results([i for i in figure_ids("normalization") if i not in READING_FIGURES], inp)
     key = {"fig1_version": FIGURES["fig1"].version, "fig3_version": FIGURES["fig3"].version,   # the Results' key
            **inp.window_key()}
-    return book.cached_result("head_separability", key,
-                              lambda: experiments.separability_by_concentration(res["fig1"], res["fig3"]),
-                              model=inp.model, text_sha256=inp.corpus.sha256)
+    return running.cached_result("head_separability", key,
+                                 lambda: separability_by_concentration(res["fig1"], res["fig3"]),
+                                 model=inp.model, text_sha256=inp.corpus.sha256)
 
 
 def relation_at(res: Result, N: Optional[int] = None) -> dict:
-    """`experiments.concentration_relation` of a head_separability Result at N (its largest when None), with N."""
-    from attnlab.normalization.experiments import concentration_relation
-
+    """`concentration.concentration_relation` of a head_separability Result at N (its largest when None), with N."""
     N = max(res.unique("N")) if N is None else N
     return dict(concentration_relation(res.column("max_weight", N=N), res.column("ns_frac", N=N)), N=N)
 
@@ -315,4 +317,4 @@ def relation_prose(results: dict, N: Optional[int] = None):
     if flat:
         verdict.append(f"On {', '.join(flat)} N_s/N hardly depends on the concentration (|ρ| < {FLAT_RHO}).")
     parts.append("<p>" + " ".join(verdict) + "</p>")
-    return book.prose("".join(parts))
+    return markup.prose("".join(parts))

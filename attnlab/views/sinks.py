@@ -8,34 +8,33 @@ from typing import Optional
 
 import numpy as np
 
-from attnlab import book
+from attnlab.book import markup, models, running
 from attnlab.core.result import Result
 from attnlab.figures import FIGURES, Inputs
 from attnlab.normalization.claims import SLOPE_TOL
 from attnlab.normalization.paper import CRITICAL_FRAC, SEPARABILITY_BAND
 from attnlab.tools import sinks
 
-MODELS = book.OFFLINE_MODELS                   # the model table's offline models of the book
+MODELS = models.OFFLINE_MODELS                   # the model table's offline models of the book
 SHARE_LENGTHS = (64, 128, 256, 512, 1024)      # cut at the model's positions (MiniLM: 512)
-CLAIM_MAX_LENGTH = 512                         # the claims at the window set's lengths (`windows.BOOK_LENGTHS`)
+CLAIM_MAX_LENGTH = sinks.CLAIM_MAX_LENGTH      # the claims at the window set's lengths (`windows.BOOK_LENGTHS`)
 SWAP_LENGTH = 512                              # the swapped normalizers' sink shares, one length
-WINDOW = "W&P #1"                              # the text window: the first tokens of War and Peace
+WINDOW = sinks.BOOK_WINDOW                     # the text window: the first tokens of War and Peace
 
 
 def model_inputs(name: str, inp: Optional[Inputs] = None, device: str = "cpu") -> Inputs:
-    """`inp` when it holds model `name` (the chapter's, loaded once), else `book.inputs(name, device)`."""
-    return inp if inp is not None and inp.model.name == name else book.inputs(name, device)
+    """`inp` when it holds model `name` (the chapter's, loaded once), else `running.inputs(name, device)`."""
+    return inp if inp is not None and inp.model.name == name else running.inputs(name, device)
 
 
 def _sharing(inp: Inputs, max_length: Optional[int]) -> Inputs:
-    """Inputs of the same model and text (loaded once) with another `max_length`."""
-    out = Inputs(inp.model_name, inp.device, text=inp.text_name, max_length=max_length, start=inp.start)
-    out._model, out._corpus = inp.model, inp.corpus
-    return out
+    """Inputs of the same model and text (loaded once: `Workspace.with_window`) with another `max_length`."""
+    inp.model, inp.corpus                          # loaded here, shared by the sibling
+    return inp.with_window(max_length=max_length)
 
 
 def _text(inp: Inputs) -> dict:
-    return dict(inp.corpus.provenance(), window=WINDOW)
+    return sinks.window_text(inp.corpus)
 
 
 def shares(inp: Inputs, normalizer: Optional[str] = None) -> Result:
@@ -45,7 +44,7 @@ def shares(inp: Inputs, normalizer: Optional[str] = None) -> Result:
     lengths = [L for L in SHARE_LENGTHS if L <= inp.window_length] if normalizer is None else [SWAP_LENGTH]
     ids = inp.ids(max(lengths))
     key = {"window": WINDOW, "lengths": lengths, "normalizer": normalizer, "device": inp.device}
-    return book.cached_result("sink_shares", key, lambda: sinks.sink_shares(inp.model, ids, lengths=lengths,
+    return running.cached_result("sink_shares", key, lambda: sinks.sink_shares(inp.model, ids, lengths=lengths,
                                                                              normalizer=normalizer,
                                                                              text=_text(inp)),
                               model=inp.model, text_sha256=inp.corpus.sha256)
@@ -53,12 +52,12 @@ def shares(inp: Inputs, normalizer: Optional[str] = None) -> Result:
 
 def claims(inp: Inputs) -> Result:
     """The "sink_claims" Result of `inp`'s model on W&P #1, L up to CLAIM_MAX_LENGTH (cached); Fig. 3 from the
-    per-head rows of the book's cached fig3 Result of that window and length (`book.figure_results`)."""
+    per-head rows of the book's cached fig3 Result of that window and length (`running.figure_results`)."""
     inp = _sharing(inp, CLAIM_MAX_LENGTH)
-    fig3 = book.figure_results(["fig3"], inp)["fig3"]
+    fig3 = running.figure_results(["fig3"], inp)["fig3"]
     lengths = [n for n in SHARE_LENGTHS if n <= inp.window_length]
     key = {"window": WINDOW, "lengths": lengths, "fig3_version": FIGURES["fig3"].version, "device": inp.device}
-    return book.cached_result("sink_claims", key, lambda: sinks.sink_claims(inp.model, inp.ids(), fig3=fig3,
+    return running.cached_result("sink_claims", key, lambda: sinks.sink_claims(inp.model, inp.ids(), fig3=fig3,
                                                                              lengths=lengths, text=_text(inp)),
                               model=inp.model, text_sha256=inp.corpus.sha256)
 
@@ -72,7 +71,7 @@ def swap_table(native: Result, swapped: dict[str, Result]):
         rows.append([label, f"{np.mean([r['first'] for r in sel]):.3f}", f"{np.max([r['first'] for r in sel]):.3f}",
                      f"{sum(r['sink'] for r in sel)} of {len(sel)}", f"{np.mean([r['repeated'] for r in sel]):.3f}"])
     p = native.provenance
-    return book.table(["normalizer", "first token: mean over heads", "largest head", "sink heads", "repeated tokens"],
+    return markup.table(["normalizer", "first token: mean over heads", "largest head", "sink heads", "repeated tokens"],
                       rows, caption=f"{p['model']}, {WINDOW}, L = {SWAP_LENGTH}: weights as each normalizer gives "
                                     "them (not renormalized), swapped into every layer without retraining")
 
@@ -101,7 +100,7 @@ def share_table(res: Result):
     """HTML: `layer_table` with a caption naming the model, the window and the definitions."""
     p = res.provenance
     first = "[CLS]" if not p["causal"] else "the text's first word piece; no BOS"
-    return book.table(*layer_table(res), caption=f"{p['model']} ({'causal' if p['causal'] else 'bidirectional'}), "
+    return markup.table(*layer_table(res), caption=f"{p['model']} ({'causal' if p['causal'] else 'bidirectional'}), "
                       f"{WINDOW}: mean weight on the first token ({first}) per layer against L")
 
 
@@ -124,7 +123,7 @@ def claims_rows(res: Result) -> list[list]:
 
 def claims_table(res: Result):
     p = res.provenance
-    return book.table(["quantity", "L", *sinks.SUBSETS], claims_rows(res),
+    return markup.table(["quantity", "L", *sinks.SUBSETS], claims_rows(res),
                       caption=f"{p['model']}, {WINDOW}: the claims on each subset of heads (number of heads)")
 
 

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import NullFormatter
 
-from attnlab import book
+from attnlab.book import markup, running
 from attnlab.core.result import Result
 from attnlab.normalization import readings
 from attnlab.normalization.claim_kinds import threshold
@@ -47,7 +47,7 @@ def critical_table(scan: dict):
 
     frac = threshold("CRITICAL_FRAC")
     crit = {L: s[0]["critical_n"] for L, s in scan.items()}
-    return book.table(
+    return markup.table(
         ["L", f"paper: critical N ≤ {frac:g} L", "critical N at α = 0.01 (this book)", f"within {frac:g} L?"],
         [[L, f"≤ {frac * L:.1f}", fmt(crit[L], L), "yes" if 0 < crit[L] <= frac * L else "no"] for L in scan])
 
@@ -115,16 +115,16 @@ def ecdf_frame(rb, N: int):
 
 
 def ratio_curve() -> Result:
-    """`experiments.fig2c_ratio` on the book's default model and window, cached (`book.cached_result`, keyed by the
+    """`experiments.fig2c_ratio` on the book's default model and window, cached (`running.cached_result`, keyed by the
     model, text and window, `Inputs.window_key`, and the N grid): d~ / E of the head means, exact at RATIO_POINTS N
     per length and at the first N >= CRITICAL_FRAC L. Fig. 2c's stored scan is not used for this: where its brackets
     certified a rejection it records their midpoints, not the means. 65.7 s at L <= 1024 on SmolLM2 (2026-11-27)."""
     from attnlab.normalization import experiments
 
-    inp = book.inputs()
+    inp = running.inputs()
     fracs = (threshold("CRITICAL_FRAC"),)
     key = {**inp.window_key(), "points": experiments.RATIO_POINTS, "fracs": list(fracs)}
-    return book.cached_result("fig2c_ratio", key,
+    return running.cached_result("fig2c_ratio", key,
                               lambda: experiments.fig2c_ratio(inp.model, inp.ids(), fracs=fracs, progress=False),
                               model=inp.model, text_sha256=inp.corpus.sha256)
 
@@ -206,7 +206,7 @@ def readings_table(rr, rclaims: Sequence[dict], model_name: str):
         return f"{e} / {d}" + ("" if readings.is_paper_pair(e, d) else "<br><small>cross pair: not counted</small>")
 
     pairs = [(e, d) for e in readings.E_READINGS for d in readings.D_READINGS]
-    return book.table(["E / d~"] + [f"<code>{v}</code>" for v in vecs],
+    return markup.table(["E / d~"] + [f"<code>{v}</code>" for v in vecs],
                       [[pair_label(e, d)] + [cell(e, d, v) for v in vecs] for e, d in pairs],
                       caption=f"critical N / L at L = {', '.join(map(str, L_crit))}, {model_name}")
 
@@ -226,7 +226,7 @@ def reading_frame(rr, e: str, vec: str) -> bytes:
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.legend(loc="center right", ncol=2)
     ax.set_title(f"{e} ({readings.E_READINGS[e].label}), x = {vec}")
-    return book.png(fig, colors=32)
+    return markup.png(fig, colors=32)
 
 
 def paper_pairs_holding(rclaims: Sequence[dict]) -> list[str]:
@@ -250,7 +250,7 @@ def readings_prose(rr, rclaims: Sequence[dict], model_name: str):
     first_a = [r["critical_n"] for r in crit_rows if r["e"] == "E4" and r["d"] == "a" and r["critical_n"] > 0]
     by_e = {e: sum(six.get(f"{e} / {d} / {v}", False) for d in readings.D_READINGS for v in VECS
                   if readings.is_paper_pair(e, d)) for e in E_NAMES}
-    return book.prose(
+    return markup.prose(
         f"<p>On {model_name}, in this one window (the novel's first tokens), the 6% rule holds at every length "
         f"for {tally['holds']} of the {tally['of']} combinations that read a formula of the paper (each E with d~ (b); "
         f"E4, the expectation of d~ itself, also with d~ (a)) and a choice of vectors: "
@@ -284,7 +284,7 @@ def expectation_note(rr, model_name: str):
     grids = rr.provenance["grids"]
     near = [v for v, r in zip(vecs, over) if abs(r - 1) <= COR2_GAP]
     lo, hi = min(over), max(over)
-    return book.prose(
+    return markup.prose(
         f"<p>Measured on {model_name} (chapter 2's Result of every reading, N = {grids['curve_N']}, "
         f"L = {grids['curve_lengths'][-1]}): E1, the head mean, is {lo:.2g}–{hi:.2g} times Σ<sub>i</sub> "
         f"‖α<sub>i</sub> x<sub>i</sub>‖ over the {len(vecs)} vector choices"
@@ -313,7 +313,7 @@ def differs_prose(scan: dict, rclaims: Sequence[dict], rc, model):
     frac = threshold("CRITICAL_FRAC")                                     # the claim registry's, when used
     below = all(f is not None and f <= frac for f in fracs.values())
     prov = rc.provenance
-    return book.prose(
+    return markup.prose(
         "<ul>"
         f"<li><b>The result.</b> The paper's critical N stays below {frac} L; on {model.name}, at this "
         f"book's default reading, it is {span} at L = {', '.join(map(str, scan))}"
@@ -329,4 +329,4 @@ def differs_prose(scan: dict, rclaims: Sequence[dict], rc, model):
         + (" — with reading a only where the test has no power (above)" if meet and all("/ a /" in m for m in meet)
            else "") + ".</li>"
         f"<li><b>The scan's cost.</b> The paper reports 17 hours for its version; this Result took "
-        f"{book.seconds(prov['runtime_seconds'])} ({prov.get('device', 'cpu')}, every length).</li></ul>")
+        f"{markup.seconds(prov['runtime_seconds'])} ({prov.get('device', 'cpu')}, every length).</li></ul>")

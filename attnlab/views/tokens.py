@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from attnlab import book
+from attnlab.book import markup, running
 from attnlab.computations import version
 from attnlab.sample_complexity import experiments as te
 from attnlab.sample_complexity import montecarlo as mc
@@ -26,19 +26,11 @@ QUERIES = torch.linspace(-4, 4, 161, dtype=torch.float64)[:, None]       # queri
 
 
 def run(experiment: str, device: str, **params):
-    """An experiment's Result, cached on disk under its own name (book.cached_result: keyed by its version, every
+    """An experiment's Result, cached on disk under its own name (running.cached_result: keyed by its version, every
     parameter and the device), so a rebuild reuses it."""
     name, fn, version = EXPERIMENTS[experiment]
     key = {"experiment": experiment, "params": params, "device": device}
-    return book.cached_result(name, key, lambda: fn(device=device, **params), version=version)
-
-
-def recompute(name: str, key: dict):
-    """The experiment stored by `run` as (name, key) computed again, or None when the key is not one of `run`'s."""
-    entry = EXPERIMENTS.get(key.get("experiment"))
-    if entry is None or entry[0] != name or not {"params", "device"} <= set(key):
-        return None
-    return entry[1](device=key["device"], **key["params"])
+    return running.cached_result(name, key, lambda: fn(device=device, **params), version=version)
 
 
 def map_frame(H: float, n: int, R: float = 4.0, draws: int = 3, figsize=(4.6, 2.7)):
@@ -90,12 +82,12 @@ def uniform_frame(res_u, R: float):
     ax.set(xscale="log", yscale="log", ylim=(y_lo, y_hi), xlabel="n (tokens)",
            ylabel=r"$\sup_{\|x\|\leq R}\|\Gamma_{\mu_n}(x)-\Gamma_\mu(x)\|$")
     ax.legend()
-    book.plain_log(ax)
+    markup.plain_log(ax)
     ax2.plot(radii, [g["C"] for g in fits_u], "o-", color="C0", ms=4, label="fitted C(R)")
     ax2.plot(radii, [g["C_pred"] for g in fits_u], "s--", color="C2", ms=3.5, label="delta method")
     ax2.plot([R], [f["C"]], "o", ms=10, mfc="none", mec="C3", mew=2)
     ax2.set(yscale="log", xlabel="R (ball radius)", ylabel="C(R)")
-    book.plain_log(ax2, nice="y")
+    markup.plain_log(ax2, nice="y")
     ax2.legend()
     return fig
 
@@ -115,7 +107,7 @@ def moment_table(res_m):
     def pm(f):
         return f"{f['beta']:.3f} ± {f['slope_se']:.3f}"
 
-    return book.table(["scale s", "H (ours)", "H (authors' code)", "β(H) [CODE curve]", "|β| mean", "|β| cov"],
+    return markup.table(["scale s", "H (ours)", "H (authors' code)", "β(H) [CODE curve]", "|β| mean", "|β| cov"],
                       [[f"{s:.3g}", f"{fit_of[s, 'mean']['horizon']:.3g}",
                         f"{fit_of[s, 'mean']['horizon_authors']:.3g}", f"{fit_of[s, 'mean']['beta_ref']:.3f}",
                         pm(fit_of[s, "mean"]), pm(fit_of[s, "cov"])] for s in res_m.unique("scale")])
@@ -144,7 +136,7 @@ def moment_frame(res_m, s: float):
            title=f"s = {s:.3g}, H = {H:.3g}, β(H) = {theory.beta_reference(H):.2f}")
     ax.title.set_fontsize(9)
     ax.legend(loc="lower left")
-    book.plain_log(ax, nice="x")
+    markup.plain_log(ax, nice="x")
     for mom, (mk, col) in MOMENT_STYLE.items():
         sel = [fit_of[t, mom] for t in scales]
         ax2.errorbar([f["horizon"] for f in sel], [f["beta"] for f in sel], yerr=[f["slope_se"] for f in sel],
@@ -154,7 +146,7 @@ def moment_frame(res_m, s: float):
     ax2.axhline(0.5, color="grey", ls="--", lw=1)
     ax2.set(xscale="log", yscale="log", ylim=(0.05, 0.9), xlabel="horizon H (ours)", ylabel=r"fitted $|\beta|$")
     ax2.legend(loc="lower left")
-    book.plain_log(ax2, nice="y")
+    markup.plain_log(ax2, nice="y")
     return fig
 
 
@@ -163,7 +155,7 @@ def live_moments(log10_scale: float, device: str) -> bytes:
     from attnlab.sample_complexity import plots as scp
 
     r = te.moment_convergence(scales=[10 ** log10_scale], n_values=(128, 256, 512, 1024), k=8, device=device)
-    return book.png(scp.plot_moment_convergence(r))
+    return markup.png(scp.plot_moment_convergence(r))
 
 
 def hardmax_table(res_h):
@@ -176,7 +168,7 @@ def hardmax_table(res_h):
         pts = res_h.select(kind="point", scale=s, moment="cov", reference="exact")
         return max(pts, key=lambda p: p["n"])["err_mean"] / fh[s, "cov"]["ref_norm"]
 
-    return book.table(["scale s", "H (ours)", "β(H) [CODE curve]", "cov slope", "cov curvature",
+    return markup.table(["scale s", "H (ours)", "β(H) [CODE curve]", "cov slope", "cov curvature",
                        "relative cov error at largest n", "mean slope"],
                       [[f"{s:g}", f"{fh[s, 'cov']['horizon']:.3g}", f"{fh[s, 'cov']['beta_ref']:.2g}",
                         f"{fh[s, 'cov']['slope']:.3f} ± {fh[s, 'cov']['slope_se']:.3f}",
@@ -251,7 +243,7 @@ def fit_frame(res_h, ols_wls: dict, method: str):
     ax.set(xscale="log", yscale="log", xlabel="n (tokens)", ylabel=r"$\|C_n - C\|_2$",
            title=f"sphere, covariance error, {method.upper()} fit")
     ax.legend(loc="lower left")
-    book.plain_log(ax, nice="y")
+    markup.plain_log(ax, nice="y")
     ax.set_xticks(n_h, [f"{n:g}" for n in n_h])
     ax.xaxis.set_minor_locator(plt.NullLocator())
     for other, shift, mk in (("ols", 0.8, "o"), ("wls", 1.25, "D")):
@@ -262,7 +254,7 @@ def fit_frame(res_h, ols_wls: dict, method: str):
         ax2.plot([], [], mk, color="k", mfc="k" if other == method else "white", label=other.upper())
     ax2.axhline(0, color="grey", lw=0.8)
     ax2.set(xscale="log", xlabel="scale s", ylabel="fitted slope (covariance)", title="both fits, every scale")
-    book.plain_log(ax2)
+    markup.plain_log(ax2)
     ax2.legend(loc="lower right")
     return fig
 

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from attnlab import book
+from attnlab.book import markup
 from attnlab.core.verdicts import percent
 from attnlab.normalization.metrics import rows
 
@@ -20,13 +20,13 @@ def fig1_table(r1, model_name: str):
     L0, L1 = Ls[0], Ls[-1]
 
     def head_mean(key, L):
-        return book.head_mean(r1, key, L=L)
+        return markup.head_mean(r1, key, L=L)
 
     cor, lem = np.mean(r1.column("cor1_holds")), np.mean(r1.column("lemma1_holds"))
     mw0, mw1 = head_mean("max_weight", L0), head_mean("max_weight", L1)
     slope = np.polyfit(np.log(Ls), np.log([head_mean("max_weight", L) for L in Ls]), 1)[0]
     band = np.median(r1.column("log10_cor1_hi", L=L1) - r1.column("log10_cor1_lo", L=L1)) / 2
-    return book.table(
+    return markup.table(
         ["", "paper", f"this book ({model_name})"],
         [["Corollary 1 band contains every weight", "theorem", f"{percent(cor)} of rows (all heads, all L)"],
          ["Lemma 1 band, softmax, a = maxᵢ |lᵢ|", "theorem", f"{percent(lem)} of rows"],
@@ -57,7 +57,7 @@ def length_frame(tr, tau: float, L_max: int, figsize=(6.2, 2.4)):
     a1.axvline(1 / L, color="k", ls="--", lw=1, label="1/L")
     a1.set(xscale="log", xlabel="largest weight of a row", ylabel="rows", yticks=[])
     a1.legend(loc="upper right")
-    book.plain_log(a1)
+    markup.plain_log(a1)
     a1.set_title(f"median {mw.median():.3f}; rows in Cor. 1 band: {inside.double().mean():.0%}")
     a2.hist(hn.flatten().numpy(), bins=np.linspace(0, 1, 41), color="tab:orange", alpha=0.8)
     a2.set(xlabel="normalized entropy H / log L", yticks=[], xlim=(0, 1))
@@ -99,7 +99,7 @@ def head_figure(tr, ranks: Sequence[int] | None = None):
         (top,) = a2.plot(np.arange(L), np.ones(L), ".", ms=2, color="tab:purple")
         a2.axhline(1 / L, color="k", ls="--", lw=1)
         a2.set(yscale="log", ylim=(1 / L / 2, 1.2), xlabel="query position t", ylabel="largest weight")
-        book.plain_log(a1, a2)
+        markup.plain_log(a1, a2)
         title = fig.suptitle("")
 
         def update(layer, head, tau):

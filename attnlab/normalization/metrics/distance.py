@@ -8,7 +8,7 @@ On the CPU a block steps through the N; off it (`engine.batched`: a GPU) a tile 
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import torch
 
@@ -197,20 +197,27 @@ def _row_sums(rows: RowBlock, vis: torch.Tensor, need: set) -> dict:
 
 
 def _e_stats(rows: RowBlock, N: int, sums: dict, need: set) -> dict:
-    """E, its printed forms E2, E3, E5 and the Jensen bound at N, each [b, q] (`_row_sums` terms)."""
-    Lt, o2, xo = rows.Lt, sums["o2"], sums["xo"]
-    cN = N / sums["Lt1"]                                                 # [q, 1]
+    """E, its printed forms E2, E3, E5 and the Jensen bound at N, each [b, q] (`_row_sums` terms, `_e_formulas`)."""
+    return _e_formulas(rows, N, rows.Lt, N / sums["Lt1"], {**sums, "a": rows.a}, need)
+
+
+def _e_formulas(rows: RowBlock, N, Lt: torch.Tensor, cN: torch.Tensor, terms: dict, need: set) -> dict:
+    """E, E2, E3, E5 and the Jensen bound from the `_row_sums` terms (and a = the weights), cN = N / (L - 1): at one N
+    (an int; Lt [q], cN [q, 1], the terms as `_row_sums` gives them: each [b, q]) or at every N of a tile (N [n];
+    Lt [q, 1], cN [q, n, 1], the terms with an N axis at dim 2: each [b, q, n]). The same operations either way."""
+    o2, xo = terms["o2"], terms["xo"]
+    scale = (Lt - N) / Lt
     res = {}
     if "E" in need:
         # ||(1 + c) y_i - c o||^2 = (1 + c)^2 [a_i (a_i ||x_i||^2 - 2 k x_i.o) + k^2 ||o||^2],
         # c = N / (L - 1), k = c / (1 + c)
         k = cN / (1 + cN)
-        res["E"] = (Lt - N) / Lt * (1 + cN.squeeze(-1)) * root_sum(rows, xo, k * k * o2, k)
+        res["E"] = scale * (1 + cN.squeeze(-1)) * root_sum(rows, xo, k * k * o2, k)
     if set(PRINTED_E) & need:
         # ||(a_i + c) x_i - mu xbar||^2 = l_i (l_i ||x_i||^2 - 2 mu x_i.xbar) + mu^2 ||xbar||^2, l_i = a_i + c
-        lam, scale = rows.a + cN, (Lt - N) / Lt
+        lam = terms["a"] + cN
         if "E2" in need:
-            res["E2"] = scale * root_sum(rows, sums["xm"], sums["m2"], 1.0, lam=lam)
+            res["E2"] = scale * root_sum(rows, terms["xm"], terms["m2"], 1.0, lam=lam)
         if "E3" in need:
             res["E3"] = scale * root_sum(rows, xo, cN * cN * o2, cN, lam=lam)
         if "E5" in need:
@@ -218,7 +225,7 @@ def _e_stats(rows: RowBlock, N: int, sums: dict, need: set) -> dict:
     if "jensen" in need:
         coef = (N * (Lt - 1 - N) / ((Lt - 1) * (Lt - 2))).clamp_min(0)
         coef = torch.where(Lt > 2, coef, torch.zeros_like(coef))
-        res["jensen"] = (Lt - N) / Lt * coef.sqrt() * sums["spread"]
+        res["jensen"] = scale * coef.sqrt() * terms["spread"]
     return res
 
 
@@ -227,12 +234,17 @@ def _top_stats(rows: RowBlock, N: int, sums: dict, need: set, far: dict, ok: tor
     abar, R = sums["acum"][..., N - 1], sums["Rcum"][..., N - 1]
     res = {"abar": abar, "R": R}
     if D1_STATS & need:
-        Lt = rows.Lt
         res["d1"] = d1 = _d1(rows, N, far, ok, chunk)
-        res["dmax_B"] = bounds.theorem1_fixed_bound(abar, d1, R, Lt, N, "B")
-        res["dmax_R"] = bounds.theorem1_fixed_bound(abar, d1, R, Lt, N, "R")
-        res["dmax_a"] = bounds.theorem1_fixed_bound_a(abar, d1, R)
+        res.update(_dmax(abar, d1, R, rows.Lt, N))
     return res
+
+
+def _dmax(abar: torch.Tensor, d1: torch.Tensor, R: torch.Tensor, Lt: torch.Tensor, N) -> dict:
+    """The Theorem 1 fixed-set bounds dmax_B, dmax_R, dmax_a: at one N (an int; each [b, q], Lt [q]) or at every N
+    of a tile (N [n]; each [b, q, n], Lt [q, 1])."""
+    return {"dmax_B": bounds.theorem1_fixed_bound(abar, d1, R, Lt, N, "B"),
+            "dmax_R": bounds.theorem1_fixed_bound(abar, d1, R, Lt, N, "R"),
+            "dmax_a": bounds.theorem1_fixed_bound_a(abar, d1, R)}
 
 
 def _stats_at(rows: RowBlock, N: int, s: torch.Tensor, sums: dict, need: set, far: dict, table, ok: torch.Tensor,
@@ -281,20 +293,21 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     block is one tensor program (`_tiles`): the CPU loop's NaN rows, abar and R, d1 within 1e-14 relative, the
     sums of float32 roots within 1e-6 (tests/test_budget.py).
     """
-    lead, P, X, xmap, vis, ns, stats, order, lengths, last, prefix = _inputs(probs, x, ns, visible, stats, order)
+    inp = _inputs(probs, x, ns, visible, stats, order)
+    P, vis, ns, stats, order, lengths = inp.probs, inp.visible, inp.ns, inp.stats, inp.order, inp.lengths
     B, Q, K = P.shape
     need = set(stats)
     if batched(P):                                                       # off the CPU: every N at once
         out = torch.full((len(stats), len(ns), B, Q), float("nan"), dtype=torch.float64, device=P.device)
-        for cols, bs, qs, val in _tiles(P, X, xmap, vis, ns, stats, order, chunk, dtype, lengths, last, prefix):
+        for cols, bs, qs, val in _tiles(inp, chunk=chunk, dtype=dtype):
             out[:, cols, bs, qs] = val
         out = out.cpu()
-        return {k: out[i].permute(1, 2, 0).reshape(*lead, Q, len(ns)) for i, k in enumerate(stats)}
+        return {k: out[i].permute(1, 2, 0).reshape(*inp.lead, Q, len(ns)) for i, k in enumerate(stats)}
     out = torch.empty(len(stats), len(ns), B, Q, dtype=torch.float64)    # one write per (N, block)
     far_cache: dict = {}                                                 # `_far_tables`' H and far2, per distinct x
-    for bs, qs, hi in row_blocks(B, Q, K, chunk, lengths, ns, last):
-        Xu, inv, key = unique_x(X, xmap, bs, dtype)                      # (keys past hi: seen by no row of the block)
-        rows = RowBlock(P[bs, qs, :hi], vis[qs, :hi], Xu[:, :hi], inv, min(ns[-1], hi), dtype, lengths[qs], prefix,
+    for bs, qs, hi in row_blocks(B, Q, K, chunk, lengths, ns, inp.last):
+        Xu, inv, key = unique_x(inp.x, inp.xmap, bs, dtype)              # (keys past hi: seen by no row of the block)
+        rows = RowBlock(P[bs, qs, :hi], vis[qs, :hi], Xu[:, :hi], inv, min(ns[-1], hi), dtype, lengths[qs], inp.prefix,
                         order=None if order is None else order[bs, qs])
         far = table = sums = None                                        # (the last block's tables may go first)
         sums = _row_sums(rows, vis[qs, :hi], need)
@@ -313,14 +326,28 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
             n_done = N
             res = _stats_at(rows, N, s, sums, need, far, table, ok, chunk)
             out[:, c, bs, qs] = nan_rows(torch.stack([res[k] for k in stats]), ok)
-    return {k: out[i].permute(1, 2, 0).reshape(*lead, Q, len(ns)) for i, k in enumerate(stats)}
+    return {k: out[i].permute(1, 2, 0).reshape(*inp.lead, Q, len(ns)) for i, k in enumerate(stats)}
 
 
 # ------------------------------------------------------------- off the CPU: every N of a tile in one tensor program
 
-def _inputs(probs, x, ns, visible, stats, order) -> tuple:
-    """`distance_stats`' inputs, checked: lead, P [B, Q, K], X [Bx, K, D], xmap [B] (`same_x`), vis [Q, K], ns, stats,
-    order ([B, Q, k] or None), lengths [Q], last (`engine.last_keys`) and prefix (every row sees keys 0..L_t - 1)."""
+class _Inputs(NamedTuple):
+    """`distance_stats`' inputs, checked (`_inputs`)."""
+    lead: tuple                        # the leading dims of probs before [Q, K]
+    probs: torch.Tensor                # [B, Q, K], the heads flattened
+    x: torch.Tensor                    # [Bx, K, D], the distinct x
+    xmap: torch.Tensor                 # long [B]: each head's x in x (`same_x`)
+    visible: torch.Tensor              # [Q, K] bool
+    ns: list                           # the N, ascending
+    stats: list                        # the stats asked for
+    order: Optional[torch.Tensor]      # [B, Q, k] or None (top-N sets)
+    lengths: torch.Tensor              # [Q]: visible keys per row
+    last: Optional[list]               # `engine.last_keys`
+    prefix: bool                       # every row sees keys 0..L_t - 1
+
+
+def _inputs(probs, x, ns, visible, stats, order) -> _Inputs:
+    """`distance_stats`' inputs, checked, named (`_Inputs`)."""
     vis = check_inputs(probs, x, visible)
     ns = check_ns(ns, probs.shape[-1])
     stats = check_stats(stats, DISTANCE_STATS)
@@ -330,7 +357,7 @@ def _inputs(probs, x, ns, visible, stats, order) -> tuple:
     lengths = row_lengths(vis)                                           # (once, not per block)
     last = last_visible(vis)
     prefix = bool(torch.equal(last, lengths))                            # (`prefix_lengths`)
-    return lead, P, X, xmap, vis, ns, stats, order, lengths, last_keys(vis, last), prefix
+    return _Inputs(lead, P, X, xmap, vis, ns, stats, order, lengths, last_keys(vis, last), prefix)
 
 
 def distance_means(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visible: Optional[torch.Tensor] = None,
@@ -342,31 +369,32 @@ def distance_means(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     if not batched(probs):
         st = distance_stats(probs, x, ns, visible, stats=stats, chunk=chunk, dtype=dtype)
         return {k: row_mean(v, dim=-2) for k, v in st.items()}
-    lead, P, X, xmap, vis, ns, stats, _, lengths, last, prefix = _inputs(probs, x, ns, visible, stats, None)
-    sums = torch.zeros(len(stats), len(ns), P.shape[0], dtype=torch.float64, device=P.device)
+    inp = _inputs(probs, x, ns, visible, stats, None)
+    sums = torch.zeros(len(inp.stats), len(inp.ns), inp.probs.shape[0], dtype=torch.float64, device=probs.device)
     count = torch.zeros_like(sums)
-    for cols, bs, _, val in _tiles(P, X, xmap, vis, ns, stats, None, chunk, dtype, lengths, last, prefix):
+    for cols, bs, _, val in _tiles(inp, chunk=chunk, dtype=dtype):
         sums[:, cols, bs] += torch.nansum(val, -1)
         count[:, cols, bs] += (~torch.isnan(val)).sum(-1)
-    return {k: v.T.reshape(*lead, len(ns)) for k, v in zip(stats, (sums / count).cpu())}
+    return {k: v.T.reshape(*inp.lead, len(inp.ns)) for k, v in zip(inp.stats, (sums / count).cpu())}
 
 
-def _tiles(P, X, xmap, vis, ns, stats, order, chunk, dtype, lengths, last, prefix):
-    """`distance_stats` where `engine.batched` (`_inputs`' arguments): yields (N columns, heads, rows, values [stats,
+def _tiles(inp: _Inputs, *, chunk: int, dtype: torch.dtype):
+    """`distance_stats` where `engine.batched` (`_inputs`): yields (N columns, heads, rows, values [stats,
     n, b, q] float64, NaN where L_t <= N). Blocks of `span_blocks` hold at most `chunk` and DIST_ELEMENTS / len(ns)
     [heads, rows, keys] elements, so that all N of a block make one tile of DIST_ELEMENTS [heads, rows, N, keys] (N
     in groups only when a single row is larger); a block skips the N none of its rows is longer than."""
+    P, vis, ns, order, lengths = inp.probs, inp.visible, inp.ns, inp.order, inp.lengths
     B, Q, K = P.shape
-    need, budget = set(stats), tile_elements(DIST_ELEMENTS, P)
+    need, budget = set(inp.stats), tile_elements(DIST_ELEMENTS, P)
     longest = lengths.tolist()
     far_cache: dict = {}                                                 # `_far_tables`' H and far2, per distinct x
-    for bs, qs, hi in span_blocks(B, Q, K, max(1, min(chunk, budget // len(ns))), last):
+    for bs, qs, hi in span_blocks(B, Q, K, max(1, min(chunk, budget // len(ns))), inp.last):
         nb = [N for N in ns if N < max(longest[qs])]                     # the N some row of the block has
         if not nb:
             continue
         rows = far = sums = rank = None                                  # (the last block's tensors may go first)
-        Xu, inv, key = unique_x(X, xmap, bs, dtype)
-        rows = RowBlock(P[bs, qs, :hi], vis[qs, :hi], Xu[:, :hi], inv, nb[-1], dtype, lengths[qs], prefix,
+        Xu, inv, key = unique_x(inp.x, inp.xmap, bs, dtype)
+        rows = RowBlock(P[bs, qs, :hi], vis[qs, :hi], Xu[:, :hi], inv, nb[-1], dtype, lengths[qs], inp.prefix,
                         order=None if order is None else order[bs, qs])
         sums = _row_sums(rows, vis[qs, :hi], need)
         far = _far_tables(rows, nb, FAR_CANDIDATES, Xu, key, far_cache) if D1_STATS & need else {}
@@ -376,7 +404,7 @@ def _tiles(P, X, xmap, vis, ns, stats, order, chunk, dtype, lengths, last, prefi
             part = nb[c0:c0 + step]
             ok = rows.Lt.unsqueeze(-1) > torch.tensor(part, dtype=rows.Lt.dtype, device=P.device)   # [q, n]
             res = _tile_stats(rows, part, sums, need, far, rank, ok, budget)
-            yield slice(c0, c0 + len(part)), bs, qs, nan_rows(torch.stack([res[k] for k in stats]), ok).permute(
+            yield slice(c0, c0 + len(part)), bs, qs, nan_rows(torch.stack([res[k] for k in inp.stats]), ok).permute(
                 0, 3, 1, 2)
 
 
@@ -411,38 +439,18 @@ def _tile_stats(rows: RowBlock, ns: list[int], sums: dict, need: set, far: dict,
         abar, R = sums["acum"][..., Nl - 1], sums["Rcum"][..., Nl - 1]
         res.update(abar=abar, R=R)
         if D1_STATS & need:
-            Lt = rows.Lt.unsqueeze(-1)
             res["d1"] = d1 = _tile_d1(rows, ns, far, rank, ok, budget)
-            res["dmax_B"] = bounds.theorem1_fixed_bound(abar, d1, R, Lt, Nt, "B")
-            res["dmax_R"] = bounds.theorem1_fixed_bound(abar, d1, R, Lt, Nt, "R")
-            res["dmax_a"] = bounds.theorem1_fixed_bound_a(abar, d1, R)
+            res.update(_dmax(abar, d1, R, rows.Lt.unsqueeze(-1), Nt))
     return res
 
 
 def _tile_e_stats(rows: RowBlock, Nt: torch.Tensor, sums: dict, need: set) -> dict:
-    """`_e_stats` at every N of Nt [n] (rows' dtype) at once: each [b, q, n], the same operations broadcast over N."""
-    Lt = rows.Lt.unsqueeze(-1)                                           # [q, 1]
-    o2 = sums["o2"].unsqueeze(-1)                                        # [b, q, 1, 1]
-    xo = None if sums["xo"] is None else sums["xo"].unsqueeze(2)         # [b, q, 1, K]
+    """`_e_stats` at every N of Nt [n] (rows' dtype) at once: each [b, q, n] (`_e_formulas`, broadcast over N)."""
     cN = sums["Lt1"].reciprocal().unsqueeze(-1) * Nt.view(1, -1, 1)      # [q, n, 1] (as N / Lt1 rounds)
-    scale = (Lt - Nt) / Lt                                               # [q, n]
-    res = {}
-    if "E" in need:
-        k = cN / (1 + cN)
-        res["E"] = scale * (1 + cN.squeeze(-1)) * root_sum(rows, xo, k * k * o2, k)
-    if set(PRINTED_E) & need:
-        lam = rows.a.unsqueeze(2) + cN                                   # [b, q, n, K]
-        if "E2" in need:
-            res["E2"] = scale * root_sum(rows, sums["xm"].unsqueeze(2), sums["m2"].unsqueeze(-1), 1.0, lam=lam)
-        if "E3" in need:
-            res["E3"] = scale * root_sum(rows, xo, cN * cN * o2, cN, lam=lam)
-        if "E5" in need:
-            res["E5"] = scale * root_sum(rows, xo, o2, 1.0, lam=lam)
-    if "jensen" in need:
-        coef = (Nt * (Lt - 1 - Nt) / ((Lt - 1) * (Lt - 2))).clamp_min(0)
-        coef = torch.where(Lt > 2, coef, torch.zeros_like(coef))
-        res["jensen"] = scale * coef.sqrt() * sums["spread"].unsqueeze(-1)
-    return res
+    terms = {k: sums[k] for k in ("o2", "xo", "xm", "m2", "spread") if sums.get(k) is not None}
+    terms |= {"a": rows.a} if set(PRINTED_E) & need else {}
+    terms = {"xo": None} | {k: v.unsqueeze(2) for k, v in terms.items()}  # [b, q, 1, ...]: an N axis
+    return _e_formulas(rows, Nt, rows.Lt.unsqueeze(-1), cN, terms, need)
 
 
 def _tile_d1(rows: RowBlock, ns: list[int], tables: dict, rank: torch.Tensor, ok: torch.Tensor,

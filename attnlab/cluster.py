@@ -1,0 +1,150 @@
+"""`attnlab results compute --cluster local:N | tcp://HOST:PORT`: the tasks of `attnlab.results.plan` run on a Dask
+cluster (`dask.distributed`, the optional extra `attnlab[cluster]`), into the one results store.
+
+- Every worker holds a workspace (`Workspace`, a worker plugin): the models it loaded, each loaded once, and the
+  client's results store and data folder, so that a remote worker writes where the serial CLI and the book read.
+- A task is `results.fill` of one model on one window: it computes only what the store lacks (a Result already
+  there is read, so a killed run resumes) and writes each Result atomically (a pair the reader checks by checksum:
+  nothing half-written is read). One model's tasks go to one worker where it can (`allow_other_workers`).
+- Faults: a worker killed mid-task -> Dask runs the task again elsewhere (`retries`); a task that raises -> one line
+  naming it, the others go on; Ctrl-C -> the futures are cancelled and the cluster closed (with the client).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional, Sequence
+
+from distributed import WorkerPlugin  # the optional extra: attnlab[cluster] (the CLI says so when it is missing)
+
+from attnlab.results import Task, fill
+
+PLUGIN = "attnlab-workspace"
+GIB = 1024 ** 3
+
+
+class Workspace(WorkerPlugin):
+    """A Dask worker plugin: the worker's loaded models ({(model, device): AttnModel}) and the client's settings
+    (results store, data folder, cache folder), set in the worker's environment when it starts."""
+
+    idempotent = True
+    name = PLUGIN
+
+    def __init__(self, env: dict):
+        self.env, self.loaded = dict(env), {}
+
+    def setup(self, worker) -> None:
+        os.environ.update(self.env)
+        os.environ.setdefault("OMP_NUM_THREADS", "1")      # one thread a worker: workers are the parallelism
+        self.loaded = {}
+
+
+def _settings_env() -> dict:
+    """The client's settings a worker must share: where Results are stored and where data and caches are."""
+    from attnlab.core.published import results_dir
+
+    env = {"ATTNLAB_RESULTS_DIR": str(results_dir())}
+    for name in ("ATTNLAB_DATA_DIR", "ATTNLAB_CACHE_DIR", "HF_HUB_OFFLINE"):
+        if os.environ.get(name):
+            env[name] = os.environ[name]
+    return env
+
+
+def run_on_worker(task: Task) -> dict:
+    """`results.fill(task)` with the worker's workspace (its loaded models)."""
+    from distributed import get_worker
+
+    return fill(task, get_worker().plugins[PLUGIN].loaded)
+
+
+def start(spec: str, memory_per_worker_gib: float = 6.0):
+    """(client, cluster or None) for `spec`: "local:N" starts a LocalCluster of N one-thread worker processes on
+    127.0.0.1 (at most as many as the memory gives `memory_per_worker_gib` each: a worker holds its model, its
+    captures and one Result's work); "tcp://HOST:PORT" connects to a running scheduler. ValueError otherwise."""
+    from distributed import Client, LocalCluster
+
+    if spec.startswith("tcp://"):
+        return Client(spec, timeout="20s"), None
+    head, _, count = spec.partition(":")
+    if head != "local" or not count.isdigit() or int(count) < 1:
+        raise ValueError(f"--cluster must be local:N (N >= 1) or tcp://HOST:PORT, got {spec!r}")
+    n = min(int(count), max(1, int(_memory_bytes() // (memory_per_worker_gib * GIB))))
+    if n < int(count):
+        print(f"attnlab: {n} workers, not {count}: {memory_per_worker_gib:g} GiB each is what this memory allows",
+              file=sys.stderr)
+    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                           dashboard_address=":0" if _has_dashboard() else None,
+                           memory_limit=int(memory_per_worker_gib * GIB))
+    return Client(cluster), cluster
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 * GIB
+
+
+def _has_dashboard() -> bool:
+    try:
+        import bokeh  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def compute(tasks: Sequence[Task], spec: str, *, progress: bool = True, retries: int = 2,
+            memory_per_worker_gib: float = 6.0) -> list[dict]:
+    """Run `tasks` on the cluster `spec` (`start`); [fill's dict, or {"model", "label", "error"}] in task order. A
+    progress bar (done / total, per model) on stderr and the dashboard's address when there is one."""
+    client, cluster = start(spec, memory_per_worker_gib)
+    try:
+        client.register_plugin(Workspace(_settings_env()), name=PLUGIN)
+        if client.dashboard_link and _has_dashboard():
+            print(f"attnlab: dashboard {client.dashboard_link}", file=sys.stderr)
+        futures = _submit(client, tasks, retries)
+        return _gather(client, futures, tasks, progress)
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _submit(client, tasks: Sequence[Task], retries: int) -> list:
+    """One future per task; model i's tasks preferably on worker i mod n (its model loaded once there)."""
+    workers = sorted(client.scheduler_info()["workers"])
+    models = list(dict.fromkeys(t.model for t in tasks))
+    futures = []
+    for i, t in enumerate(tasks):
+        home = [workers[models.index(t.model) % len(workers)]] if workers else None
+        futures.append(client.submit(run_on_worker, t, key=f"attnlab-{i}-{t.model}-{t.label}", workers=home,
+                                     allow_other_workers=True, retries=retries, pure=False))
+    return futures
+
+
+def _gather(client, futures: list, tasks: Sequence[Task], progress: bool) -> list[dict]:
+    """Wait for every future; a failed one gives one line on stderr and an "error" row. Ctrl-C cancels the rest."""
+    from distributed import as_completed
+
+    from attnlab.core.util import progress as progress_bar
+
+    index = {f.key: i for i, f in enumerate(futures)}
+    out: list[Optional[dict]] = [None] * len(futures)
+    done: dict[str, int] = {}
+    try:
+        bar = progress_bar(as_completed(futures), progress, "Results (tasks)", total=len(futures))
+        for fut in bar:
+            t = tasks[index[fut.key]]
+            try:
+                out[index[fut.key]] = fut.result()
+            except Exception as exc:       # noqa: BLE001 - a task's own error: one line, the others go on
+                print(f"attnlab: {t.model}, {t.label}: failed: {type(exc).__name__}: {exc}".splitlines()[0],
+                      file=sys.stderr)
+                out[index[fut.key]] = {"model": t.model, "label": t.label, "error": str(exc).splitlines()[0]}
+            done[t.model] = done.get(t.model, 0) + 1
+            if hasattr(bar, "set_postfix_str"):
+                bar.set_postfix_str(", ".join(f"{m} {n}" for m, n in done.items()))
+    except KeyboardInterrupt:
+        client.cancel(futures)
+        raise
+    return out
