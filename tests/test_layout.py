@@ -94,7 +94,7 @@ def test_no_import_cycle():
 # normalization/ in rooms (issue #26), book/ too (issue #47): the modules of each folder, and what each room may import
 ROOMS = {
     "normalization": {"paper", "bounds", "oracle", "experiments", "concentration", "streaming", "plots", "claims",
-                      "claim_kinds"},
+                      "claim_kinds", "layer_kinds"},
     "normalization/metrics": {"engine", "rows", "distance", "separability", "gradients", "critical_n"},
     "normalization/kernels": {"metrics", "gradients", "readings"},
     "normalization/readings": {"runs", "theorem1", "six_percent", "theorem2", "lemma2"},

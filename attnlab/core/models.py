@@ -11,6 +11,7 @@ kind "hf folder" or "gguf" loads by its name with no code here.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -63,12 +64,30 @@ AUTO_FALLBACK_HINT = ("to use GPT-2 (the paper's model), run once with internet 
                       "or pass --model /path/to/a/local/gpt2 directory")
 
 
+def layer_kinds(config, n_layers: int) -> tuple[tuple[str, Optional[int]], ...]:
+    """(kind, window) of each of `n_layers` attention layers, from the config: "sliding" with the number of keys a
+    query sees at most (itself included: keys t - window < s <= t) where the layer attends to a sliding window,
+    "full" with None where it sees every earlier key (or every key: encoders); another kind its `layer_types`
+    name less "_attention" ("chunked"), window None. `layer_types` (Gemma 2/3, Qwen2, ...) says it per layer;
+    without it every layer is "sliding" when the config has a `sliding_window` not switched off by
+    `use_sliding_window` (Mistral), else "full" (GPT-2, BERT, Llama: MiniLM, SmolLM2)."""
+    window = getattr(config, "sliding_window", None)
+    types = list(getattr(config, "layer_types", None) or [])
+    if len(types) == n_layers:
+        kinds = [t.removesuffix("_attention") for t in types]
+    else:
+        uniform = window is not None and getattr(config, "use_sliding_window", True) is not False
+        kinds = ["sliding" if uniform else "full"] * n_layers
+    return tuple((k, int(window) if k == "sliding" and window is not None else None) for k in kinds)
+
+
 # --------------------------------------------------------------------------- the model wrapper
 
 class AttnModel:
     """A Hugging Face model whose attention runs through attnlab's capture function.
 
-    name, causal, max_positions, n_layers, n_heads, d_head, device; `capture(ids)` -> Trace;
+    name, causal, max_positions, n_layers, n_heads, d_head, device, layer_kinds ((kind, window) per layer:
+    `layer_kinds`); `capture(ids)` -> Trace;
     `forward(ids, normalizer=...)` runs with another normalizer; `window(text, L)` -> ids.
     Identity (`identity`, in every Result key and provenance): the weights' checksum, the source files that
     shape its numbers (`files`: {name: sha256}), and digests of the config and tokenizer as loaded; `checks`
@@ -99,6 +118,7 @@ class AttnModel:
                           or int(getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0))) // max(self.n_heads, 1))
         self.max_positions = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
                                  or 10**9)
+        self.layer_kinds = layer_kinds(cfg, self.n_layers)     # (kind, window) per layer: "sliding" / "full"
         self.files = dict(files or {})
         if tokenizer is None:                 # token ids only (a model built in code): nothing to check
             self.checks, self.tokenizer_digest = [*checks, "no tokenizer: token ids only"], None
@@ -203,7 +223,8 @@ class AttnModel:
     def layer_outputs(self, ids) -> cap.LayerOutputs:
         """What every layer block returns in a native forward pass of ids [token] or [batch, token]: pass it
         as `reuse=(outputs, n)` to `forward` / `capture` of the same ids with another normalizer in layers
-        >= n only, and layers 0..n-1 are not computed again (same numbers)."""
+        >= n only, and layers 0..n-1 are not computed again (same numbers). The pass stops after the last block:
+        no logits are formed (Gemma 3: [token, 262,144] floats, 4 GiB at L = 4096)."""
         if self.blocks is None:
             raise ValueError(f"{self.name}: no list of layer blocks found; run without reuse")
         if self.state.normalizers:
@@ -211,11 +232,19 @@ class AttnModel:
         ids = torch.as_tensor(ids)
         ids = ids if ids.ndim == 2 else ids.reshape(1, -1)
         outs: dict[int, object] = {}
-        hooks = [b.register_forward_hook(lambda m, a, o, i=i: outs.__setitem__(i, cap.detached(o)))
-                 for i, b in enumerate(self.blocks)]
+        last = len(self.blocks) - 1
+
+        def keep(module, args, output, i):
+            outs[i] = cap.detached(output)
+            if i == last:
+                raise cap.StopCapture                 # nothing after the last block is kept
+
+        hooks = [b.register_forward_hook(functools.partial(keep, i=i)) for i, b in enumerate(self.blocks)]
         self.state.weights_unused = True          # only the blocks' outputs are kept: no [head, query, key] weights
         try:
             self.forward(ids, use_cache=False)
+        except cap.StopCapture:
+            pass
         finally:
             self.state.weights_unused = False
             for h in hooks:

@@ -9,6 +9,7 @@ window is not (nothing before it in that window). perplexity = exp(mean negative
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 
@@ -16,6 +17,9 @@ from attnlab.core.result import Result, provenance
 from attnlab.core.util import progress
 
 PERPLEXITY_TOKENS, PERPLEXITY_WINDOW, PERPLEXITY_STRIDE = 8192, 1024, 512   # the book's and `attnlab info`'s
+
+
+LOGIT_ROWS = 256     # positions whose logits are formed at a time: [256, vocab] (Gemma 3's 262,144 words: 256 MiB)
 
 
 def strided_nll(model, ids: torch.Tensor, window: int, stride: int, show: bool = False) -> tuple[float, int]:
@@ -31,13 +35,57 @@ def strided_nll(model, ids: torch.Tensor, window: int, stride: int, show: bool =
             end = min(begin + window, ids.numel())
             if end <= done:
                 continue
-            logits = model.forward(ids[begin:end]).logits[0].float()          # [token, vocab]
-            logp = torch.log_softmax(logits[:-1], dim=-1)
-            targets = ids[begin + 1:end].to(logp.device)
-            nll = -logp.gather(1, targets[:, None])[:, 0]                       # predicts tokens begin+1 .. end-1
+            nll = window_nll(model, ids[begin:end])                             # predicts tokens begin+1 .. end-1
             fresh = nll[done - begin - 1:] if done > begin else nll
             total, scored, done = total + float(fresh.sum()), scored + fresh.numel(), end
     return total, scored
+
+
+@torch.no_grad()
+def window_nll(model, ids: torch.Tensor) -> torch.Tensor:
+    """Negative log-likelihoods [token - 1] of ids[1:] given the tokens before them, from one forward pass of ids
+    [token]. The logits are formed LOGIT_ROWS positions at a time from the final hidden states (`head_logits`), never
+    [token, vocab] at once: checked against the model's own logits of the last position, else (a model whose logits
+    are more than its LM head) all at once from its output."""
+    found = final_hidden(model, ids)
+    hidden = None if found is None else found[0]
+    if found is None or not torch.allclose(head_logits(model.hf, hidden[-1:])[0], found[1], rtol=1e-4, atol=1e-4):
+        logp = torch.log_softmax(model.forward(ids).logits[0, :-1].float(), dim=-1)
+        return -logp.gather(1, ids[1:, None].to(logp.device))[:, 0]
+    targets = ids[1:].to(hidden.device)
+    nll = torch.empty(targets.numel(), device=hidden.device)
+    for r in range(0, targets.numel(), LOGIT_ROWS):
+        rows = slice(r, min(r + LOGIT_ROWS, targets.numel()))
+        logp = torch.log_softmax(head_logits(model.hf, hidden[rows]), dim=-1)          # [rows, vocab]
+        nll[rows] = -logp.gather(1, targets[rows, None])[:, 0]
+    return nll
+
+
+def final_hidden(model, ids: torch.Tensor) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+    """(the final hidden states [token, d_model] that the LM head reads, the model's logits of the last token
+    [vocab]) from one forward pass of ids [token] that forms the logits of the last position only; None for a model
+    whose forward takes no `logits_to_keep` or whose base model returns no hidden states."""
+    seen = {}
+
+    def keep(module, args, output):
+        seen["hidden"] = output[0] if isinstance(output, tuple) else output.last_hidden_state
+
+    hook = model.hf.base_model.register_forward_hook(keep)
+    try:
+        out = model.forward(ids, logits_to_keep=1)
+    except TypeError:                                   # (an older model class: no logits_to_keep)
+        return None
+    finally:
+        hook.remove()
+    return (seen["hidden"][0], out.logits[0, -1].float()) if "hidden" in seen else None
+
+
+def head_logits(hf, hidden: torch.Tensor) -> torch.Tensor:
+    """float32 logits [row, vocab] of final hidden states [row, d_model]: the LM head, then the final logit
+    softcapping where the config has one (Gemma 2: c tanh(logits / c))."""
+    logits = hf.get_output_embeddings()(hidden).float()
+    cap = getattr(hf.config, "final_logit_softcapping", None)
+    return torch.tanh(logits / cap) * cap if cap else logits
 
 
 def perplexity(model, text, *, tokens: int = PERPLEXITY_TOKENS, window: int = PERPLEXITY_WINDOW,

