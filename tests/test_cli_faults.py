@@ -29,7 +29,8 @@ def _cli(*argv, env=None, **kw):
 
 
 def _one_error_line(err: str, says: str, cmd: str) -> None:
-    lines = [line.strip() for line in err.splitlines() if "attnlab" in line]   # progress bars aside
+    lines = [line.strip() for line in err.splitlines() if "attnlab" in line   # progress bars aside,
+             and not line.startswith(("attnlab: compiling numba", "attnlab: computed"))]   # and progress lines
     assert "Traceback" not in err and len(lines) == 1, err
     assert lines[0].startswith(f"attnlab {cmd}: error: ") and says in lines[0], err
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from attnlab.cli.options import model_args
+from attnlab.cli.options import model_args, quiet_arg
 
 
 def add_cli(sub) -> None:
@@ -15,8 +15,10 @@ def add_cli(sub) -> None:
     what = p.add_subparsers(dest="action", required=True)
     ls = what.add_parser("list", help="every computation: name, version, inputs, golden probes, where it is used")
     ls.add_argument("--json", action="store_true", help="print the registry as JSON")
+    quiet_arg(ls)
     ls.set_defaults(func=run_list)
     v = what.add_parser("verify", help="compute every stored Result again and compare it with the stored one")
+    quiet_arg(v)
     v.set_defaults(func=run_verify)
     c = what.add_parser("compute", help="compute and store the figure Results the cache lacks")
     model_args(c)
@@ -25,6 +27,7 @@ def add_cli(sub) -> None:
                    help="paper 1's figures on K windows of each corpus (`attnlab.windows`, L <= 512; default: the "
                         "book's window, War and Peace from its start, every figure)")
     c.add_argument("--quick", action="store_true", help="small grids, for smoke tests")
+    quiet_arg(c)
     c.set_defaults(func=run_compute)
 
 

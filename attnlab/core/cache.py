@@ -203,7 +203,7 @@ def _lock(fh, fcntl, patience: float, name: str, key: dict) -> None:
                 break
             time.sleep(0.02)
     what = describe(key)
-    _progress(f"attnlab: waiting for {name}{f' ({what})' if what else ''}: another process is computing or "
+    progress_line(f"attnlab: waiting for {name}{f' ({what})' if what else ''}: another process is computing or "
               "reading it\n")
     fcntl.flock(fh, fcntl.LOCK_EX)
 
@@ -276,10 +276,10 @@ def announce(name: str, key: dict, seconds: float) -> None:
     book build sets it and copies the lines to its terminal: a notebook kernel's stderr would land in the page),
     else to stderr."""
     what = describe(key)
-    _progress(f"attnlab: computed {name}{f' ({what})' if what else ''} in {seconds:.1f} s\n")
+    progress_line(f"attnlab: computed {name}{f' ({what})' if what else ''} in {seconds:.1f} s\n")
 
 
-def _progress(line: str) -> None:
+def progress_line(line: str) -> None:
     """`line` to the file named by PROGRESS_ENV (appended), else to stderr."""
     path = settings.get(PROGRESS_ENV)
     if not path:

@@ -187,12 +187,14 @@ def writable_dir(path, what: str = "--out") -> Path:
 
 
 def progress(iterable: Iterable, show: bool, desc: str, total: Optional[int] = None) -> Iterable:
-    """`iterable` wrapped in a tqdm bar (notebook or terminal) when `show`, else unchanged."""
+    """`iterable` wrapped in a tqdm bar (notebook or terminal) when `show`, else unchanged. In a terminal the bar
+    shows only when stderr is one (tqdm's disable=None): a pipe or a log file gets no \\r or cursor codes."""
     if not show:
         return iterable
     from tqdm.auto import tqdm
 
-    return tqdm(iterable, desc=desc, total=total, leave=False)
+    in_kernel = "ipykernel" in sys.modules        # a notebook's widget bar: its stream is never a TTY
+    return tqdm(iterable, desc=desc, total=total, leave=False, disable=False if in_kernel else None)
 
 
 @contextlib.contextmanager
