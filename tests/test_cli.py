@@ -236,3 +236,61 @@ def test_check_says_up_front_when_paper_2_has_no_encoder(monkeypatch, capsys):
     assert main(["check", "--model", "tiny-gpt2", "--quick"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs an encoder" in err[0] and "--paper normalization" in err[0] and not computed
+
+
+# ------------------------------------------------------------------------------------------ F: the README's path
+
+README = ROOT / "README.md"
+MARK = "<!-- readme-capture-example"
+
+
+def readme_example() -> str:
+    """The README's Python capture example: the ```python block right after its marker."""
+    text = README.read_text()
+    block = text[text.index(MARK):]
+    start = block.index("```python\n") + len("```python\n")
+    return block[start:block.index("```", start)]
+
+
+def test_the_readme_puts_the_researchers_path_first():
+    text = README.read_text()
+    first = text.index("## A researcher's first ten minutes")
+    assert first < text.index("make book") and first < text.index("make test")
+    assert "pip install -c constraints.txt" in text and "attnlab check --model" in text
+    assert "attnlab capture" in text and len(readme_example().strip().splitlines()) == 4
+
+
+def test_the_readme_capture_example_runs():
+    from attnlab.core.models import ModelUnavailable
+
+    scope: dict = {}
+    try:
+        exec(compile(readme_example(), "README.md", "exec"), scope)
+    except ModelUnavailable as exc:
+        pytest.skip(f"MiniLM is not installed here: {exc}")
+    probs = scope["trace"].probs
+    assert probs.ndim == 4 and torch.allclose(probs.sum(-1), torch.ones(probs.shape[:-1]), atol=1e-5)
+    assert scope["trace"].q is not None
+
+
+@pytest.mark.skipif(os.environ.get("ATTNLAB_FRESH_VENV_TEST") != "1",
+                    reason="opt-in (ATTNLAB_FRESH_VENV_TEST=1): a fresh venv and a pip install take minutes")
+def test_the_readme_path_works_in_a_fresh_venv(tmp_path):
+    """A venv without system site packages, the README's install lines (the package with the constraints file, the
+    offline model wheels), then its capture example and `attnlab --help` with that venv's Python."""
+    import venv
+
+    from attnlab.core import model_table
+
+    venv.create(tmp_path / "venv", with_pip=True, system_site_packages=False)
+    py = str(tmp_path / "venv" / "bin" / "python")
+    pip = [py, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "-c", str(ROOT / "constraints.txt"), str(ROOT)], check=True, timeout=3000)
+    subprocess.run([*pip, "--no-deps", *model_table.requirements()], check=True, timeout=600)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = readme_example() + "\nassert abs(float(trace.probs.sum(-1).mean()) - 1) < 1e-5\nprint('ok')\n"
+    run = subprocess.run([py, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr
+    run = subprocess.run([str(tmp_path / "venv" / "bin" / "attnlab"), "--help"], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert run.returncode == 0 and "capture" in run.stdout
