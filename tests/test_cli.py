@@ -124,7 +124,6 @@ def test_numba_cache_cold_is_said_once(tmp_path):
     from attnlab.normalization.kernels import metrics
 
     assert metrics.cache_is_cold(tmp_path)
-    assert not metrics.cache_is_cold(os.environ["NUMBA_CACHE_DIR"]) or True   # the test machine's may be either
     here = os.path.dirname(os.path.abspath(metrics.__file__))
     import hashlib
 
