@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from attnlab.cli import main
+from attnlab.core import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "numpy", "numba", "scipy", "transformers", "matplotlib")
@@ -272,7 +273,7 @@ def test_the_readme_capture_example_runs():
     assert scope["trace"].q is not None
 
 
-@pytest.mark.skipif(os.environ.get("ATTNLAB_FRESH_VENV_TEST") != "1",
+@pytest.mark.skipif(not settings.get("ATTNLAB_FRESH_VENV_TEST"),
                     reason="opt-in (ATTNLAB_FRESH_VENV_TEST=1): a fresh venv and a pip install take minutes")
 def test_the_readme_path_works_in_a_fresh_venv(tmp_path):
     """A venv without system site packages, the README's install lines (the package with the constraints file, the

@@ -39,6 +39,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: what the commands import when they run (torch, numpy, numba, transformers, scipy underneath): imported once the
+#: arguments are parsed, inside `interrupts_held` (a Ctrl-C while a library imports would leave it half-initialised);
+#: --help and --version never get here
+COMMAND_IMPORTS = ("attnlab.figures", "attnlab.benchmarks", "attnlab.tools.diagnose", "attnlab.tools.report")
+
+
+def import_libraries(modules=COMMAND_IMPORTS) -> None:
+    """Import `modules` (inside `main`'s Ctrl-C handling)."""
+    import importlib
+
+    for name in modules:
+        importlib.import_module(name)
+
+
 def keep_freed_memory() -> bool:
     """Ask glibc's malloc to keep freed memory for reuse (M_MMAP_THRESHOLD 32 MiB, its maximum, and
     M_TRIM_THRESHOLD 1 GiB) instead of handing it back to the OS after every tensor: a figure run
@@ -137,6 +151,8 @@ def main(argv=None) -> int:
             parser = build_parser()
         args = parser.parse_args(argv)
         name = f"attnlab {args.command}"
+        with interrupts_held():
+            import_libraries()
         warnings.simplefilter("default")
         warnings.showwarning = one_line_warnings(shown)
         keep_freed_memory()

@@ -147,8 +147,13 @@ COLAB_NOTEBOOK = Setting(
     "ATTNLAB_COLAB_NOTEBOOK", unset="book/01_vanishing.ipynb", parse=_path, documented="tests/colab/test_fresh_venv.py",
     meaning="the chapter the Colab-style test runs (make colab)")
 
+FRESH_VENV_TEST = Setting(
+    "ATTNLAB_FRESH_VENV_TEST", unset="the test is skipped", parse=lambda raw: raw.strip() == "1",
+    documented="tests/test_cli.py", meaning="1: run the opt-in test of the README's researcher path in a fresh venv "
+    "(pip installs the package with constraints.txt: minutes)")
+
 ALL = (MODEL, DEVICE, DATA_DIR, CACHE_DIR, RESULTS_DIR, RESULTS_URL, RESULTS_LOG, PROGRESS_LOG, KERNELS, SYNC_DEBUG,
-       BOOK_JOBS, REPOSITORY_URL, INSTALL, BROWSER, SITE, SCREENSHOTS, COLAB_NOTEBOOK)
+       BOOK_JOBS, REPOSITORY_URL, INSTALL, BROWSER, SITE, SCREENSHOTS, COLAB_NOTEBOOK, FRESH_VENV_TEST)
 BY_NAME = {s.name: s for s in ALL}
 
 
