@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import warnings
@@ -82,8 +83,6 @@ def one_line_warnings(shown=None):
     """A `warnings.showwarning` that prints every warning as one line: attnlab's own (`core.model_files.AttnlabWarning`,
     or raised from attnlab's code) as "attnlab: warning: ...", a library's as "attnlab: warning: (Category from
     module) ...". `shown` (Python's) is kept for the signature's sake: no warning needs its two lines."""
-    import os
-
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
     def show(message, category, filename, lineno, file=None, line=None):
@@ -151,6 +150,8 @@ def main(argv=None) -> int:
             parser = build_parser()
         args = parser.parse_args(argv)
         name = f"attnlab {args.command}"
+        if not sys.stderr.isatty():          # every tqdm bar off in a pipe, those made without disable=None too:
+            os.environ.setdefault("TQDM_DISABLE", "1")   # tqdm reads TQDM_* once, when it is first imported
         with interrupts_held():
             import_libraries()
         warnings.simplefilter("default")
