@@ -458,8 +458,8 @@ def test_bad_bench_options_fail_at_once_with_one_line(capsys, no_model_loads):
 
 
 def test_bench_figures_passes_its_options_down_and_ends_with_its_summary(monkeypatch, capsys):
-    from attnlab import benchmarks
-    from attnlab.cli import bench, main
+    from attnlab import benchmarks, figures
+    from attnlab.cli import main
 
     seen = []
 
@@ -476,7 +476,7 @@ def test_bench_figures_passes_its_options_down_and_ends_with_its_summary(monkeyp
             return None
 
     monkeypatch.setattr(benchmarks, "bench_figures", fake)
-    monkeypatch.setattr(bench, "Inputs", Inputs)
+    monkeypatch.setattr(figures, "Inputs", Inputs)
     assert main(["bench", "figures", "--model", "m", "--figures", "fig2a", "fig1", "--max-length", "64",
                  "--no-oracle", "--threads", "1"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()

@@ -91,7 +91,7 @@ def test_every_variable_named_is_declared_and_every_declared_one_is_used():
     undeclared = {name: sorted(where) for name, where in named.items() if name not in settings.BY_NAME}
     assert not undeclared, f"declare these in attnlab/core/settings.py: {undeclared}"
     assert not set(settings.BY_NAME) - set(named), "declared but named nowhere else"
-    assert len(settings.ALL) == len(settings.BY_NAME) == 17
+    assert len(settings.ALL) == len(settings.BY_NAME) == 18
 
 
 def test_every_variable_is_documented_where_its_declaration_says():
@@ -106,6 +106,7 @@ def test_every_variable_is_documented_where_its_declaration_says():
 def test_values_are_read_at_call_time_and_parsed_as_before(monkeypatch, tmp_path):
     for name in settings.BY_NAME:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)      # platformdirs' Linux default: ~/.cache, as before
     assert settings.get("ATTNLAB_MODEL") == "auto" and settings.get("ATTNLAB_DEVICE") == "cpu"
     assert settings.get("ATTNLAB_CACHE_DIR") == Path.home() / ".cache" / "attnlab"
     assert settings.get("ATTNLAB_KERNELS") is True and settings.get("ATTNLAB_SYNC_DEBUG") is False

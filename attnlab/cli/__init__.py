@@ -1,12 +1,15 @@
-"""Command line: attnlab info | figures | check | bench | diagnose | verify-results | results.
+"""Command line: attnlab info | figures | check | capture | bench | diagnose | verify-results | results.
 
-Argument parsing and printing only: each subcommand module (`figures`, `info`, `bench`, `diagnose`)
-adds its parser with `add_cli(subparsers)` and calls the library. This file only dispatches.
+Argument parsing and printing only: each subcommand module (`figures`, `info`, `bench`, `diagnose`, `capture`)
+adds its parser with `add_cli(subparsers)` and calls the library. This file only dispatches. Building the parser
+imports no torch, numpy or numba (`attnlab --help` answers in a fraction of a second): each command imports what it
+needs when it runs.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import warnings
@@ -21,18 +24,34 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The parser; importing the subcommands (torch, numba) happens here, inside `main`'s Ctrl-C handling."""
-    from attnlab.cli import bench, diagnose, figures, info, results, verify
+    """The parser (light: the subcommands import torch and the rest when they run), inside `main`'s Ctrl-C handling."""
+    from attnlab import __version__
+    from attnlab.cli import bench, capture, diagnose, figures, info, results, verify
 
     parser = OneLineParser(
         prog="attnlab", description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="the same from Python: attnlab.figures (the figure registry and claim rows), attnlab.normalization\n"
         "(arXiv 2508.17821), attnlab.sample_complexity (arXiv 2512.10656), attnlab.tools (normalizers, compare,\n"
         "diagnose, report), attnlab.benchmarks, attnlab.core (text, models, capture, result, cache)")
+    parser.add_argument("--version", action="version", version=f"attnlab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (info, figures, diagnose, bench, verify, results):
+    for module in (info, figures, capture, diagnose, bench, verify, results):
         module.add_cli(sub)
     return parser
+
+
+#: what the commands import when they run (torch, numpy, numba, transformers, scipy underneath): imported once the
+#: arguments are parsed, inside `interrupts_held` (a Ctrl-C while a library imports would leave it half-initialised);
+#: --help and --version never get here
+COMMAND_IMPORTS = ("attnlab.figures", "attnlab.benchmarks", "attnlab.tools.diagnose", "attnlab.tools.report")
+
+
+def import_libraries(modules=COMMAND_IMPORTS) -> None:
+    """Import `modules` (inside `main`'s Ctrl-C handling)."""
+    import importlib
+
+    for name in modules:
+        importlib.import_module(name)
 
 
 def keep_freed_memory() -> bool:
@@ -60,16 +79,22 @@ def error_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def one_line_warnings(shown):
-    """A `warnings.showwarning` that prints attnlab's own warnings (`core.model_files.AttnlabWarning`) as one line,
-    "attnlab: warning: ...", and passes any other to `shown` (Python's)."""
+def one_line_warnings(shown=None):
+    """A `warnings.showwarning` that prints every warning as one line: attnlab's own (`core.model_files.AttnlabWarning`,
+    or raised from attnlab's code) as "attnlab: warning: ...", a library's as "attnlab: warning: (Category from
+    module) ...". `shown` (Python's) is kept for the signature's sake: no warning needs its two lines."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
     def show(message, category, filename, lineno, file=None, line=None):
         from attnlab.core.model_files import AttnlabWarning
 
-        if issubclass(category, AttnlabWarning):
-            print(f"attnlab: warning: {' '.join(str(message).split())}", file=file or sys.stderr)
-        else:
-            shown(message, category, filename, lineno, file, line)
+        text = " ".join(str(message).split())
+        text = text[len("attnlab: "):] if text.startswith("attnlab: ") else text
+        ours = issubclass(category, AttnlabWarning) or os.path.abspath(str(filename)).startswith(package)
+        if not ours:
+            where = os.path.splitext(os.path.basename(str(filename)))[0]
+            text = f"({category.__name__} from {where}) {text}"
+        print(f"attnlab: warning: {text}", file=file or sys.stderr)
     return show
 
 
@@ -100,6 +125,18 @@ def interrupts_held():
         raise KeyboardInterrupt
 
 
+@contextlib.contextmanager
+def quiet_stderr(quiet: bool):
+    """--quiet: stderr keeps only error, warning and interrupted lines (`options.QuietStderr`) inside the block."""
+    if not quiet:
+        yield
+        return
+    from attnlab.cli.options import QuietStderr
+
+    with contextlib.redirect_stderr(QuietStderr(sys.stderr)):
+        yield
+
+
 def main(argv=None) -> int:
     """Run one subcommand. Exit 0 done, 1 (check --strict) a claim fails, 2 one error line, 130 Ctrl-C:
     one line whenever it is pressed (while importing, or twice: the second press is ignored)."""
@@ -113,11 +150,16 @@ def main(argv=None) -> int:
             parser = build_parser()
         args = parser.parse_args(argv)
         name = f"attnlab {args.command}"
+        if not sys.stderr.isatty():          # every tqdm bar off in a pipe, those made without disable=None too:
+            os.environ.setdefault("TQDM_DISABLE", "1")   # tqdm reads TQDM_* once, when it is first imported
+        with interrupts_held():
+            import_libraries()
         warnings.simplefilter("default")
         warnings.showwarning = one_line_warnings(shown)
         keep_freed_memory()
         use_figure_style()
-        return int(args.func(args) or 0)
+        with quiet_stderr(getattr(args, "quiet", False)):
+            return int(args.func(args) or 0)
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"{name}: error: {error_line(exc)}", file=sys.stderr)
         return 2

@@ -2,21 +2,8 @@
 its table (ratios measured in one run), the threads it ran with and the process's peak memory."""
 from __future__ import annotations
 
-import torch
-
-from attnlab import benchmarks
-from attnlab.cli.options import max_length_type
-from attnlab.core.util import (
-    MAX_LENGTH_LOW,
-    allowed_cpus,
-    auto_threads,
-    check_device,
-    check_int,
-    peak_memory_line,
-    threads,
-    threads_chosen,
-)
-from attnlab.figures import Inputs
+from attnlab.cli.options import max_length_type, quiet_arg
+from attnlab.core.checks import MAX_LENGTH_LOW
 
 
 def _row_line(r: dict) -> str:
@@ -24,6 +11,9 @@ def _row_line(r: dict) -> str:
 
 
 def bench_capture(args) -> list[dict]:
+    from attnlab import benchmarks
+    from attnlab.core.util import peak_memory_line
+
     names = (args.model,) if args.model else ("minilm", "tiny-gpt2")
     rows = benchmarks.bench_capture(names, repeats=2 if args.quick else 5)
     for r in rows:
@@ -36,6 +26,10 @@ def bench_capture(args) -> list[dict]:
 def bench_figures(args) -> list[dict]:
     """Each paper-1 figure: vectorised vs the per-row oracle on the same traces; last line min speedup.
     --no-oracle: the vectorised time on all layers only; last line the total."""
+    from attnlab import benchmarks
+    from attnlab.core.util import peak_memory_line
+    from attnlab.figures import Inputs
+
     max_length = getattr(args, "max_length", None)
     names = benchmarks.check_bench_figures(getattr(args, "figures", None), max_length)   # before loading a model
     no_oracle = bool(getattr(args, "no_oracle", False))
@@ -56,6 +50,9 @@ def bench_figures(args) -> list[dict]:
 
 
 def bench_montecarlo(args) -> list[dict]:
+    from attnlab import benchmarks
+    from attnlab.core.util import peak_memory_line
+
     result = benchmarks.bench_monte_carlo(repeats=2 if args.quick else 3, device=getattr(args, "device", "cpu"))
     for r in result.rows:
         print(_row_line(r))
@@ -65,6 +62,9 @@ def bench_montecarlo(args) -> list[dict]:
 
 def bench_normalizers(args) -> list[dict]:
     """The timing table and the fastest exact method per case."""
+    from attnlab import benchmarks
+    from attnlab.core.util import peak_memory_line
+
     res = benchmarks.bench_normalizers(args.model or "minilm", quick=bool(args.quick))
     print(f"{'case':9s} {'L':>5s} {'alpha':>5s} {'method':13s} {'ms':>9s} {'x softmax':>10s} {'x sort':>7s} "
           f"{'max|diff|':>9s} {'support':>7s}")
@@ -90,6 +90,8 @@ BENCHES = {"capture": bench_capture, "figures": bench_figures, "normalizers": be
 
 def _int_at_least(value, low: int, option: str):
     """None, or `value` as an int >= low; else ValueError in one line."""
+    from attnlab.core.util import check_int
+
     return None if value is None else check_int(value, option, low=low)
 
 
@@ -110,10 +112,16 @@ def add_cli(sub) -> None:
                         f"L >= {MAX_LENGTH_LOW['bench']})")
     f.add_argument("--no-oracle", action="store_true",
                    help="skip the per-row oracle (far too slow at GPT-2's shape): vectorised times and a total only")
+    quiet_arg(b)
     b.set_defaults(func=run_bench)
 
 
 def run_bench(args) -> int:
+    import torch
+
+    from attnlab import benchmarks
+    from attnlab.core.util import allowed_cpus, auto_threads, check_device, threads, threads_chosen
+
     only_figures = [o for o, v in (("--figures", getattr(args, "figures", None)),
                                    ("--max-length", getattr(args, "max_length", None)),
                                    ("--no-oracle", getattr(args, "no_oracle", False))) if v]

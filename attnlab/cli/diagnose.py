@@ -3,18 +3,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnlab.cli.options import model_args
-from attnlab.core.models import load_model
-from attnlab.core.text import read_text_file
-from attnlab.core.util import writable_dir
-from attnlab.tools import diagnose as diagnose_module
-from attnlab.tools.diagnose import ALPHA, DEFAULT_LENGTHS, MAX_ROWS, N_SEP, N_TOP, Thresholds, check_options, diagnose
-from attnlab.tools.report import summary, write_report
+from attnlab.cli.options import model_args, quiet_arg
+from attnlab.tools.thresholds import ALPHA, DEFAULT_LENGTHS, MAX_ROWS, N_SEP, N_TOP, Thresholds
+
+# the first line of `attnlab.tools.diagnose`'s docstring (tests/test_cli.py checks it), without importing torch
+DESCRIPTION = "Attention diagnostics for any model: which heads are saturated, in the sense of arXiv 2508.17821."
 
 
 def add_cli(sub) -> None:
     p = sub.add_parser("diagnose", help="per-head saturation report (HTML, CSV, JSON) for any attention model",
-                       description=diagnose_module.__doc__.split("\n\n")[0])
+                       description=DESCRIPTION)
     model_args(p)
     p.add_argument("--text", help="UTF-8 text file (default: War and Peace from ATTNLAB_DATA_DIR or the cache)")
     p.add_argument("--lengths", type=int, nargs="+", help=f"context lengths L (default {list(DEFAULT_LENGTHS)}, "
@@ -35,7 +33,7 @@ def add_cli(sub) -> None:
     p.add_argument("--critical-threshold", type=float, default=Thresholds.critical,
                    help="flag a layer at critical-N score (n_max - N*) / (n_max - N* of uniform attention) >= this "
                         "(default %(default)s)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    quiet_arg(p)
     p.set_defaults(func=run_cli)
 
 
@@ -44,6 +42,12 @@ def _safe_name(name: str) -> str:
 
 
 def run_cli(args) -> int:
+    from attnlab.core.models import load_model
+    from attnlab.core.text import read_text_file
+    from attnlab.core.util import writable_dir
+    from attnlab.tools.diagnose import check_options, diagnose
+    from attnlab.tools.report import summary, write_report
+
     if args.out is not None:                      # a bad --out fails before any computation ('' too)
         if not args.out.strip():
             raise ValueError("--out '' names no folder: pass a directory, or leave --out out")

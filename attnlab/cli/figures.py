@@ -6,38 +6,40 @@ import sys
 import textwrap
 import time
 
-from attnlab.cli.options import max_length_type, model_args
-from attnlab.core.util import writable_dir
-from attnlab.figures import (
-    FIGURES,
-    PAPERS,
-    Inputs,
-    claim_results,
-    claim_table,
-    claims_by_model,
-    compare_rows,
-    compute_figures,
-    write_figures,
-)
+from attnlab.cli.options import max_length_type, model_args, quiet_arg
+
+# `attnlab.figures`'s ids and papers, here so that --help imports no torch (tests/test_cli.py: the same as FIGURES's)
+FIGURE_IDS = ("fig1", "fig2a", "fig2b", "fig2c", "fig3", "fig4", "thm1_readings", "separability_readings",
+              "gradient_readings", "tsc_uniform", "tsc_moments", "tsc_hardmax", "tsc_real")
+PAPERS = ("normalization", "sample-complexity")
 
 
 def add_cli(sub) -> None:
     p = sub.add_parser("figures", help="regenerate figures: <id>.csv, <id>.png, <id>.json per figure")
-    p.add_argument("ids", nargs="*", metavar="ID", help=f"figure ids (default all): {', '.join(FIGURES)}")
+    p.add_argument("ids", nargs="*", metavar="ID", help=f"figure ids (default all): {', '.join(FIGURE_IDS)}")
     model_args(p)
     p.add_argument("--out", default="figures", help="output directory (default: figures)")
     p.add_argument("--quick", action="store_true", help="small grids, for smoke tests")
     p.add_argument("--max-length", type=max_length_type("figures"), default=None, metavar="L",
                    help="the longest window of the paper-1 figures (default 1024, the paper's; up to the model's "
                         "positions: 8192 on smollm2); long windows stream the layers in blocks")
+    quiet_arg(p)
     p.set_defaults(func=run_figures)
 
     c = sub.add_parser("check", help="the table of paper claims: paper value, measured value, verdict")
     model_args(c)
     c.add_argument("--quick", action="store_true", help="small grids (verdicts on small grids are indicative)")
-    c.add_argument("--json", action="store_true", help="print the table as JSON")
+    c.add_argument("--json", action="store_true",
+                   help="every row as JSON: id, reading, claim, paper, measured, verdict, value, unit, model and "
+                        "provenance")
+    c.add_argument("--all", action="store_true",
+                   help="the full table (every row, not applicable ones and other readings too; default: one line "
+                        "per claim that applies, and the counts)")
     c.add_argument("--strict", action="store_true", help="exit non-zero when a claim does not hold")
-    c.add_argument("--paper", choices=["all", *PAPERS], default="all")
+    c.add_argument("--paper", choices=["all", *PAPERS], default="all",
+                   help="normalization: arXiv 2508.17821 (the model's attention on War and Peace); sample-complexity: "
+                        "arXiv 2512.10656 (synthetic tokens, and a pretrained encoder's: the model when it is one, "
+                        "else MiniLM); default: all")
     c.add_argument("--readings", choices=["all", "default"], default=None,
                    help="all: also one row per reading of each open formula (reading column); default: the book's "
                         "readings only (default: all; with --windows: default, as every window computes them again)")
@@ -55,6 +57,7 @@ def add_cli(sub) -> None:
     c.add_argument("--refresh", action="store_true",
                    help="recompute every Result (default: the results cache's, where the book or an earlier check "
                         "stored one for the same versions, model weights, text and libraries)")
+    quiet_arg(c)
     c.set_defaults(func=run_check)
 
 
@@ -63,6 +66,9 @@ def _progress_print(msg: str) -> None:
 
 
 def run_figures(args) -> int:
+    from attnlab.core.util import writable_dir
+    from attnlab.figures import FIGURES, Inputs, compute_figures, write_figures
+
     ids = args.ids or list(FIGURES)
     unknown = [i for i in ids if i not in FIGURES]
     if unknown:
@@ -100,6 +106,8 @@ def format_table(rows: list[dict], widths=(18, 16, 36, 30, 40, 14), cols=None) -
 
 def run_check_models(args) -> int:
     """`check --models A,B`: the claim table with one measured/verdict pair per model."""
+    from attnlab.figures import claims_by_model, compare_rows
+
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     if len(models) < 2 or len(set(models)) != len(models):
         raise ValueError(f"--models needs two or more different model names, comma-separated, got {args.models!r}")
@@ -180,8 +188,59 @@ def run_check_windows(args) -> int:
     return 1 if (args.strict and failed) else 0
 
 
+def encoder_line(inputs, paper: str) -> str:
+    """Before computing: which model paper 2's real-token claim reads (an encoder: the model itself, else MiniLM);
+    ValueError in one line when no encoder is available, before paper 1 spends minutes."""
+    from attnlab.core.model_files import ModelUnavailable
+
+    if paper == "normalization":
+        return ""
+    try:
+        encoder = inputs.encoder
+    except ModelUnavailable as exc:
+        raise ValueError(f"paper 2's real-token claim needs an encoder: {inputs.model.name} is causal and MiniLM is "
+                         f"not available ({exc}); pass --paper normalization, or an encoder as --model") from None
+    if encoder is inputs.model:
+        return f"[check] paper 2's real-token claim reads {encoder.name} (an encoder)"
+    return (f"[check] paper 2's real-token claim reads {encoder.name}: {inputs.model.name} is causal, the claim needs "
+            "an encoder")
+
+
+def rows_with_provenance(results: dict) -> list[dict]:
+    """Every claim row of `claim_results`' Results (as `claim_table`), each with `provenance`: what the Results of
+    its paper and model share (model identity, text and its sha256, versions, ...)."""
+    from attnlab.figures import CLAIMS
+
+    rows = []
+    for name, res in results.items():
+        for r in CLAIMS[name](res):
+            provs = [x.provenance for x in res.values() if x.provenance.get("model") == r.get("model")]
+            shared = {k: v for k, v in (provs[0] if provs else {}).items()
+                      if all(p.get(k) == v for p in provs) and not isinstance(v, (dict, list))}
+            rows.append(dict(r, paper_id=name, provenance=shared))
+    return rows
+
+
+def summary_lines(rows: list[dict]) -> list[str]:
+    """The default `check` output: one line per claim at the book's readings that applies (verdict, the number
+    it turns on and its unit), then the counts and what --all adds."""
+    shown = [r for r in rows if not r["reading"] and r["verdict"] != "not applicable"]
+    width = max([len(r["id"]) for r in shown] + [2])
+    out = []
+    for r in shown:
+        value = "" if r.get("value") is None else f"{r['value']:.4g} {r.get('unit') or ''}".rstrip()
+        out.append(f"{r['id']:<{width}}  {r['verdict']:<13}  {value or r['measured'][:40]}")
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("holds", "does not hold", "not applicable")}
+    readings = sum(bool(r["reading"]) for r in rows)
+    out.append("\n" + ", ".join(f"{n} {v}" for v, n in counts.items())
+               + f" ({len(rows)} rows, {readings} of them other readings of an open formula); "
+               "--all: the full table, --json: every row with its value, unit, model and provenance")
+    return out
+
+
 def run_check(args) -> int:
     from attnlab.core.cache import results_dir
+    from attnlab.figures import Inputs, claim_results
 
     if args.windows is not None:
         return run_check_windows(args)
@@ -190,7 +249,11 @@ def run_check(args) -> int:
         raise ValueError("--max-length goes with --windows (the claim table itself uses the paper's L <= 1024)")
     if args.models is not None:                   # --models '' is an error, not the single-model table
         return run_check_models(args)
-    results = claim_results(Inputs(args.model, args.device), quick=args.quick, paper=args.paper,
+    inputs = Inputs(args.model, args.device)
+    said = encoder_line(inputs, args.paper)
+    if said:
+        _progress_print(said)
+    results = claim_results(inputs, quick=args.quick, paper=args.paper,
                             readings=args.readings == "all", refresh=args.refresh)
     every = [r for res in results.values() for r in res.values()]
     site = sum(bool(r.provenance.get("fetched_from_site")) for r in every)
@@ -198,7 +261,7 @@ def run_check(args) -> int:
     _progress_print(f"[check] {len(every)} Results: {stored} from the results cache ({results_dir()}), "
                     f"{site} from the site, {len(every) - stored - site} computed now"
                     + ("" if args.refresh else "; --refresh recomputes all"))
-    rows = claim_table(results)
+    rows = [r for r in rows_with_provenance(results) if args.readings == "all" or not r["reading"]]
     model = next((r.provenance.get("model_info") for res in results.values() for r in res.values()
                   if r.provenance.get("model_info")), None)
     if model:
@@ -206,11 +269,12 @@ def run_check(args) -> int:
         note = f"; {model['model_note']}" if model.get("model_note") else ""
         _progress_print(f"[check] model: {model['model']} ({kind}{note})")
     if args.json:
-        keys = ("id", "reading", "claim", "paper", "measured", "verdict")
-        print(json.dumps([{k: r.get(k) for k in keys} for r in rows], indent=2))
-    else:
+        print(json.dumps(rows, indent=2, default=str))
+    elif args.all:
         print(format_table(rows))
         counts = {v: sum(r["verdict"] == v for r in rows) for v in ("holds", "does not hold", "not applicable")}
         print("\n" + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    else:
+        print("\n".join(summary_lines(rows)))
     failed = [r["id"] for r in rows if r["verdict"] == "does not hold"]
     return 1 if (args.strict and failed) else 0

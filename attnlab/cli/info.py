@@ -6,10 +6,8 @@ import os
 import platform
 import sys
 
-import torch
-
+from attnlab.cli.options import quiet_arg
 from attnlab.core import settings
-from attnlab.core.util import check_device
 
 
 def add_cli(sub) -> None:
@@ -21,6 +19,7 @@ def add_cli(sub) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda (with --model)")
     p.add_argument("--settings", action="store_true",
                    help="every ATTNLAB_* environment variable: its value here, default and meaning")
+    quiet_arg(p)
     p.set_defaults(func=run_info)
 
 
@@ -114,7 +113,10 @@ def print_perplexities(m) -> None:
 
 
 def run_info(args) -> int:
+    import torch
     import transformers
+
+    from attnlab.core.util import check_device
 
     if args.settings:
         return print_settings()

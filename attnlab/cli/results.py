@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
-from attnlab.cli.options import model_args
+from attnlab.cli.options import model_args, quiet_arg
 
 
 def add_cli(sub) -> None:
@@ -17,8 +17,10 @@ def add_cli(sub) -> None:
     what = p.add_subparsers(dest="action", required=True)
     ls = what.add_parser("list", help="every computation: name, version, inputs, golden probes, where it is used")
     ls.add_argument("--json", action="store_true", help="print the registry as JSON")
+    quiet_arg(ls)
     ls.set_defaults(func=run_list)
     v = what.add_parser("verify", help="compute every stored Result again and compare it with the stored one")
+    quiet_arg(v)
     v.set_defaults(func=run_verify)
     c = what.add_parser("compute", help="compute and store the Results the cache lacks for some models")
     model_args(c)
@@ -32,7 +34,7 @@ def add_cli(sub) -> None:
                         "install 'attnlab[cluster]'); Results go to the one store, ATTNLAB_RESULTS_DIR")
     c.add_argument("--memory-per-worker", type=float, default=6.0, metavar="GiB",
                    help="memory a local worker may use (local:N starts at most memory / this workers; default 6)")
-    c.add_argument("--quiet", action="store_true", help="no progress bar")
+    quiet_arg(c)
     c.set_defaults(func=run_compute)
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import sys
 
+from attnlab.cli.options import quiet_arg
+
 
 def add_cli(sub) -> None:
     p = sub.add_parser("verify-results", help="compute every stored Result again and compare it with the stored one")
+    quiet_arg(p)
     p.set_defaults(func=run_verify)
 
 

@@ -167,45 +167,40 @@ LOCKS = ".locks"
 
 @contextlib.contextmanager
 def locked(wanted: list[tuple[str, dict]], patience: float = 1.0):
-    """Context manager: an exclusive lock (`fcntl.flock`, which the system releases if the process dies) on each
+    """Context manager: an exclusive lock (`filelock.FileLock`: flock on POSIX, msvcrt on Windows; the system
+    releases it if the process dies) on each
     (name, key) of `wanted`, held inside, where a caller looks for the Results and computes and stores the
     missing ones: two processes (two chapters' kernels side by side) never compute the same Result, and none
     reads one half-written. Taken once per Result, in the order of their folder names, so that two processes
     wanting overlapping sets never deadlock. A process that waits longer than `patience` seconds for one says so
-    on one line (`announce`'s destination). Without fcntl (Windows), or where `results_dir` cannot be written,
-    no lock (`store` warns there)."""
-    try:
-        import fcntl
-    except ImportError:           # Windows: no flock; one process at a time is the user's to arrange
-        yield
-        return
+    on one line (`announce`'s destination). Where `results_dir` cannot be written, no lock (`store` warns there)."""
     with contextlib.ExitStack() as held:
         for folder, (name, key) in sorted({_folder(n, k).name: (n, k) for n, k in wanted}.items()):
             try:
                 locks = results_dir() / LOCKS
                 locks.mkdir(parents=True, exist_ok=True)
-                fh = held.enter_context(open(locks / f"{folder}.lock", "a"))
+                lock = _lock(locks / f"{folder}.lock", patience, name, key)
             except OSError:
                 continue
-            _lock(fh, fcntl, patience, name, key)
+            held.callback(lock.release)
         yield
 
 
-def _lock(fh, fcntl, patience: float, name: str, key: dict) -> None:
-    """Take an exclusive flock on `fh`: trying for `patience` seconds, then one line, then waiting."""
-    end = time.monotonic() + patience
-    while True:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= end:
-                break
-            time.sleep(0.02)
+def _lock(path: Path, patience: float, name: str, key: dict):
+    """An exclusive FileLock on `path`, held: trying for `patience` seconds, then one line, then waiting."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(path), thread_local=False)
+    try:
+        lock.acquire(timeout=patience, poll_interval=0.02)
+        return lock
+    except Timeout:
+        pass
     what = describe(key)
-    _progress(f"attnlab: waiting for {name}{f' ({what})' if what else ''}: another process is computing or "
-              "reading it\n")
-    fcntl.flock(fh, fcntl.LOCK_EX)
+    progress_line(f"attnlab: waiting for {name}{f' ({what})' if what else ''}: another process is computing or "
+                  "reading it\n")
+    lock.acquire()
+    return lock
 
 
 def entries() -> list[tuple[str, dict]]:
@@ -276,10 +271,10 @@ def announce(name: str, key: dict, seconds: float) -> None:
     book build sets it and copies the lines to its terminal: a notebook kernel's stderr would land in the page),
     else to stderr."""
     what = describe(key)
-    _progress(f"attnlab: computed {name}{f' ({what})' if what else ''} in {seconds:.1f} s\n")
+    progress_line(f"attnlab: computed {name}{f' ({what})' if what else ''} in {seconds:.1f} s\n")
 
 
-def _progress(line: str) -> None:
+def progress_line(line: str) -> None:
     """`line` to the file named by PROGRESS_ENV (appended), else to stderr."""
     path = settings.get(PROGRESS_ENV)
     if not path:

@@ -41,6 +41,7 @@ from attnlab.core.model_files import (  # noqa: F401 - re-exported: the names ca
     gpt2_tokenizer_from_files,
     hub_reachable,
     not_published_with,
+    one_line,
     published_with_line,
     quiet_transformers,
     refuse_code,
@@ -109,6 +110,10 @@ class AttnModel:
         self.hf.to(self.device)
         self.hf.set_attn_implementation(cap.IMPLEMENTATION)
         self.state = CaptureState()
+        vocab = int(getattr(hf.config, "vocab_size", None) or 3)
+        if vocab < 3:                         # `_discover` runs 3 different tokens
+            raise ModelFolderError(f"{name}: a vocabulary of {vocab} token(s): attnlab needs at least 3 (its check "
+                                   "of causality runs 3 different tokens); is vocab_size in config.json right?")
         self._modules = self._discover()
         self.n_layers = len(self._modules)
         self.blocks = cap.find_blocks(self.hf, self._modules)   # layer blocks, for `reuse` (None: not found)
@@ -372,12 +377,34 @@ def load_pretrained(source: str, device: str = "cpu", name: Optional[str] = None
         tok = gpt2_tokenizer(src)
         checks.append(f"GPT-2 tokenizer: {GPT2_VOCAB_SIZE} tokens and 'Hello world' -> {GPT2_HELLO_WORLD}")
     else:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(src, local_files_only=not online, trust_remote_code=False)
+        tok = _auto_tokenizer(src, online=online, is_dir=is_dir)
     where = f"local directory {src}" if is_dir else f"hub {source} ({'downloaded/cached' if online else 'cache'})"
     return AttnModel(name or source, hf, tok, source=where, weights_sha256=sha, device=device, files=files,
                      checks=checks)
+
+
+class ModelFolderError(ModelUnavailable, ValueError):
+    """A model folder that cannot serve: no tokenizer files, or a vocabulary of fewer than 3 tokens (a ValueError
+    for callers of the Python API, a ModelUnavailable for those that catch that)."""
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json + merges.txt", "vocab.txt", "spiece.model")
+
+
+def _auto_tokenizer(src: str, *, online: bool, is_dir: bool):
+    """AutoTokenizer of a folder or hub id; a folder without tokenizer files: ModelUnavailable naming the folder and
+    the files it lacks (transformers' own message stops at a colon once cut to one line)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(src, local_files_only=not online, trust_remote_code=False)
+    except (OSError, ValueError, TypeError) as exc:
+        held = sorted(p.name for p in Path(src).expanduser().iterdir() if p.is_file()) if is_dir else []
+        if not is_dir or any(name in held for f in TOKENIZER_FILES for name in f.split(" + ")):
+            raise ModelUnavailable(f"{src}: its tokenizer did not load ({one_line(exc, 200)})") from None
+        raise ModelFolderError(
+            f"model folder {src} has no tokenizer files (none of {', '.join(TOKENIZER_FILES)}; it holds "
+            f"{', '.join(held) or 'nothing'}): put the model's tokenizer files beside config.json") from None
 
 
 def published_check(folder: Optional[Path], files: dict[str, str]) -> str:

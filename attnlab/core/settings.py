@@ -29,6 +29,14 @@ def _url_or_off(raw: str) -> Optional[str]:
     return url if url.endswith("/") else url + "/"
 
 
+def _user_cache() -> Path:
+    """attnlab's folder in the user's cache (platformdirs: ~/.cache/attnlab on Linux, or $XDG_CACHE_HOME/attnlab;
+    ~/Library/Caches/attnlab on macOS; %LOCALAPPDATA%\\attnlab\\Cache on Windows)."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("attnlab", appauthor=False))
+
+
 def _positive_int(raw: str) -> Optional[int]:
     chosen = raw.strip()
     if not chosen:
@@ -41,8 +49,8 @@ def _positive_int(raw: str) -> Optional[int]:
 @dataclass(frozen=True)
 class Setting:
     """One variable. `default`: the raw value used when it is unset (parsed like a set one); where there is none,
-    `get` returns None and `unset` says what happens then. `documented`: the file that explains it further, or the
-    README's section ("README.md#<its anchor>")."""
+    `get` returns `fallback()` (a default computed per platform) or None, and `unset` says what happens then.
+    `documented`: the file that explains it further, or the README's section ("README.md#<its anchor>")."""
 
     name: str
     meaning: str = ""
@@ -50,6 +58,7 @@ class Setting:
     default: Optional[str] = None
     unset: str = ""
     parse: Callable[[str], Any] = str
+    fallback: Optional[Callable[[], Any]] = None
 
     def raw(self) -> Optional[str]:
         """The value as set in the environment now, None when unset."""
@@ -61,7 +70,7 @@ class Setting:
         raw = self.raw()
         raw = self.default if raw is None else raw
         if raw is None:
-            return None
+            return None if self.fallback is None else self.fallback()
         try:
             return self.parse(raw)
         except ValueError as exc:
@@ -89,7 +98,8 @@ DATA_DIR = Setting(
     meaning="offline data folder (war_and_peace.txt, gpt2-tokenizer/, wikitext-2-raw/): corpora and the GPT-2 "
     "tokenizer are read there, never downloaded")
 CACHE_DIR = Setting(
-    "ATTNLAB_CACHE_DIR", default="~/.cache/attnlab", parse=_path, documented=_README + "where-things-live",
+    "ATTNLAB_CACHE_DIR", unset="the user's cache folder (platformdirs): ~/.cache/attnlab on Linux", parse=_path,
+    fallback=_user_cache, documented=_README + "where-things-live",
     meaning="attnlab's cache folder: downloaded corpora, Results (results/), the chapters' executions "
     "(book-execution/), compiled kernels (numba/), de-quantized models")
 RESULTS_DIR = Setting(
@@ -137,8 +147,13 @@ COLAB_NOTEBOOK = Setting(
     "ATTNLAB_COLAB_NOTEBOOK", unset="book/01_vanishing.ipynb", parse=_path, documented="tests/colab/test_fresh_venv.py",
     meaning="the chapter the Colab-style test runs (make colab)")
 
+FRESH_VENV_TEST = Setting(
+    "ATTNLAB_FRESH_VENV_TEST", unset="the test is skipped", parse=lambda raw: raw.strip() == "1",
+    documented="tests/test_cli.py", meaning="1: run the opt-in test of the README's researcher path in a fresh venv "
+    "(pip installs the package with constraints.txt: minutes)")
+
 ALL = (MODEL, DEVICE, DATA_DIR, CACHE_DIR, RESULTS_DIR, RESULTS_URL, RESULTS_LOG, PROGRESS_LOG, KERNELS, SYNC_DEBUG,
-       BOOK_JOBS, REPOSITORY_URL, INSTALL, BROWSER, SITE, SCREENSHOTS, COLAB_NOTEBOOK)
+       BOOK_JOBS, REPOSITORY_URL, INSTALL, BROWSER, SITE, SCREENSHOTS, COLAB_NOTEBOOK, FRESH_VENV_TEST)
 BY_NAME = {s.name: s for s in ALL}
 
 

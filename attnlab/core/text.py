@@ -4,7 +4,6 @@ laid out like the project's shared data; Gutenberg header/footer stripping; CRLF
 from __future__ import annotations
 
 import hashlib
-import urllib.request
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +67,7 @@ def data_dir() -> Optional[Path]:
 
 
 def cache_dir() -> Path:
-    """attnlab's cache folder: ATTNLAB_CACHE_DIR, default ~/.cache/attnlab."""
+    """attnlab's cache folder: ATTNLAB_CACHE_DIR, default the user's cache folder (~/.cache/attnlab on Linux)."""
     return settings.get(CACHE_ENV)
 
 
@@ -108,9 +107,31 @@ DOWNLOAD_TIMEOUT = 5.0
 MAX_TEXT_BYTES = 256 << 20
 
 
-def _download(url: str, timeout: float = DOWNLOAD_TIMEOUT) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (fixed https URLs)
-        return resp.read()
+#: attempts per download (pooch, with a pause of a second between them): a dropped connection is tried again
+DOWNLOAD_ATTEMPTS = 2
+
+
+def _download(url: str, timeout: float = DOWNLOAD_TIMEOUT, attempts: int = DOWNLOAD_ATTEMPTS) -> bytes:
+    """The bytes at `url`, fetched by pooch (atomic, no progress bar, no log lines) into a temporary folder; an
+    OSError (requests' errors are OSErrors) after `attempts` tries."""
+    import tempfile
+    import time
+
+    import pooch
+
+    pooch.get_logger().setLevel("WARNING")
+    downloader = pooch.HTTPDownloader(progressbar=False, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="attnlab-download-") as tmp:
+        for attempt in range(attempts):
+            try:
+                path = pooch.retrieve(url, known_hash=None, fname=url.rsplit("/", 1)[-1] or "download", path=tmp,
+                                      downloader=downloader)
+                return Path(path).read_bytes()
+            except OSError:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(1.0)
+    raise OSError(f"no attempt to download {url}")
 
 
 def _clean(spec: CorpusSpec, raw: bytes) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from attnlab.core import settings
+from attnlab.core.checks import MAX_LENGTH_LOW, check_int, check_max_length  # noqa: F401 (the library's names)
 
 
 def kernels_on() -> bool:
@@ -137,37 +138,6 @@ def _size(n: int) -> str:
     return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
-def check_int(value, option: str, *, low: int) -> int:
-    """`value` as an int >= `low` (an int, or text that spells one: "12"); else ValueError in one line naming
-    `option`. A bool, a float with a fraction, NaN and "" are refused, never read as a default. The one check for
-    every count the CLI and the library take (--max-length, --threads, --n-top, ...)."""
-    import numbers
-
-    n = None
-    if not isinstance(value, (bool, np.bool_)):
-        if isinstance(value, numbers.Integral):                       # int, numpy integers
-            n = int(value)
-        elif isinstance(value, numbers.Real) and float(value).is_integer():
-            n = int(value)
-        elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-            n = int(value.strip())
-    if n is None or n < low:
-        raise ValueError(f"{option} must be an integer >= {low}, got {value!r}")
-    return n
-
-
-# the shortest --max-length each use takes: "figures" the longest window of the paper-1 figures (`figures.Inputs`,
-# `attnlab figures`, `attnlab check --windows`): at least their length grid's first L, 32; "bench" where
-# `attnlab bench figures` cuts the window (`benchmarks.bench_figures`): any L >= 2
-MAX_LENGTH_LOW = {"figures": 32, "bench": 2}
-
-
-def check_max_length(value, use: str, option: str = "--max-length") -> Optional[int]:
-    """None, or `value` as an int >= MAX_LENGTH_LOW[use] (`check_int`): the one check of --max-length (argparse's
-    `type=` through `cli.options.arg_type`, the library's max_length arguments)."""
-    return None if value is None else check_int(value, option, low=MAX_LENGTH_LOW[use])
-
-
 def check_device(device, option: str = "--device") -> str:
     """`device` when it is "cpu", "cuda" or "cuda:<n>" and, for CUDA, available here; else ValueError in one line.
     The one device check of the CLI and the library (`load_model`, `figures.Inputs`)."""
@@ -199,12 +169,14 @@ def writable_dir(path, what: str = "--out") -> Path:
 
 
 def progress(iterable: Iterable, show: bool, desc: str, total: Optional[int] = None) -> Iterable:
-    """`iterable` wrapped in a tqdm bar (notebook or terminal) when `show`, else unchanged."""
+    """`iterable` wrapped in a tqdm bar (notebook or terminal) when `show`, else unchanged. In a terminal the bar
+    shows only when stderr is one (tqdm's disable=None): a pipe or a log file gets no \\r or cursor codes."""
     if not show:
         return iterable
     from tqdm.auto import tqdm
 
-    return tqdm(iterable, desc=desc, total=total, leave=False)
+    in_kernel = "ipykernel" in sys.modules        # a notebook's widget bar: its stream is never a TTY
+    return tqdm(iterable, desc=desc, total=total, leave=False, disable=False if in_kernel else None)
 
 
 class ThreadState:

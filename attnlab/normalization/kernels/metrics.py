@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 
 from attnlab.core.text import cache_dir
-from attnlab.core.util import drop_damaged_numba_cache, tolerate_damaged_numba_cache
+from attnlab.core.util import drop_damaged_numba_cache, kernels_on, tolerate_damaged_numba_cache
 
 # numba caches compiled kernels beside the source unless told otherwise: into the installed package
 # (often read-only, shared by users). Keep them in attnlab's cache, unless the user chose a place.
@@ -46,6 +46,24 @@ import torch  # noqa: E402
 
 drop_damaged_numba_cache(os.environ["NUMBA_CACHE_DIR"])
 tolerate_damaged_numba_cache()
+
+
+def cache_is_cold(folder) -> bool:
+    """True when numba's cache `folder` holds no compiled kernel of this package's copy: numba keeps them in
+    <folder>/kernels_<sha1 of this folder's path>/ (`_UserProvidedCacheLocator`), one .nbi index per function."""
+    import hashlib
+    from pathlib import Path
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    sub = Path(folder) / f"{os.path.basename(here)}_{hashlib.sha1(here.encode()).hexdigest()}"
+    return not any(sub.glob("*.nbi"))
+
+
+if kernels_on() and cache_is_cold(os.environ["NUMBA_CACHE_DIR"]):    # one line: the first figure would seem to hang
+    from attnlab.core.cache import progress_line
+
+    progress_line(f"attnlab: compiling numba kernels once (about a minute; cached in {os.environ['NUMBA_CACHE_DIR']})"
+                  " ...\n")
 
 # reassociation lets the key loops use SIMD; no flag that assumes the absence of NaN or inf
 FASTMATH = {"reassoc", "contract", "nsz"}
