@@ -86,6 +86,9 @@ def test_two_at_a_time_only_when_every_result_read_last_time_is_stored(tmp_path,
     results = tmp_path / "results"
     (results / "fig2a-0123").mkdir(parents=True)
     (results / "fig2a-0123" / "key.json").write_text("{}")
+    assert ext._jobs({"fig2a-0123"}, results, cpus=2)[0] == 1     # a key without its Result: not stored
+    (results / "fig2a-0123" / "fig2a.json").write_text("{}")
+    (results / "fig2a-0123" / "key.json").unlink()                 # a Result whose key file a stopped run never wrote
     assert ext._jobs({"fig2a-0123"}, results, cpus=2)[0] == 2
     assert ext._jobs({"fig2a-0123"}, results, cpus=1)[0] == 1
     jobs, why = ext._jobs({"fig2a-0123", "perplexity-4567"}, results, cpus=2)
