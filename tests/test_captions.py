@@ -160,3 +160,29 @@ def test_the_committed_chapters_captions_hold_no_internal_ids():
         chapters = sorted({ch for ch, _, _ in stale})
         pytest.skip(f"{len(stale)} captions in chapters {', '.join(chapters)} are stale (fixed in the code; the "
                     f"outputs refresh when the book is re-executed), e.g. {stale[0][2][:120]!r}")
+
+
+def test_the_appendix_lists_each_gap_once_per_paper():
+    """book/readings.md: one row per gap label in each paper's table (the second paper once had two G10 rows)."""
+    page = (ROOT / "book" / "readings.md").read_text(encoding="utf-8")
+    for table in re.split(r"\n## ", page):
+        labels = re.findall(r"^\| (G\d+) \|", table, re.M)
+        assert len(labels) == len(set(labels)), sorted(g for g in set(labels) if labels.count(g) > 1)
+
+
+def test_chapter_1_and_the_appendix_say_what_the_text_cleaning_does():
+    """War and Peace is read without its Gutenberg header and footer, from its first line (core/text.py), and both
+    chapter 1 and the appendix say so (chapter 1 once said "header included")."""
+    import nbformat
+
+    from attnlab.core.text import CORPORA, strip_gutenberg
+
+    spec = CORPORA["war_and_peace"]
+    raw = (f"The Project Gutenberg eBook\n*** START OF THE PROJECT ***\nContents\n{spec.start}\n\n"
+           f"{spec.start}\n\nCHAPTER I\n\nWell, Prince\n*** END OF THE PROJECT ***\nlicense\n")
+    assert strip_gutenberg(raw, spec.start) == f"{spec.start}\n\nCHAPTER I\n\nWell, Prince\n"
+    chapter = " ".join(c.source for c in nbformat.read(ROOT / "book" / "01_vanishing.ipynb", as_version=4).cells
+                       if c.cell_type == "markdown")
+    assert "header and footer and the table of contents\n  are stripped" in chapter
+    assert not re.search(r"header\s+included", chapter)
+    assert "Gutenberg header and footer stripped" in (ROOT / "book" / "readings.md").read_text(encoding="utf-8")
