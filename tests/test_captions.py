@@ -186,3 +186,20 @@ def test_chapter_1_and_the_appendix_say_what_the_text_cleaning_does():
     assert "header and footer and the table of contents\n  are stripped" in chapter
     assert not re.search(r"header\s+included", chapter)
     assert "Gutenberg header and footer stripped" in (ROOT / "book" / "readings.md").read_text(encoding="utf-8")
+
+
+
+def test_chapter_7_says_what_its_censored_critical_n_reads():
+    """Chapter 7's table shows "> x", x the largest scanned N over L (views.normalizers.cell): the text says so, with
+    the compare scan's own grid at L = 1024 (it once said "> 0.25" where the table read "> 0.24")."""
+    import nbformat
+
+    from attnlab.tools.compare import CRIT_MAX_FRAC_COMPARE
+    from attnlab.tools.diagnose import CRIT_STEP_FRAC, critical_grid
+    from attnlab.views.normalizers import cell
+
+    last = max(critical_grid(1024, max_frac=CRIT_MAX_FRAC_COMPARE, step_frac=CRIT_STEP_FRAC))
+    shown = cell({"critical_n_censored": True, "critical_n_max": last, "L": 1024}, "critical_n_frac", "cost")
+    text = " ".join(c.source for c in nbformat.read(ROOT / "book" / "07_beyond_softmax.ipynb", as_version=4).cells
+                    if c.cell_type == "markdown")
+    assert shown == "> 0.24" and f"$N = {last}$" in text and "$0.24$ at $L = 1024$" in text, (shown, last)
