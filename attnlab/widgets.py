@@ -504,12 +504,13 @@ def live_slider(update_fn: Callable[..., Any], *, dpi: int = FRAME_DPI, alt: str
     for w in controls.values():
         w.observe(redraw, names="value")
     redraw()
-    first = ", ".join(f"{k} = {w.value}" for k, w in controls.items())
+    names = [_plain(w.description) for w in controls.values()]      # as the sliders show them: "log10 α"
+    first = ", ".join(f"{n} = {w.value}" for n, w in zip(names, controls.values()))
     png = _first_frame(update_fn, controls, image, dpi)
     shown = _img_tag(png, (alt or caption or "Live figure") + f" ({first})")
     what = caption or alt or getattr(png, "fig_title", None) or "Live figure"
     html = (f'<div class="{LIVE_CLASS}">{_figure_html(shown, what)}'
-            f"<p><small>A live slider ({', '.join(controls)}) drives this figure when you run this chapter "
+            f"<p><small>A live slider ({', '.join(names)}) drives this figure when you run this chapter "
             f"(Colab, Binder or Jupyter: the buttons at the top); here it shows {first}.</small></p></div>")
     box = SliderBox([widgets.HBox(list(controls.values())), image, note], fallback_png=bytes(image.value),
                     html=html)

@@ -262,9 +262,9 @@ def test_figure_titles_say_4_bit_or_random_weights():
     def prov(**info):
         return Result("fig1", [], {"model": "m", "text": "war_and_peace", "model_info": info})
 
-    assert "m (4-bit weights) on war_and_peace" in title(prov(model_note="SmolLM2, 4-bit (Q4_1) weights"), "t")
+    assert "m (4-bit weights) on War and Peace" in title(prov(model_note="SmolLM2, 4-bit (Q4_1) weights"), "t")
     assert "m (random weights)" in title(prov(model_random_weights=True), "t")
-    assert "m on war_and_peace" in title(prov(), "t")
+    assert "m on War and Peace" in title(prov(), "t")
 
 
 def test_beyond_context_prose_reads_the_trend_on_each_side():

@@ -145,7 +145,7 @@ def test_relation_prose_follows_the_sign_of_each_model():
     assert "<b>rises</b>: over its 19 heads, \\(N_s/N\\) at N = 32 rises" in html
     assert "On falls the concentrated heads are the ones that lose separability" in html
     assert "On rises the concentrated heads separate more" in html
-    assert "m, war_and_peace (first 64 tokens, L = 64); \\(N_s/N\\): value vectors" in html
+    assert "m, War and Peace (first 64 tokens, L = 64); \\(N_s/N\\): value vectors" in html
     fig = views.relation_figure(res)
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]         # (the colour bars have none)
     assert titles == ["falls, L = 64, N = 32\nSpearman ρ = -1.00 over 19 heads",

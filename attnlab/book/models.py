@@ -9,6 +9,7 @@ from attnlab.book.markup import head_mean, prose, table
 from attnlab.book.running import claims, heavy, inputs
 from attnlab.core import model_table, settings
 from attnlab.core.result import Result
+from attnlab.core.text import text_title
 from attnlab.figures import Inputs, cached_figures
 
 
@@ -27,7 +28,7 @@ def model_admonition(model, result: Optional[Result] = None):
     text = ""
     if result is not None:
         p = result.provenance
-        text = (f" on {p.get('text', 'text')} (sha256 {str(p.get('text_sha256'))[:12]}…), "
+        text = (f" on {text_title(p.get('text') or 'a text')} (sha256 {str(p.get('text_sha256'))[:12]}…), "
                 f"first {p.get('window_tokens')} tokens")
     arch = (f"{'causal' if model.causal else 'bidirectional'}, {model.n_layers} layers × {model.n_heads} heads "
             f"= {model.n_layers * model.n_heads} heads, head dimension {model.d_head}, "
@@ -209,4 +210,4 @@ def beyond_context_prose(fig1: Result, paper_length: int = 1024):
         f"L = {paper_length} to {Ls[-1]} like L^{s_out:.2f} ({mw[paper_length]:.3f} → {mw[Ls[-1]]:.3f}; 1/L would be "
         f"L^-1): past the paper's context it {trend}. The entropy over log L_t, which is 1 for uniform rows, goes "
         f"from {ent[paper_length]:.2f} to {ent[Ls[-1]]:.2f}. Corollary 1's band holds in {cor:.0%} of the rows "
-        f"(a theorem: it must). Model {name}, {fig1.provenance.get('text')}, first {Ls[-1]} tokens.</p>")
+        f"(a theorem: it must). Model {name}, {text_title(fig1.provenance.get('text') or 'a text')}, first {Ls[-1]} tokens.</p>")

@@ -41,6 +41,14 @@ CORPORA = {
         "4f3e427e4aff23acff917a8a51aeae21bf12832256e26914c8fc250dcef4103c"),
 }
 
+#: the texts' names as a reader knows them (captions and figure titles; the provenance keeps the ids)
+TITLES = {"war_and_peace": "War and Peace", "wikitext2": "WikiText-2"}
+
+
+def text_title(name: str) -> str:
+    """A text's name for a reader: "war_and_peace" -> "War and Peace"; an unknown name as it is."""
+    return TITLES.get(name, name)
+
 
 @dataclass(frozen=True)
 class Corpus:

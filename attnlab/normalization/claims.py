@@ -15,6 +15,7 @@ from attnlab.core.result import Result
 from attnlab.core.verdicts import claim_row, holds_le, percent, verdict, within
 from attnlab.normalization.claim_kinds import ALL_CLAIMS, THRESHOLDS, claim_text, text, threshold
 from attnlab.normalization.paper import EPSILONS, ONE_OVER_T_BELOW, PLATEAU_N, SATURATION_N
+from attnlab.normalization.plots import KEYS_WORDS, X_WORDS
 
 _v = verdict
 
@@ -47,7 +48,8 @@ def _get(results: dict, name: str) -> Optional[Result]:
 
 def _model(res: Result) -> str:
     p = res.provenance
-    return f"{p.get('model')}, x={p.get('x')}, keys={p.get('keys')}"
+    x, keys = X_WORDS.get(p.get("x"), p.get("x")), KEYS_WORDS.get(p.get("keys"), p.get("keys"))
+    return f"{p.get('model')}; x = {x}, keys = {keys}"
 
 
 def _weighted_frac(rows: list[dict], key: str, weight: str = "n_rows") -> tuple[float, float]:

@@ -14,6 +14,7 @@ import numpy as np
 from attnlab.core.models import weights_label
 from attnlab.core.result import Result
 from attnlab.core.style import literal
+from attnlab.core.text import text_title
 from attnlab.core.util import figure_row
 from attnlab.normalization.claim_kinds import threshold
 from attnlab.normalization.paper import CRITICAL_FRAC, SEPARABILITY_BAND
@@ -25,15 +26,34 @@ def _figure(ncols: int = 1, width: float = 5.0, height: float = 3.8):
     return figure_row(ncols, width, height)
 
 
+#: the vectors x and the keys of a run, as a reader reads them in a title (the provenance keeps "v", "visible", ...)
+X_WORDS = {"v": "value vectors", "hidden": "layer inputs (hidden states)"}
+KEYS_WORDS = {"visible": "visible ones", "all": "all (masked ones at zero weight)"}
+
+
+def _window_words(p: dict) -> str:
+    """Which tokens of the text were read: "first 1024 tokens", "1024 tokens from token 5000", "4 windows of 512
+    tokens" ('' when the provenance does not say)."""
+    size, count, offsets = p.get("window_tokens"), p.get("n_windows") or 1, p.get("window_offsets")
+    if not size:
+        return ""
+    if count > 1:
+        return f"{count} windows of {size} tokens"
+    offset = offsets[0] if isinstance(offsets, (list, tuple)) and offsets else offsets
+    return f"first {size} tokens" if not offset else f"{size} tokens from token {offset}"
+
+
 def title(result: Result, what: str) -> str:
-    """'<what>' + model, text and protocol from the provenance."""
+    """'<what>' + model, text and protocol from the provenance, in a reader's words: "smollm2 (4-bit weights) on
+    War and Peace, first 1024 tokens; x = value vectors, keys = visible ones" (no ids, no parameter names)."""
     p = result.provenance
-    text = p.get("text") or "text"
-    sha = (p.get("text_sha256") or "")[:8]
-    extra = f", x={p.get('x')}, keys={p.get('keys')}" if p.get("x") else ""
+    where = text_title(p.get("text") or "a text")
+    words = _window_words(p)
+    where += f", {words}" if words else ""
+    extra = f"; x = {X_WORDS.get(p['x'], p['x'])}, keys = {KEYS_WORDS.get(p.get('keys'), p.get('keys'))}" \
+        if p.get("x") else ""
     quick = ", quick grid" if p.get("quick") else ""
     weights = weights_label(p.get("model_info"))
-    where = f"{text} ({sha})" if sha else text
     return f"{what}\n" + literal(f"{p.get('model', '?')}{weights} on {where}{extra}{quick}")
 
 

@@ -7,6 +7,7 @@ from typing import Optional
 import numpy as np
 
 from attnlab.core.result import Result
+from attnlab.core.text import text_title
 from attnlab.core.util import figure_row
 from attnlab.sample_complexity.theory import beta_reference
 
@@ -40,9 +41,22 @@ def _curve(ax, pts: list[dict], fit: Optional[dict], color, label: str) -> None:
         ax.plot(n, np.exp(fit["intercept"]) * n ** fit["slope"], "--", color=color, lw=1)
 
 
+#: a preset and a device as a reader reads them in a title
+PRESET_WORDS = {"default": "default grid", "quick": "quick grid", "paper": "the paper's grid"}
+DEVICE_WORDS = {"cpu": "CPU", "cuda": "GPU", "mps": "Apple GPU"}
+
+
 def _title(result: Result, what: str) -> str:
+    """'<what>' + the run in a reader's words: "(default grid, 24 draws per point, CPU)" (no experiment ids or
+    parameter names: the provenance keeps them)."""
     p = result.provenance
-    return f"{what}\n({p.get('experiment')}, preset {p.get('preset', '-')}, k={p.get('k')}, {p.get('device', 'cpu')})"
+    preset = p.get("preset")
+    parts = [PRESET_WORDS.get(preset, f"{preset} grid")] if preset else []
+    if p.get("k"):
+        parts.append(f"{p['k']} draws per point")
+    device = str(p.get("device") or "cpu")
+    parts.append(DEVICE_WORDS.get(device.split(":")[0], device))
+    return f"{what}\n({', '.join(parts)})"
 
 
 def _beta_panel(ax, fits: list[dict], hkey: str = "horizon") -> None:
@@ -181,7 +195,7 @@ def plot_real_encoder(result: Result, horizon_key: str = "horizon"):
     fig.suptitle(
         _title(
             result,
-            f"{p.get('model')} on {p.get('text', 'text')} ({p.get('window_tokens')} tokens), "
+            f"{p.get('model')} on {text_title(p.get('text') or 'a text')} ({p.get('window_tokens')} tokens), "
             "i.i.d. subsamples with replacement",
         ),
         fontsize=9,

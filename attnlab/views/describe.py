@@ -10,6 +10,7 @@ import numpy as np
 
 from attnlab.core.models import weights_label
 from attnlab.core.result import Result
+from attnlab.core.text import text_title
 from attnlab.normalization.claim_kinds import threshold
 from attnlab.normalization.paper import SEPARABILITY_BAND
 from attnlab.normalization.plots import aggregate_curve
@@ -17,7 +18,7 @@ from attnlab.normalization.plots import aggregate_curve
 
 def _who(result: Result) -> str:
     p = result.provenance
-    return f"{p.get('model', '?')}{weights_label(p.get('model_info'))} on {p.get('text') or 'text'}"
+    return f"{p.get('model', '?')}{weights_label(p.get('model_info'))} on {text_title(p.get('text') or 'a text')}"
 
 
 def _ends(result: Result, key: str, by: str, **where) -> tuple[float, float, float, float]:

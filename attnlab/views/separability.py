@@ -231,9 +231,10 @@ def relation_at(res: Result, N: Optional[int] = None) -> dict:
 def provenance_line(res: Result) -> str:
     """'smollm2, War and Peace, first 1024 tokens (L = 1024), N_s/N of values on the unit sphere, strict radius'."""
     from attnlab.core.models import weights_label
+    from attnlab.core.text import text_title
 
     p = res.provenance
-    text = p.get("text") or "text"
+    text = text_title(p.get("text") or "a text")
     offsets = p.get("window_offsets")
     where = "first" if not offsets else f"from character {offsets} on, first"
     x = {"v": "value", "hidden": "layer-input"}.get(p.get("x"), str(p.get("x")))

@@ -65,15 +65,16 @@ def _p_values(scan_L: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def alpha_frame(scan: dict, alpha: float):
-    """Figure at level α: critical N against L (with α = 0.01 and 0.06 L), and every length's p-values against
-    N / L with its N* marked."""
+    """Figure at level α: critical N against L (with α = 0.01, unless α is 0.01, and 0.06 L), and every length's
+    p-values against N / L with its N* marked."""
     Ls = list(scan)
     H = scan[Ls[-1]][0]["n_heads"]
     crit01 = {L: s[0]["critical_n"] for L, s in scan.items()}
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(6.4, 2.7), layout="constrained")
     xs, frac = np.array(Ls, float), threshold("CRITICAL_FRAC")
     a1.plot(xs, frac * xs, "k--", lw=1, label=f"{frac:g} L (paper)")
-    a1.plot(Ls, [crit01[L] for L in Ls], "o-", color="0.7", ms=3, label="α = 0.01")
+    if not np.isclose(alpha, 0.01):          # at 0.01 the level's own curve is this one: one legend entry, not two
+        a1.plot(Ls, [crit01[L] for L in Ls], "o-", color="0.7", ms=3, label="α = 0.01")
     ys = [critical(scan[L], alpha) for L in Ls]
     a1.plot(Ls, [y if y > 0 else np.nan for y in ys], "o-", color="tab:green", ms=4, label=f"α = {alpha:g}")
     a1.set(xscale="log", yscale="log", xlabel="L", ylabel="critical N")
