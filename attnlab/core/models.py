@@ -221,9 +221,10 @@ class AttnModel:
         tensors = cap.stack_records(st, layer_list, sorted(keep))
         st.records, st.buffers = {}, {}
         scaling = float(getattr(self._modules[0], "scaling", self.d_head ** -0.5))
+        kinds = [self.layer_kinds[l] for l in layer_list]
         return Trace(model_name=self.name, token_ids=ids.cpu(), layers=layer_list, heads=head_list,
                      causal=self.causal, scaling=scaling, text_sha256=text_sha256,
-                     meta={"model_source": self.source}, **tensors)
+                     meta={"model_source": self.source}, kinds=None if cap.all_full(kinds) else kinds, **tensors)
 
     def layer_outputs(self, ids) -> cap.LayerOutputs:
         """What every layer block returns in a native forward pass of ids [token] or [batch, token]: pass it
