@@ -263,3 +263,38 @@ def test_paper1_figures_refuse_a_model_with_sliding_layers():
         fig1(model, ids, quick=True, progress=False)
     with pytest.raises(ValueError, match=want):
         run_figures(model, ids, quick=True, progress=False)
+
+
+# --------------------------------------------------------------------------- BOS first (the model table's `bos`)
+
+def test_only_gemma3_windows_start_with_bos(tiny, war_and_peace):
+    """The table's `bos` is gemma3's only; other models' windows and identities are what they were."""
+    from attnlab.core.text import window
+
+    assert [e.name for e in model_table.MODELS if e.bos] == ["gemma3"]
+    assert tiny.bos is False and "model_bos" not in tiny.provenance()
+    text = war_and_peace.text
+    assert torch.equal(tiny.window(text, 16, 3), window(tiny.tokenizer, text, 16, 3))
+    with_bos = window(tiny.tokenizer, text, 16, 3, bos=True)
+    assert int(with_bos[0]) == tiny.tokenizer.bos_token_id and torch.equal(with_bos[1:], window(tiny.tokenizer,
+                                                                                                    text, 15, 3))
+
+
+def test_minilm_window_is_unchanged(minilm, war_and_peace):
+    from attnlab.core.text import window
+
+    assert minilm.bos is False
+    assert torch.equal(minilm.window(war_and_peace.text, 16), window(minilm.tokenizer, war_and_peace.text, 16,
+                                                                      special_tokens=True))
+
+
+@needs_gemma3
+def test_gemma3_windows_start_with_bos(gemma3, war_and_peace):
+    from attnlab.core.text import window
+
+    ids = gemma3.window(war_and_peace.text, 32)
+    assert gemma3.bos is True and gemma3.provenance()["model_bos"] is True
+    assert ids.numel() == 32 and int(ids[0]) == gemma3.tokenizer.bos_token_id
+    assert torch.equal(ids[1:], window(gemma3.tokenizer, war_and_peace.text, 31))
+    with pytest.raises(ValueError, match="already start with the BOS token"):
+        layer_kind_rows(gemma3, ids, lengths=(8, 16), bos=True)

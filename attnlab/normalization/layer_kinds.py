@@ -45,6 +45,9 @@ def layer_kind_rows(model, ids, lengths: Sequence[int] = (256, 1024, 4096), prog
         raise ValueError(f"{model.name} is not causal: layer kinds are measured on causal models (prefix rows)")
     lengths = sorted({int(L) for L in lengths})
     ids = torch.as_tensor(ids).long()
+    if bos and ids.numel() and int(ids[0]) == model.tokenizer.bos_token_id:
+        raise ValueError("bos: ids already start with the BOS token (`AttnModel.window` puts it first where the model "
+                         "table says bos)")
     if bos:
         ids = torch.cat([torch.tensor([model.tokenizer.bos_token_id]), ids])
     ids = ids[: lengths[-1]]
