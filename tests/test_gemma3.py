@@ -265,6 +265,25 @@ def test_paper1_figures_refuse_a_model_with_sliding_layers():
         run_figures(model, ids, quick=True, progress=False)
 
 
+def test_tools_refuse_a_model_with_sliding_layers():
+    """diagnose, the normalizer comparison, the sink shares and claims, paper 1's readings: one clear line each."""
+    from attnlab.normalization.readings.runs import capture_window
+    from attnlab.tools.compare import compare_normalizers
+    from attnlab.tools.diagnose import diagnose
+    from attnlab.tools.sinks import sink_claims, sink_shares
+
+    model = tiny_gemma3()
+    ids = torch.randint(3, 256, (32,), generator=torch.Generator().manual_seed(6))
+    text = " ".join(["word"] * 200)
+    calls = [lambda: diagnose(model, text, lengths=[16], progress=False),
+             lambda: compare_normalizers(model, text, quick=True, progress=False),
+             lambda: sink_shares(model, ids, lengths=[16]), lambda: sink_claims(model, ids, lengths=[16]),
+             lambda: capture_window(model, ids, False, 16, {"probs"})]
+    for call in calls:
+        with pytest.raises(ValueError, match=r"tiny-gemma3 has sliding-window layers \(sliding 8 on 2 of 3"):
+            call()
+
+
 # --------------------------------------------------------------------------- BOS first (the model table's `bos`)
 
 def test_only_gemma3_windows_start_with_bos(tiny, war_and_peace):

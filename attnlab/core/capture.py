@@ -66,7 +66,8 @@ class Trace:
             return visible_mask(n, self.causal, *kinds[layer] if self.kinds else ("full", None))
         if len(set(map(tuple, kinds))) > 1:
             raise ValueError(f"{self.model_name}: this trace's layers see different keys ({layer_kinds_text(kinds)}): "
-                             "pass layer= to visible(), or capture layers of one kind; refusing one mask for all")
+                             "one [query, key] mask would count keys outside a sliding window; pass layer= to "
+                             "visible() (or use visible_layers()), or capture layers of one kind")
         return visible_mask(n, self.causal, *kinds[0])
 
     def visible_layers(self, length: Optional[int] = None) -> torch.Tensor:
