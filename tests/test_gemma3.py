@@ -216,6 +216,8 @@ def test_all_full_traces_keep_todays_masks(tiny):
     assert torch.equal(trace.visible(), torch.tril(torch.ones(9, 9, dtype=torch.bool)))
     assert torch.equal(trace.visible(5), torch.tril(torch.ones(5, 5, dtype=torch.bool)))
     assert torch.equal(trace.visible(layer=1), trace.visible())
+    with pytest.raises(IndexError):
+        trace.visible(layer=tiny.n_layers)
 
 
 def test_visible_mask_refuses_what_it_does_not_know():

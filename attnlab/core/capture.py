@@ -63,7 +63,9 @@ class Trace:
         n = self.n_tokens if length is None else length
         kinds = self.kinds or [("full", None)]
         if layer is not None:
-            return visible_mask(n, self.causal, *kinds[layer] if self.kinds else ("full", None))
+            if not -len(self.layers) <= layer < len(self.layers):
+                raise IndexError(f"layer {layer} is outside this trace's {len(self.layers)} layers (a position)")
+            return visible_mask(n, self.causal, *(self.kinds[layer] if self.kinds else ("full", None)))
         if len(set(map(tuple, kinds))) > 1:
             raise ValueError(f"{self.model_name}: this trace's layers see different keys ({layer_kinds_text(kinds)}): "
                              "one [query, key] mask would count keys outside a sliding window; pass layer= to "
