@@ -319,3 +319,15 @@ def test_gemma3_windows_start_with_bos(gemma3, war_and_peace):
     assert torch.equal(ids[1:], window(gemma3.tokenizer, war_and_peace.text, 31))
     with pytest.raises(ValueError, match="already start with the BOS token"):
         layer_kind_rows(gemma3, ids, lengths=(8, 16), bos=True)
+
+
+def test_capture_cli_window_holds_the_bos_token_and_every_text_token(tiny, monkeypatch):
+    """`attnlab capture`'s window of a short text under `bos`: BOS, then all of the text's tokens (one position
+    more than without it)."""
+    from attnlab.cli.capture import text_ids
+
+    text = "It was the best of times, it was the worst of times."
+    plain = text_ids(tiny, text, 512)
+    monkeypatch.setattr(tiny, "bos", True)
+    ids = text_ids(tiny, text, 512)
+    assert int(ids[0]) == tiny.tokenizer.bos_token_id and torch.equal(ids[1:], plain)
