@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from attnlab.core.cache import cached, model_key
+from attnlab.core.capture import refuse_sliding
 from attnlab.core.result import Result
 from attnlab.core.util import progress as progress_bar
 from attnlab.core.verdicts import holds_le
@@ -190,6 +191,7 @@ def pooled_critical_n(model: str, windows: Sequence[TextWindow], lengths: Sequen
 
     inputs = window_inputs(model, device, windows, max_length)
     m = inputs[0].model
+    refuse_sliding(m, "paper 1's pooled KS test")
     full = ([m.capture(inp.ids(), keep=("probs", "v")) for inp in progress_bar(inputs, progress, "pooled KS")]
             if m.causal else None)                  # causal: one pass per window, shorter L are exact prefixes
     rows = []
@@ -370,6 +372,7 @@ def fig4_without_repeats(inp: Workspace) -> Result:
     from attnlab.normalization.paper import EPSILONS
 
     m, ids = inp.model, inp.ids()
+    refuse_sliding(m, "Fig. 4's rows")
     skip = 0 if m.causal else 1
     run = leading_run(ids, skip)
     trace = m.capture(ids, keep=("scores",))

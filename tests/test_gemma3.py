@@ -181,3 +181,153 @@ def test_info_on_gemma3_names_the_gemma_terms_its_layers_and_both_perplexities(g
     assert len(lines) == 2 and "WikiText-2 test split" in lines[0] and "War and Peace" in lines[1]
     # no BOS token (the windows' rule): 57 and 108 measured on these 300 tokens; a broken model is near 262,144
     assert all(1 < float(line.split()[1]) < 500 for line in lines)
+
+
+# --------------------------------------------------------------------------- visibility per layer kind
+
+def test_visible_mask_per_layer_is_where_eager_weights_are_nonzero():
+    """Trace.visible(layer=i): keys t - window < s <= t in a sliding layer (transformers' kv > q - window), every
+    key s <= t in a full one; exactly where eager attention's probabilities are not 0, in every head."""
+    model = tiny_gemma3()
+    n = 3 * WINDOW
+    ids = torch.randint(3, 256, (n,), generator=torch.Generator().manual_seed(3))
+    trace = model.capture(ids, keep=("probs",))
+    assert trace.kinds == [("sliding", WINDOW), ("sliding", WINDOW), ("full", None)]
+    ref = eager_attentions(model, ids)
+    for i, layer in enumerate(trace.layers):
+        vis = trace.visible(layer=i)
+        assert vis.dtype == torch.bool and vis.shape == (n, n)
+        assert torch.equal(ref[layer] != 0, vis.expand_as(ref[layer])), f"layer {layer}"
+        assert torch.equal(trace.prefix(WINDOW + 3).visible(layer=i), vis[:WINDOW + 3, :WINDOW + 3])
+    assert bool(trace.visible(layer=0)[WINDOW, 1]) and not bool(trace.visible(layer=0)[WINDOW, 0])
+    assert torch.equal(trace.visible_layers(), torch.stack([trace.visible(layer=i) for i in range(3)])[:, None])
+    with pytest.raises(ValueError, match=r"see different keys \(sliding 8 on 2 of 3, full on 1 of 3\)"):
+        trace.visible()                                   # no one mask for layers of two kinds
+    one = model.capture(ids, keep=("probs",), layers=[1])
+    assert torch.equal(one.visible(), trace.visible(layer=1))
+    assert model.capture(ids, keep=("probs",), layers=[2]).kinds is None        # a full layer: as every model's
+    assert trace.provenance()["layer_kinds"] == [["sliding", WINDOW], ["sliding", WINDOW], ["full", None]]
+
+
+def test_all_full_traces_keep_todays_masks(tiny):
+    """Models whose layers are all full: no kinds on the trace, the same bool lower triangle as before."""
+    trace = tiny.capture(torch.arange(3, 12), keep=("probs",))
+    assert trace.kinds is None and "layer_kinds" not in trace.provenance()
+    assert torch.equal(trace.visible(), torch.tril(torch.ones(9, 9, dtype=torch.bool)))
+    assert torch.equal(trace.visible(5), torch.tril(torch.ones(5, 5, dtype=torch.bool)))
+    assert torch.equal(trace.visible(layer=1), trace.visible())
+    with pytest.raises(IndexError):
+        trace.visible(layer=tiny.n_layers)
+
+
+def test_visible_mask_refuses_what_it_does_not_know():
+    from attnlab.core.capture import visible_mask
+
+    with pytest.raises(ValueError, match="'chunked'"):
+        visible_mask(4, True, "chunked", None)
+    with pytest.raises(ValueError, match="bidirectional"):
+        visible_mask(4, False, "sliding", 2)
+
+
+def test_row_metrics_on_a_sliding_layer_count_only_the_window():
+    """Fig. 1's per-row quantities on a sliding layer's own mask: the row length is min(t + 1, window), the minimum
+    weight is over the window's keys (not the 0 weights outside it), entropy / log L_t; the oracle agrees."""
+    from attnlab.normalization import oracle
+    from attnlab.normalization.metrics.rows import row_summary
+
+    model = tiny_gemma3()
+    n = 3 * WINDOW
+    ids = torch.randint(3, 256, (n,), generator=torch.Generator().manual_seed(4))
+    trace = model.capture(ids, keep=("probs", "scores", "q", "k"), layers=[0])
+    vis = trace.visible()
+    st = row_summary(trace.scores, trace.probs, trace.q, trace.k, trace.scaling, vis)
+    assert torch.equal(st["L"][0, 0], visible_keys(n, WINDOW))
+    p = trace.probs[0].double()                                                  # [head, query, key]
+    min_w = p.masked_fill(~vis, float("inf")).amin(-1)
+    assert bool(min_w.gt(0).all())
+    assert torch.allclose(st["log_min_w"][0], min_w.log(), rtol=0, atol=1e-5)
+    ent = -(p * p.clamp_min(1e-300).log()).sum(-1)
+    norm = ent[:, 1:] / visible_keys(n, WINDOW)[1:].log()
+    assert torch.allclose(st["entropy_norm"][0][:, 1:], norm, rtol=0, atol=1e-5)
+    ref = oracle.row_summary(trace.scores, trace.probs, trace.q, trace.k, trace.scaling, vis)
+    for name in ("L", "log_min_w", "entropy_norm", "cor1_lo", "cor1_hi"):
+        assert torch.allclose(st[name], torch.as_tensor(ref[name]).to(st[name]), rtol=1e-6, atol=1e-9,
+                              equal_nan=True), name
+
+
+def test_paper1_figures_refuse_a_model_with_sliding_layers():
+    from attnlab.normalization.experiments import fig1, run_figures
+
+    model = tiny_gemma3()
+    ids = torch.randint(3, 256, (32,), generator=torch.Generator().manual_seed(5))
+    want = r"tiny-gemma3 has sliding-window layers \(sliding 8 on 2 of 3, full on 1 of 3\); paper 1's figures assume"
+    with pytest.raises(ValueError, match=want):
+        fig1(model, ids, quick=True, progress=False)
+    with pytest.raises(ValueError, match=want):
+        run_figures(model, ids, quick=True, progress=False)
+
+
+def test_tools_refuse_a_model_with_sliding_layers():
+    """diagnose, the normalizer comparison, the sink shares and claims, paper 1's readings: one clear line each."""
+    from attnlab.normalization.readings.runs import capture_window
+    from attnlab.tools.compare import compare_normalizers
+    from attnlab.tools.diagnose import diagnose
+    from attnlab.tools.sinks import sink_claims, sink_shares
+
+    model = tiny_gemma3()
+    ids = torch.randint(3, 256, (32,), generator=torch.Generator().manual_seed(6))
+    text = " ".join(["word"] * 200)
+    calls = [lambda: diagnose(model, text, lengths=[16], progress=False),
+             lambda: compare_normalizers(model, text, quick=True, progress=False),
+             lambda: sink_shares(model, ids, lengths=[16]), lambda: sink_claims(model, ids, lengths=[16]),
+             lambda: capture_window(model, ids, False, 16, {"probs"})]
+    for call in calls:
+        with pytest.raises(ValueError, match=r"tiny-gemma3 has sliding-window layers \(sliding 8 on 2 of 3"):
+            call()
+
+
+# --------------------------------------------------------------------------- BOS first (the model table's `bos`)
+
+def test_only_gemma3_windows_start_with_bos(tiny, war_and_peace):
+    """The table's `bos` is gemma3's only; other models' windows and identities are what they were."""
+    from attnlab.core.text import window
+
+    assert [e.name for e in model_table.MODELS if e.bos] == ["gemma3"]
+    assert tiny.bos is False and "model_bos" not in tiny.provenance()
+    text = war_and_peace.text
+    assert torch.equal(tiny.window(text, 16, 3), window(tiny.tokenizer, text, 16, 3))
+    with_bos = window(tiny.tokenizer, text, 16, 3, bos=True)
+    assert int(with_bos[0]) == tiny.tokenizer.bos_token_id and torch.equal(with_bos[1:], window(tiny.tokenizer,
+                                                                                                    text, 15, 3))
+
+
+def test_minilm_window_is_unchanged(minilm, war_and_peace):
+    from attnlab.core.text import window
+
+    assert minilm.bos is False
+    assert torch.equal(minilm.window(war_and_peace.text, 16), window(minilm.tokenizer, war_and_peace.text, 16,
+                                                                      special_tokens=True))
+
+
+@needs_gemma3
+def test_gemma3_windows_start_with_bos(gemma3, war_and_peace):
+    from attnlab.core.text import window
+
+    ids = gemma3.window(war_and_peace.text, 32)
+    assert gemma3.bos is True and gemma3.provenance()["model_bos"] is True
+    assert ids.numel() == 32 and int(ids[0]) == gemma3.tokenizer.bos_token_id
+    assert torch.equal(ids[1:], window(gemma3.tokenizer, war_and_peace.text, 31))
+    with pytest.raises(ValueError, match="already start with the BOS token"):
+        layer_kind_rows(gemma3, ids, lengths=(8, 16), bos=True)
+
+
+def test_capture_cli_window_holds_the_bos_token_and_every_text_token(tiny, monkeypatch):
+    """`attnlab capture`'s window of a short text under `bos`: BOS, then all of the text's tokens (one position
+    more than without it)."""
+    from attnlab.cli.capture import text_ids
+
+    text = "It was the best of times, it was the worst of times."
+    plain = text_ids(tiny, text, 512)
+    monkeypatch.setattr(tiny, "bos", True)
+    ids = text_ids(tiny, text, 512)
+    assert int(ids[0]) == tiny.tokenizer.bos_token_id and torch.equal(ids[1:], plain)

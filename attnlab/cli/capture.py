@@ -26,11 +26,12 @@ def add_cli(sub) -> None:
 
 def text_ids(model, text: str, max_length: int):
     """The window of `text` that `model` reads: its first min(max_length, positions, the text's tokens) tokens
-    (encoders: [CLS] ... [SEP] around them, as `core.text.window`)."""
+    (encoders: [CLS] ... [SEP] around them; the model table's `bos`: BOS before them; as `core.text.window`)."""
     if max_length < 2:
         raise ValueError(f"--max-length must be at least 2, got {max_length}")
     special = not model.causal and getattr(model.tokenizer, "cls_token_id", None) is not None
-    n = len(model.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]) + (2 if special else 0)
+    extra = 2 if special else 1 if getattr(model, "bos", False) else 0
+    n = len(model.tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]) + extra
     length = min(max_length, model.max_positions, n)
     if length < 2:
         raise ValueError(f"the text holds {n} token(s) for {model.name}: pass a text of at least 2 tokens")

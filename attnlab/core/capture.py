@@ -32,6 +32,8 @@ class Trace:
                sinks (gpt-oss: one learned logit per head in the softmax's denominator) rows sum to less than 1
     hidden:    [layer, token, d_model]        input of each attention block (GPT-2: after ln_1)
     layers / heads: the model's layer and head index for each entry of the first two axes.
+    kinds: (kind, window) of each entry of the layer axis (`models.layer_kinds`) where a layer is not "full"
+           (Gemma 3's sliding-window layers); None: every layer full, the causal or bidirectional mask.
     """
 
     model_name: str
@@ -48,21 +50,37 @@ class Trace:
     probs: Optional[torch.Tensor] = None
     hidden: Optional[torch.Tensor] = None
     meta: dict = field(default_factory=dict)
+    kinds: Optional[list] = None
 
     @property
     def n_tokens(self) -> int:
         return int(self.token_ids.shape[-1])
 
-    def visible(self, length: Optional[int] = None) -> torch.Tensor:
-        """bool [query, key]: which keys each query row sees (lower triangle when causal)."""
+    def visible(self, length: Optional[int] = None, layer: Optional[int] = None) -> torch.Tensor:
+        """bool [query, key]: which keys each query row sees (`visible_mask`: the lower triangle when causal, only the
+        last `window` keys in a sliding-window layer). layer: a position on the layer axis; None: the mask every
+        layer of the trace shares, a ValueError where its layers see different keys (`visible_layers`)."""
         n = self.n_tokens if length is None else length
-        full = torch.ones(n, n, dtype=torch.bool)
-        return torch.tril(full) if self.causal else full
+        kinds = self.kinds or [("full", None)]
+        if layer is not None:
+            if not -len(self.layers) <= layer < len(self.layers):
+                raise IndexError(f"layer {layer} is outside this trace's {len(self.layers)} layers (a position)")
+            return visible_mask(n, self.causal, *(self.kinds[layer] if self.kinds else ("full", None)))
+        if len(set(map(tuple, kinds))) > 1:
+            raise ValueError(f"{self.model_name}: this trace's layers see different keys ({layer_kinds_text(kinds)}): "
+                             "one [query, key] mask would count keys outside a sliding window; pass layer= to "
+                             "visible() (or use visible_layers()), or capture layers of one kind")
+        return visible_mask(n, self.causal, *kinds[0])
+
+    def visible_layers(self, length: Optional[int] = None) -> torch.Tensor:
+        """bool [layer, 1, query, key]: `visible` of each entry of the layer axis (broadcasts over the heads)."""
+        return torch.stack([self.visible(length, layer=i) for i in range(len(self.layers))]).unsqueeze(1)
 
     def prefix(self, length: int) -> "Trace":
         """The trace of the first `length` tokens. Exact for causal models only (row t sees keys <= t)."""
         if not self.causal:
             raise ValueError("prefix() is exact only for causal models; run one pass per length instead")
+        # (sliding-window layers too: row t sees keys t - window < s <= t at every length)
         if not 1 <= length <= self.n_tokens:
             raise ValueError(f"length must be in [1, {self.n_tokens}], got {length}")
         cut = {}
@@ -73,13 +91,51 @@ class Trace:
             t = getattr(self, name)
             cut[name] = None if t is None else t[..., :length, :length]
         return Trace(self.model_name, self.token_ids[:length], self.layers, self.heads, self.causal,
-                     self.scaling, self.text_sha256, meta=dict(self.meta, prefix_of=self.n_tokens), **cut)
+                     self.scaling, self.text_sha256, meta=dict(self.meta, prefix_of=self.n_tokens), kinds=self.kinds,
+                     **cut)
 
     def provenance(self) -> dict:
         """What produced this trace, for a Result's provenance."""
         return {"model": self.model_name, "n_tokens": self.n_tokens, "causal": self.causal,
                 "scaling": self.scaling, "text_sha256": self.text_sha256, "layers": self.layers,
-                "heads": self.heads, **self.meta}
+                "heads": self.heads, **self.meta,
+                **({"layer_kinds": [list(k) for k in self.kinds]} if self.kinds else {})}
+
+
+def visible_mask(n: int, causal: bool, kind: str = "full", window: Optional[int] = None) -> torch.Tensor:
+    """bool [query, key] of n tokens: every key (bidirectional), keys s <= t (causal), and in a causal "sliding" layer
+    only the last `window` of them, t - window < s <= t (transformers' `sliding_window_overlay`: kv > q - window).
+    The one place for this fact. Other kinds (chunked) and bidirectional windows are refused (ValueError)."""
+    full = torch.ones(n, n, dtype=torch.bool)
+    if kind == "full":
+        return torch.tril(full) if causal else full
+    if kind == "sliding" and causal and window is not None:
+        return torch.tril(full) & torch.triu(full, diagonal=1 - int(window))
+    raise ValueError(f"no visibility mask for a {'causal' if causal else 'bidirectional'} {kind!r} layer "
+                     f"(window {window}): attnlab knows full layers and causal sliding-window layers only")
+
+
+def all_full(kinds) -> bool:
+    """Whether every (kind, window) of `kinds` (`layer_kinds`) is a full layer: every earlier key visible (causal)."""
+    return all(kind == "full" for kind, _ in kinds)
+
+
+def refuse_sliding(model, what: str) -> None:
+    """ValueError, one line, where `model` has layers that do not see every earlier key (`layer_kinds`): `what`
+    assumes they all do (paper 1's figures: the row lengths L_t = t + 1, the uniform weight 1 / L)."""
+    kinds = getattr(model, "layer_kinds", None) or ()
+    if not all_full(kinds):
+        raise ValueError(f"{model.name} has sliding-window layers ({layer_kinds_text(kinds)}); {what} assume every "
+                         "earlier key is visible: use the layer-kind measurements (attnlab.normalization.layer_kinds) "
+                         "or a model whose layers are all full")
+
+
+def layer_kinds_text(kinds) -> str:
+    """"sliding 512 on 15 of 18, full on 3 of 18" for kinds [(kind, window)] (`models.layer_kinds`)."""
+    counts: dict = {}
+    for kind, window in kinds:
+        counts[(kind, window)] = counts.get((kind, window), 0) + 1
+    return ", ".join(f"{k}{'' if w is None else f' {w}'} on {c} of {len(kinds)}" for (k, w), c in counts.items())
 
 
 # --------------------------------------------------------------------------- the capturing mechanism

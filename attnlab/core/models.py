@@ -97,7 +97,7 @@ class AttnModel:
 
     def __init__(self, name: str, hf, tokenizer, *, source: str, weights_sha256: Optional[str] = None,
                  device: str = "cpu", random_weights: bool = False, note: Optional[str] = None,
-                 files: Optional[dict[str, str]] = None, checks: Sequence[str] = ()):
+                 files: Optional[dict[str, str]] = None, checks: Sequence[str] = (), bos: Optional[bool] = None):
         cap.register()
         self.stored_dtype = str(next(hf.parameters(), torch.empty(0)).dtype).replace("torch.", "")
         if self.stored_dtype in ("float16", "bfloat16"):       # computed in float32: the kernels and the
@@ -124,6 +124,8 @@ class AttnModel:
         self.max_positions = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
                                  or 10**9)
         self.layer_kinds = layer_kinds(cfg, self.n_layers)     # (kind, window) per layer: "sliding" / "full"
+        table = model_table.entry(name)                        # bos None: the table's (False for a model not in it)
+        self.bos = bool(table.bos if bos is None and table is not None else bos)   # `window`: BOS first
         self.files = dict(files or {})
         if tokenizer is None:                 # token ids only (a model built in code): nothing to check
             self.checks, self.tokenizer_digest = [*checks, "no tokenizer: token ids only"], None
@@ -160,12 +162,13 @@ class AttnModel:
 
     # ------------------------------------------------------------ inputs
     def window(self, text: str, length: int, offset: int = 0) -> torch.Tensor:
-        """Token ids [length] of `text` from token `offset` (encoders: [CLS] ... [SEP] included)."""
+        """Token ids [length] of `text` from token `offset` (encoders: [CLS] ... [SEP] included; `bos`: the
+        tokenizer's BOS token first, then length - 1 text tokens)."""
         from attnlab.core.text import window
 
         self.check_length(length)
         special = not self.causal and getattr(self.tokenizer, "cls_token_id", None) is not None
-        return window(self.tokenizer, text, length, offset, special_tokens=special)
+        return window(self.tokenizer, text, length, offset, special_tokens=special, bos=self.bos)
 
     def check_length(self, length: int) -> None:
         if length > self.max_positions:
@@ -221,9 +224,10 @@ class AttnModel:
         tensors = cap.stack_records(st, layer_list, sorted(keep))
         st.records, st.buffers = {}, {}
         scaling = float(getattr(self._modules[0], "scaling", self.d_head ** -0.5))
+        kinds = [self.layer_kinds[l] for l in layer_list]
         return Trace(model_name=self.name, token_ids=ids.cpu(), layers=layer_list, heads=head_list,
                      causal=self.causal, scaling=scaling, text_sha256=text_sha256,
-                     meta={"model_source": self.source}, **tensors)
+                     meta={"model_source": self.source}, kinds=None if cap.all_full(kinds) else kinds, **tensors)
 
     def layer_outputs(self, ids) -> cap.LayerOutputs:
         """What every layer block returns in a native forward pass of ids [token] or [batch, token]: pass it
@@ -306,7 +310,7 @@ class AttnModel:
         if self._identity is None:
             weights = self.weights_sha256 or state_dict_sha256(self.hf)
             parts = {"weights": weights, "files": self.files, "config": self.config_digest,
-                     "tokenizer": self.tokenizer_digest}
+                     "tokenizer": self.tokenizer_digest, **({"bos": True} if self.bos else {})}   # (windows differ)
             self._identity = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
         return self._identity
 
@@ -316,7 +320,7 @@ class AttnModel:
                 "model_class": type(self.hf).__name__, "model_random_weights": self.random_weights,
                 "model_stored_dtype": self.stored_dtype,
                 "model_compute_dtype": str(next(self.hf.parameters()).dtype).replace("torch.", ""),
-                "model_note": self.note,
+                "model_note": self.note, **({"model_bos": True} if self.bos else {}),
                 "causal": self.causal, "n_layers": self.n_layers,
                 "n_heads": self.n_heads, "d_head": self.d_head, "max_positions": self.max_positions,
                 "device": str(self.device)}

@@ -217,11 +217,14 @@ def _corpus(spec: CorpusSpec, raw: bytes, source: str, strict: bool) -> Corpus:
     return Corpus(spec.name, _clean(spec, raw), digest, source, verified)
 
 
-def window(tokenizer, text: str, length: int, offset: int = 0, *, special_tokens: bool = False) -> torch.Tensor:
+def window(tokenizer, text: str, length: int, offset: int = 0, *, special_tokens: bool = False,
+           bos: bool = False) -> torch.Tensor:
     """Token ids [length]: `length` consecutive tokens of `text` starting at token `offset`.
 
-    With `special_tokens` (BERT-style encoders), the window is [CLS] + length-2 text tokens + [SEP].
-    Only a prefix of the text is tokenised (grown until long enough), so this is fast on a novel.
+    With `special_tokens` (BERT-style encoders), the window is [CLS] + length-2 text tokens + [SEP]. With `bos`
+    (`model_table`'s `bos`: Gemma 3), the tokenizer's BOS token + length-1 text tokens (a prefix of it is the window
+    of the shorter length). Only a prefix of the text is tokenised (grown until long enough), so this is fast on a
+    novel.
     """
     import torch
 
@@ -229,7 +232,9 @@ def window(tokenizer, text: str, length: int, offset: int = 0, *, special_tokens
         raise ValueError(f"need length >= 2 and offset >= 0, got length={length}, offset={offset}")
     if not text.strip():
         raise ValueError("the text is empty")
-    body = length - 2 if special_tokens else length
+    if bos and (special_tokens or getattr(tokenizer, "bos_token_id", None) is None):
+        raise ValueError("bos: a BOS token first needs a tokenizer with one, and no [CLS]/[SEP] window")
+    body = length - 2 if special_tokens else length - 1 if bos else length
     need = offset + body
     chars = max(4096, need * 8)
     while True:
@@ -242,6 +247,8 @@ def window(tokenizer, text: str, length: int, offset: int = 0, *, special_tokens
     ids = ids[offset:offset + body]
     if special_tokens:
         ids = [tokenizer.cls_token_id] + ids + [tokenizer.sep_token_id]
+    if bos:
+        ids = [tokenizer.bos_token_id] + ids
     return torch.tensor(ids, dtype=torch.long)
 
 

@@ -32,6 +32,7 @@ from typing import Callable, Iterable, Optional, Sequence
 import numpy as np
 import torch
 
+from attnlab.core.capture import refuse_sliding
 from attnlab.core.result import Result, provenance
 from attnlab.core.text import WINDOW_RULE, window_prefix
 from attnlab.core.util import progress as progress_bar
@@ -198,6 +199,7 @@ def by_length(cap: Captures, grid: Sequence[int], p: dict, table: Callable, prog
 
 
 def _captures(model, ids, fig: str, p: dict, captures) -> list[Captures]:
+    refuse_sliding(model, "paper 1's figures")
     need = trace_needs(fig, p)
     if captures is None:
         return [Captures(model, w, need) for w in as_windows(ids)]
@@ -663,6 +665,7 @@ def run_figures(model, ids, ids_list=None, *, quick: bool = False, progress: boo
     computed and its tensors freed before the next; the layers below a block are not computed again
     (`AttnModel.layer_outputs`). Same rows as one pass.
     """
+    refuse_sliding(model, "paper 1's figures")
     names = list(figures or PAPER_FIGURES)
     bad = set(names) - set(PAPER_FIGURES)
     if bad:

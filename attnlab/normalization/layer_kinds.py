@@ -12,6 +12,7 @@ from typing import Sequence
 
 import torch
 
+from attnlab.core.capture import visible_mask
 from attnlab.core.result import Result, provenance
 from attnlab.core.util import progress as progress_bar
 
@@ -19,9 +20,10 @@ KIND_STATS = ("max_weight", "first_weight", "max_rest", "support", "uniform")
 
 
 def visible_keys(n_rows: int, window) -> torch.Tensor:
-    """float64 [row]: the keys causal row t sees, itself included: t + 1, at most `window` (None: no window)."""
-    seen = torch.arange(1, n_rows + 1, dtype=torch.float64)
-    return seen if window is None else seen.clamp(max=int(window))
+    """float64 [row]: the keys causal row t sees, itself included (`capture.visible_mask`): t + 1, at most `window`
+    (None: no window)."""
+    kind = "full" if window is None else "sliding"
+    return visible_mask(n_rows, True, kind, window).sum(-1, dtype=torch.float64)
 
 
 def layer_row_stats(probs: torch.Tensor, window) -> dict[str, torch.Tensor]:
@@ -43,6 +45,9 @@ def layer_kind_rows(model, ids, lengths: Sequence[int] = (256, 1024, 4096), prog
         raise ValueError(f"{model.name} is not causal: layer kinds are measured on causal models (prefix rows)")
     lengths = sorted({int(L) for L in lengths})
     ids = torch.as_tensor(ids).long()
+    if bos and ids.numel() and int(ids[0]) == model.tokenizer.bos_token_id:
+        raise ValueError("bos: ids already start with the BOS token (`AttnModel.window` puts it first where the model "
+                         "table says bos)")
     if bos:
         ids = torch.cat([torch.tensor([model.tokenizer.bos_token_id]), ids])
     ids = ids[: lengths[-1]]

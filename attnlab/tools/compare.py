@@ -45,6 +45,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from attnlab.core.capture import refuse_sliding
 from attnlab.core.models import as_attn_model
 from attnlab.core.result import Result, provenance
 from attnlab.core.text import resolve_text
@@ -370,6 +371,7 @@ def compare_normalizers(model, text=None, *, lengths: Optional[Sequence[int]] = 
         lengths = lengths or (32, 64)
         n_windows, max_rows, jac_rows = 1, min(max_rows or 16, 16), min(jac_rows, 4)
     model = as_attn_model(model, device)
+    refuse_sliding(model, "the normalizer comparison's metrics")
     text, tprov = resolve_text(text)
     tprov = {**tprov, **(text_info or {})}
     grid = check_lengths(model, text, lengths, min_length=max(n_top, n_sep))

@@ -52,7 +52,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from attnlab.core.capture import Trace
+from attnlab.core.capture import Trace, refuse_sliding
 from attnlab.core.models import as_attn_model
 from attnlab.core.result import Result, provenance
 from attnlab.core.text import resolve_text
@@ -524,6 +524,7 @@ def diagnose(
     thr = (thresholds or Thresholds()).check()
     check_options(n_top=n_top, n_sep=n_sep, alpha=alpha, max_rows=max_rows, lengths=lengths)
     model = as_attn_model(model, device, tokenizer)
+    refuse_sliding(model, "diagnose's statistics")
     text, tprov = resolve_text(text)
     tprov = {**tprov, **(text_info or {})}
     grid = check_lengths(model, text, lengths, min_length=max(n_top, n_sep))

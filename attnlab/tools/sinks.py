@@ -31,6 +31,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from attnlab.core.capture import refuse_sliding
 from attnlab.core.result import Result, provenance
 from attnlab.core.text import WINDOW_RULE
 from attnlab.core.util import with_threads
@@ -159,6 +160,7 @@ def sink_shares(model, ids, *, lengths: Optional[Sequence[int]] = None, normaliz
 
     t0 = time.perf_counter()
     ids = torch.as_tensor(ids).long()
+    refuse_sliding(model, "the sink shares")
     grid = _lengths(model, ids, lengths)
     caps = Captures(model, ids, {"probs"})
     swap = model.normalizer(get_normalizer(normalizer)) if normalizer else contextlib.nullcontext()
@@ -201,6 +203,7 @@ def sink_claims(model, ids, *, fig3: Optional[Result] = None, lengths: Optional[
     ids = torch.as_tensor(ids).long()
     grid = _lengths(model, ids, lengths)
     Ts = list(temperatures or temperature_grid())
+    refuse_sliding(model, "the sink claims")
     caps = Captures(model, ids, {"probs", "v", "scores"})
     rows = []
     for L in grid:

@@ -24,6 +24,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from attnlab.core.capture import refuse_sliding
 from attnlab.core.result import Result, provenance
 from attnlab.core.util import progress as progress_bar
 from attnlab.core.util import with_threads
@@ -154,6 +155,7 @@ def thm1_readings(model, ids, *, quick: bool = False, progress: bool = True, cap
     pairs = check_pairs(pairs)
     if not 0 < float(alpha) < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    refuse_sliding(model, "paper 1's readings")
     keep = {"probs"} | R.needs(vectors)
     caps = [Captures(model, w, keep) for w in as_windows(ids)] if captures is None else list(captures)
     for c in caps:
