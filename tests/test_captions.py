@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from attnlab.core.result import Result
 
@@ -20,18 +19,6 @@ INTERNAL = {
     "parameter dump": re.compile(r"\b(?:x|keys)=\w|preset \w+, k=\d+|\b[a-z][a-z0-9]*_[a-z0-9_]+ = -?\d"),
     "template": re.compile(r"\{[A-Za-z_][A-Za-z0-9_]*\}|10\^log10_"),
 }
-#: Captions of the committed outputs that the code no longer writes (fixed in the package or in the cell's source):
-#: they go when these chapters are re-executed (`make book` refreshes the outputs). chapter -> old fragments.
-KNOWN_STALE = {
-    "01": [r"on war_and_peace \(aa4a454f\), x=v, keys=visible"],
-    "03": [r"10\^log10_α", r"log10_alpha = "],
-    "04": [r"on war_and_peace \(aa4a454f\)"],
-    "05": [r"on war_and_peace \(aa4a454f\)"],
-    "06": [r"on war_and_peace \(aa4a454f\)", r"x=v, keys=visible"],
-    "09": [r"preset default, k=\d+, cpu", r"log10_scale = "],
-    "10": [r"preset default, k=\d+, cpu"],
-}
-
 
 def internal(text: str) -> list[str]:
     """The kinds of internal text in `text` ([] when it reads as a reader's)."""
@@ -148,18 +135,12 @@ def _committed_captions() -> list[tuple[str, str, str]]:
 
 
 def test_the_committed_chapters_captions_hold_no_internal_ids():
-    """Every caption and alt text stored in book/*.ipynb reads as a reader's. Captions the code no longer writes
-    (KNOWN_STALE) are listed and skipped until the chapters are re-executed; any other internal id fails."""
+    """Every caption and alt text stored in book/*.ipynb reads as a reader's: none holds an internal id or an
+    unformatted template (the chapters' outputs as the last build refreshed them)."""
     found = _committed_captions()
     assert found, "no captions found in the committed chapters"
     bad = [(ch, kind, text) for ch, kind, text in found if internal(text)]
-    stale = [b for b in bad if any(re.search(p, b[2]) for p in KNOWN_STALE.get(b[0], []))]
-    new = [b for b in bad if b not in stale]
-    assert not new, f"{len(new)} captions hold internal ids, e.g. {new[:3]}"
-    if stale:
-        chapters = sorted({ch for ch, _, _ in stale})
-        pytest.skip(f"{len(stale)} captions in chapters {', '.join(chapters)} are stale (fixed in the code; the "
-                    f"outputs refresh when the book is re-executed), e.g. {stale[0][2][:120]!r}")
+    assert not bad, f"{len(bad)} captions hold internal ids, e.g. {bad[:3]}"
 
 
 def test_the_appendix_lists_each_gap_once_per_paper():
