@@ -5,7 +5,7 @@ cluster (`dask.distributed`, the optional extra `attnlab[cluster]`), into the on
   client's results store and data folder, so that a remote worker writes where the serial CLI and the book read.
 - A task is `results.fill` of one model on one window: it computes only what the store lacks (a Result already
   there is read, so a killed run resumes) and writes each Result atomically (a pair the reader checks by checksum:
-  nothing half-written is read). One model's tasks go to one worker where it can (`allow_other_workers`).
+  nothing half-written is read). Tasks are submitted one model's after another and not pinned (`_submit`).
 - Faults: a worker killed mid-task -> Dask runs the task again elsewhere (`retries`); a task that raises -> one line
   naming it, the others go on; Ctrl-C -> the futures are cancelled and the cluster closed (with the client).
 """
@@ -34,8 +34,11 @@ class Workspace(WorkerPlugin):
         self.env, self.loaded = dict(env), {}
 
     def setup(self, worker) -> None:
+        import torch
+
         os.environ.update(self.env)
         os.environ.setdefault("OMP_NUM_THREADS", "1")      # one thread a worker: workers are the parallelism
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))   # torch was imported before (this module's)
         self.loaded = {}
 
 
@@ -113,15 +116,12 @@ def compute(tasks: Sequence[Task], spec: str, *, progress: bool = True, retries:
 
 
 def _submit(client, tasks: Sequence[Task], retries: int) -> list:
-    """One future per task; model i's tasks preferably on worker i mod n (its model loaded once there)."""
-    workers = sorted(client.scheduler_info()["workers"])
-    models = list(dict.fromkeys(t.model for t in tasks))
-    futures = []
-    for i, t in enumerate(tasks):
-        home = [workers[models.index(t.model) % len(workers)]] if workers else None
-        futures.append(client.submit(run_on_worker, t, key=f"attnlab-{i}-{t.model}-{t.label}", workers=home,
-                                     allow_other_workers=True, retries=retries, pure=False))
-    return futures
+    """One future per task, in `tasks`' order (one model's after another, so a worker mostly meets the model it
+    loaded last). Not pinned to workers: pinning each model to one worker left a worker idle while the other
+    computed the dearer model's tasks (SmolLM2 and MiniLM on local:2: 205 s against 129 s serial, BENCHMARKS.md);
+    a worker loads each model at most once (its `Workspace`)."""
+    return [client.submit(run_on_worker, t, key=f"attnlab-{i}-{t.model}-{t.label}", retries=retries, pure=False,
+                          priority=-i) for i, t in enumerate(tasks)]
 
 
 def _gather(client, futures: list, tasks: Sequence[Task], progress: bool) -> list[dict]:
