@@ -5,6 +5,9 @@ the model and the text the caller has loaded complete the key (the model's name 
 checksum: `core.cache.model_key`) and are handed to the computation's recipe (`attnlab.recompute`), the same
 function `attnlab results verify` computes a stored Result again with. So a chapter says what it wants, never how
 it is computed, and what a chapter stores can always be verified.
+
+`plan` and `fill` are `attnlab results compute`'s tasks (a model on one window) and their work, shared by the serial
+path and the Dask cluster (`attnlab.cluster`).
 """
 from __future__ import annotations
 
