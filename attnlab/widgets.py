@@ -29,9 +29,11 @@ Two sliders (e.g. L and N): ``frames[i][j]`` is the frame for ``values1[i]``, ``
 
     frame_slider_2d([[draw(L, N) for N in Ns] for L in Ls], Ls, Ns, "L", "N")
 
-Keep pages light: frames are embedded in the page and in the notebook. At ``FRAME_DPI`` (100) a
-5 x 3 inch frame is 15-60 KB: use few values, a small figsize or ``dpi=``; a warning says when a slider
-passes ``FRAME_BUDGET``. Math in a slider description needs ``\(..\)``, not ``$..$``.
+Keep pages light: a slider's frames are stored in the notebook (the site serves each as a file, fetched
+when shown). At ``FRAME_DPI`` (100) a 5 x 3 inch frame is 15-60 KB: use few values, a small figsize or
+``dpi=``; a warning says when a slider's frames pass ``FRAME_BUDGET``. Each frame's phone version is drawn
+too (`render`): the build keeps it for the site, the committed chapter does not (below). Math in a
+slider description needs ``\(..\)``, not ``$..$``.
 
 Live slider: for readers running the notebook (Jupyter, Colab); on the static site it does not move,
 and says so. ``update_fn`` returns a Figure and must be cheap (recompute from a cached Trace, never a
@@ -47,7 +49,10 @@ small and deterministic (a verdict, a bound, a coarse rounding). ``make test`` c
 the outputs of its book build (scripts/check_outputs.py). Print model-specific numbers in unchecked cells.
 
 Committing: notebooks are committed WITH outputs (the checks compare against them) and must stay small
-(< 1 MB each). Refresh them with ``make notebooks`` (scripts/execute_notebooks.py, in place from
+(< 1 MB each: scripts/check_outputs.py MAX_BYTES, tests/test_committed_notebooks.py). They hold each figure
+once, its desktop PNG in the output's HTML: the phone versions and the image/png copy stay in the build
+(its execution cache, from which the site is made), and both ways of refreshing leave them out
+(scripts/check_outputs.py `stored`). Refresh them with ``make notebooks`` (scripts/execute_notebooks.py, in place from
 ``book/``); one chapter: ``python scripts/execute_notebooks.py book/NN_name.ipynb``. Then list the
 chapter in ``_toc.yml`` (``- file: book/NN_name``) or it is not built (the browser test fails).
 """
@@ -68,7 +73,8 @@ Frame = Union[bytes, "matplotlib.figure.Figure"]  # noqa: F821
 #: dpi used to render frames and figures: at 100 dpi a figure is shown at its own size on the page
 #: (1 inch = 100 px), so its text is as large as it was drawn (never scaled down by the browser).
 FRAME_DPI = 100
-#: warn when one slider's frames weigh more than this (bytes, before base64).
+#: warn when one slider's frames (at FRAME_DPI: what a committed chapter stores) weigh more than this (bytes,
+#: before base64).
 FRAME_BUDGET = 600_000
 #: CSS classes of the boxes on the page; the browser test finds kernel-free sliders by the first.
 KERNEL_FREE_CLASS = "attnlab-frames"
@@ -301,7 +307,7 @@ def _image(png: bytes) -> widgets.Image:
 
 
 def _check_budget(pngs: Sequence[bytes], description: str) -> None:
-    total = sum(len(p) + len(getattr(p, "phone", None) or b"") for p in pngs)
+    total = sum(len(p) for p in pngs)        # not the phone versions: the committed chapter leaves them out
     if total > FRAME_BUDGET:
         warnings.warn(
             f"slider {description!r}: {len(pngs)} frames weigh {total / 1e3:.0f} KB "
@@ -414,7 +420,7 @@ class SliderBox(widgets.VBox):
     """A VBox (the slider in Jupyter and Colab) that also offers ``text/html``, what the static site
     shows with no widget library: for kernel-free sliders the same slider in plain HTML, for live
     sliders the first figure and a note that it moves only with a running kernel; and ``image/png``
-    for GitHub, nbconvert and PDF builds."""
+    for the book's PDF build (the committed chapter keeps the HTML only: scripts/check_outputs.py `stored`)."""
 
     def __init__(self, children, fallback_png: bytes | None = None, html: str | None = None, **kwargs):
         super().__init__(children, **kwargs)
@@ -554,8 +560,10 @@ def time_updates(update_fn: Callable[..., Any], *args: Any, n: int = 5, what: st
 
 
 class StaticFigure:
-    """A PNG with alt text and a caption: ``image/png`` for Jupyter, print and GitHub; ``text/html`` (a
-    numbered figure: the <img> at its own size, or its phone version, and the caption) for the site."""
+    """A PNG with alt text and a caption: ``text/html`` (a numbered figure: the <img> at its own size, or its
+    phone version, and the caption) for the site, and for Jupyter, Colab and GitHub (the committed chapter keeps
+    it without the phone version and without the ``image/png``: scripts/check_outputs.py `stored`); ``image/png``
+    for print (the book's PDF build)."""
 
     def __init__(self, png: bytes, alt: str, caption: str = ""):
         self.data, self.alt, self.caption = png, alt, caption or alt

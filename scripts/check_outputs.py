@@ -5,9 +5,16 @@ open first must be what the build computes), so that a test run executes each ch
 Every code cell's outputs in the committed notebook (book/NAME.ipynb) must equal those of the executed copy
 the build wrote (_build/jupyter_execute/book/NAME.ipynb), cells matched by id, with nbval's rules: every
 output key and every mime type compared, except metadata, tracebacks, execution counts, stream names, images
-and widget model ids; consecutive stream outputs are merged (the build merges them, nbclient does not).
+and widget model ids; consecutive stream outputs are merged (the build merges them, nbclient does not); the
+figures' phone versions are not compared (`desktop_only`).
 What changes from run to run is masked: the values marked volatile where they are made
 (`attnlab.core.style.volatile`) and images inside HTML.
+
+A committed chapter holds each figure once, at its desktop size, in its HTML (what Jupyter, Colab and GitHub show):
+the phone versions attnlab.widgets draws (a <picture>'s <source>, a slider's "phone" frames) and the image/png
+copy of a figure its HTML holds stay in the build's executed copies and its execution cache, from which the site
+is made, and a refresh leaves them out (`stored`), so that a chapter opens quickly and stays under MAX_BYTES
+(tests/test_committed_notebooks.py).
 
 When the build ran another model than the one the committed chapter shows (`make test MODEL=minilm`), only
 its checked cells are compared: those whose first line is `# NBVAL_CHECK_OUTPUT` or that carry the tag
@@ -37,6 +44,14 @@ MASKS = (
     (re.compile(rf"(<span\b[^>]*\b{VOLATILE_ATTR}\b[^>]*>)[^<]*(</span>)"), r"\1…\2"),   # volatile marks
 )
 MODEL = re.compile(r'data-attnlab-model="([^"]*)"')                 # book.model_admonition's mark
+#: the most a committed chapter may weigh (bytes): a learner's Colab, Jupyter or GitHub opens it quickly
+MAX_BYTES = 1_000_000
+# attnlab.widgets._img_tag: a figure with a phone version is <picture><source (phone)><img (desktop)></picture>, its
+# <img> carrying the phone version's smallest text; widgets.slider_html lists a slider's phone frames as srcset
+# strings ("data:... 1.5x") in its JSON, where the desktop frames are bare data URIs.
+_PICTURE = re.compile(r'<picture><source media="[^"]*" srcset="[^"]*"[^>]*>(<img\b[^>]*?)'
+                      r'(?: data-phone-text-pt="[^"]*")?></picture>')
+_PHONE_FRAME = re.compile(r'"data:image/png;base64,[A-Za-z0-9+/=]+ [0-9.]+x"')
 
 
 def checked(cell: dict) -> bool:
@@ -61,11 +76,35 @@ def shown(outputs: list[dict]) -> list[dict]:
     return [o for o in outputs if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
 
 
-def normalized(outputs: list[dict]) -> list[dict]:
-    """Outputs as nbval compares them: stderr dropped (`shown`), streams merged, skipped keys dropped, text joined
-    and masked."""
-    merged: list[dict] = []
+def desktop_only(html: str) -> str:
+    """An output's HTML without its figures' phone versions: each <picture> becomes its desktop <img>, each slider's
+    phone frames null; what attnlab.widgets writes for figures drawn without one."""
+    return _PHONE_FRAME.sub("null", _PICTURE.sub(r"\1>", html))
+
+
+def stored(outputs: list[dict]) -> list[dict]:
+    """The outputs a committed chapter keeps: those `shown`, each HTML `desktop_only`, and no image/png that the
+    HTML holds already (a figure's, a slider's first frame: Jupyter, Colab and GitHub show the HTML); other
+    outputs as they are."""
+    kept = []
     for out in shown(outputs):
+        data = out.get("data", {})
+        if "text/html" in data:
+            html = desktop_only(_text(data["text/html"]))
+            data = {k: v for k, v in data.items() if k != "text/html"} | {"text/html": html}
+            png = "".join(_text(data.get("image/png", "")).split())
+            if png and f'base64,{png}"' in html:
+                del data["image/png"]
+            out = dict(out, data=data)
+        kept.append(out)
+    return kept
+
+
+def normalized(outputs: list[dict]) -> list[dict]:
+    """Outputs as nbval compares them: what a committed chapter keeps (`stored`), streams merged, skipped keys
+    dropped, text joined and masked."""
+    merged: list[dict] = []
+    for out in stored(outputs):
         if out.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream" \
                 and merged[-1].get("name") == out.get("name"):
             merged[-1] = dict(merged[-1], text=_text(merged[-1]["text"]) + _text(out["text"]))
@@ -126,16 +165,17 @@ def compare(reference: Path, executed: Path) -> list[str]:
 
 
 def refresh(reference: Path, executed: Path) -> int:
-    """Copy the executed copy's outputs and execution counts into the committed notebook (sources, metadata
-    and markdown untouched; no widget state, as `make notebooks`). Returns the code cells whose outputs
-    changed. Raises ValueError, writing nothing, when a code cell is missing there or has another source."""
+    """Copy the executed copy's outputs (those a committed chapter keeps: `stored`) and execution counts into the
+    committed notebook (sources, metadata and markdown untouched; no widget state, as `make notebooks`). Returns
+    the code cells whose outputs changed. Raises ValueError, writing nothing, when a code cell is missing there or
+    has another source."""
     ref, new = _read(reference), _read(executed)
     pairs, problems = _pairs(ref, new, reference.name)
     if problems:
         raise ValueError("; ".join(problems))
     changed = 0
     for _, cell, got in pairs:
-        outputs = shown(got.get("outputs", []))
+        outputs = stored(got.get("outputs", []))
         changed += (cell.get("outputs", []), cell.get("execution_count")) != (outputs, got.get("execution_count"))
         cell["outputs"], cell["execution_count"] = outputs, got.get("execution_count")
     ref.get("metadata", {}).pop("widgets", None)
@@ -158,8 +198,12 @@ def main(argv: list[str]) -> int:
         if args.refresh:
             try:
                 n = refresh(reference, executed)
+                size = reference.stat().st_size
                 lines.append(f"{reference.name}: {n} code cells' outputs refreshed (model: "
-                             f"{', '.join(sorted(models(_read(executed)))) or 'none named'})")
+                             f"{', '.join(sorted(models(_read(executed)))) or 'none named'}), {size / 1e3:.0f} KB")
+                if size > MAX_BYTES:
+                    problems.append(f"{reference.name}: {size / 1e3:.0f} KB, over {MAX_BYTES / 1e3:.0f} KB: lighten "
+                                    "its figures (fewer slider frames, a smaller figsize or dpi, a palette)")
             except ValueError as exc:
                 problems.append(str(exc))
             continue

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Execute book notebooks in place, from book/ (as jupyter-book and nbval run them), so that their
 stored outputs (what the checks compare) are refreshed. No widget state is stored: the site shows the
-sliders' own HTML (attnlab.widgets), and a reader's Jupyter redraws the widgets when it runs the chapter.
+sliders' own HTML (attnlab.widgets), and a reader's Jupyter redraws the widgets when it runs the chapter. Each
+output is kept as a refresh keeps it (scripts/check_outputs.py `stored`: no phone versions of the figures, no
+image/png copy of a figure its HTML holds), so a chapter stays under check_outputs.MAX_BYTES.
 
     python scripts/execute_notebooks.py               # every book/*.ipynb
     python scripts/execute_notebooks.py book/03_six_percent.ipynb
@@ -16,10 +18,10 @@ import time
 from pathlib import Path
 
 import nbformat
+from check_outputs import MAX_BYTES, stored
 from nbclient import NotebookClient
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
-MAX_BYTES = 1_000_000
 
 
 def execute(path: Path) -> None:
@@ -30,10 +32,13 @@ def execute(path: Path) -> None:
         store_widget_state=False, resources={"metadata": {"path": str(path.parent)}},
     ).execute()
     nb.metadata.pop("widgets", None)      # no saved widget state (see the docstring)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [nbformat.from_dict(out) for out in stored(cell.outputs)]
     nbformat.write(nb, path)
     size = path.stat().st_size
     print(f"{path.relative_to(BOOK.parent)}: {time.time() - start:.1f} s, {size / 1e3:.0f} KB"
-          + ("  <-- over 1 MB: lighten its frames" if size > MAX_BYTES else ""), flush=True)
+          + (f"  <-- over {MAX_BYTES / 1e6:g} MB: lighten its frames" if size > MAX_BYTES else ""), flush=True)
 
 
 def main(argv: list[str]) -> int:

@@ -1,4 +1,5 @@
 """scripts/check_outputs.py: the checked cells of a chapter against the build's executed copy."""
+import base64
 import importlib.util
 import json
 import re
@@ -256,3 +257,74 @@ def test_the_committed_chapters_print_no_memory_address_and_the_mark_is_the_pack
         nb = json.loads(nb_path.read_text(encoding="utf-8"))
         for out, k in _texts(nb):
             assert not re.search(r" at 0x[0-9a-f]+", check_outputs._text(out["text"] if k is None else out["data"][k]))
+
+
+def _two_panels(top: float):
+    """A figure of two panels side by side, which attnlab.widgets draws a phone version of (stacked)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(4, 1.5), layout="constrained")
+    for ax in axes:
+        ax.plot([0, 1], [0, top])
+    return fig
+
+
+def _output(bundle: dict) -> dict:
+    return {"output_type": "display_data", "metadata": {}, "data": bundle}
+
+
+def test_a_committed_figure_is_its_desktop_png_once_as_widgets_draw_one_without_a_phone_version():
+    """`stored` leaves out the phone versions (a <picture>'s <source>, a slider's phone frames) and the image/png
+    copy the HTML holds: the HTML left is what attnlab.widgets writes for the same desktop PNGs drawn with no phone
+    version, so Jupyter, Colab and GitHub show the desktop figure, and its caption is still compared."""
+    from attnlab import widgets as aw
+
+    def without_phone(png):
+        plain = aw.Rendered(bytes(png))
+        plain.text_pt, plain.fig_title = png.text_pt, png.fig_title
+        return plain
+
+    figure = aw.static_figure(_two_panels(1.0), alt="two panels", caption="E1 = 0.25")
+    box = aw.frame_slider([_two_panels(1.0), _two_panels(2.0)], [256, 512], r"\(L\)", readout_format="d")
+    executed = [_output(figure._repr_mimebundle_()), _output(box._repr_mimebundle_())]
+    assert figure.data.phone and all(" 1.5x" in o["data"]["text/html"] for o in executed)     # drawn for phones
+    kept = check_outputs.stored(executed)
+    plain_figure = aw.StaticFigure(without_phone(figure.data), figure.alt, figure.caption)
+    pngs = [without_phone(aw.render(_two_panels(top))) for top in (1.0, 2.0)]
+    plain_slider = aw.slider_html(pngs, [["256", "512"]], ["L"],
+                                  "One precomputed figure per value of L: move the slider")
+    assert kept[0]["data"] == {"text/html": plain_figure._repr_mimebundle_()["text/html"],
+                               "text/plain": "[figure: two panels]"}
+    assert kept[1]["data"]["text/html"] == plain_slider and "image/png" not in kept[1]["data"]
+    assert kept[1]["data"]["application/vnd.jupyter.widget-view+json"]                   # other outputs as they are
+    assert sum(len(o["data"]["text/html"]) for o in kept) < 0.6 * sum(
+        len(o["data"]["text/html"]) + len(o["data"]["image/png"]) for o in executed)
+
+
+def test_an_image_png_the_html_does_not_hold_is_kept_and_phone_versions_are_not_compared(tmp_path):
+    png = base64.b64encode(b"\x89PNG fallback").decode()
+    other = {"text/html": '<img src="data:image/png;base64,QUJD" alt="E1 = 0.25">', "image/png": png}
+    assert check_outputs.stored([_output(other)])[0]["data"] == other
+    phone = ('<figure><picture><source media="(max-width: 600px)" srcset="data:image/png;base64,UEhPTkU= 1.5x" '
+             'width="330" height="190"><img src="data:image/png;base64,REVTSw==" alt="E1 = 0.25" data-text-pt="6" '
+             'data-phone-text-pt="8"></picture><figcaption>E1 = 0.25</figcaption></figure>')
+    committed = '<figure><img src="data:image/png;base64,REVTSw==" alt="E1 = 0.25" data-text-pt="6">' \
+                '<figcaption>E1 = 0.25</figcaption></figure>'
+    assert check_outputs.desktop_only(phone) == committed
+    ref = _chapter(tmp_path / "ref.ipynb", _html(committed))
+    assert check_outputs.compare(ref, _chapter(tmp_path / "new.ipynb", _html(phone))) == []
+    changed = _chapter(tmp_path / "changed.ipynb", _html(phone.replace("E1 = 0.25</fig", "E1 = 0.26</fig")))
+    assert len(check_outputs.compare(ref, changed)) == 1
+
+
+def test_a_refresh_reports_a_chapter_over_the_size_limit(tmp_path, capsys):
+    book, build = tmp_path / "book", tmp_path / "_build" / "jupyter_execute" / "book"
+    book.mkdir()
+    build.mkdir(parents=True)
+    _chapter(book / "04_separability.ipynb", _html("<td>1</td>"))
+    _chapter(build / "04_separability.ipynb", _html("<td>" + "9" * check_outputs.MAX_BYTES + "</td>"))
+    assert check_outputs.main(["--refresh", str(tmp_path / "_build"), "--book", str(book)]) == 1
+    assert re.search(r"04_separability.ipynb: 10\d\d KB, over 1000 KB: lighten", capsys.readouterr().out)

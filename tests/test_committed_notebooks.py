@@ -50,3 +50,24 @@ def test_checked_cells_print_only_claims_that_hold_on_any_model(path):
             bad.append(f"cell {i} ({cell.get('id')}): stores no printed claim, or other outputs")
         bad += [f"cell {i} ({cell.get('id')}): {ln!r}" for ln in lines if not CLAIM.fullmatch(ln)]
     assert not bad, f"{path.name}: checked cells must print model-independent claims:\n" + "\n".join(bad)
+
+
+def _check_outputs():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_outputs", BOOK.parent / "scripts" / "check_outputs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_a_chapter_opens_quickly_each_figure_stored_once(path):
+    """Every committed chapter under check_outputs.MAX_BYTES (1 MB), holding each figure once, at its desktop size:
+    the phone versions are drawn at build time and served by the site, never stored here (`stored`)."""
+    check_outputs = _check_outputs()
+    size, limit = path.stat().st_size, check_outputs.MAX_BYTES
+    assert size < limit, f"{path.name}: {size / 1e3:.0f} KB (the limit: {limit / 1e3:.0f} KB)"
+    extra = [f"cell {i} ({c.get('id')})" for i, c in _code_cells(path)
+             if check_outputs.stored(c.get("outputs", [])) != c.get("outputs", [])]
+    assert not extra, f"{path.name}: phone versions or a second copy of a figure stored in {', '.join(extra)}"

@@ -101,6 +101,17 @@ def test_frame_slider_warns_over_budget(monkeypatch):
         aw.frame_slider([PNG_MAGIC + b"0" * 20], [1], "T")
 
 
+def test_the_budget_counts_the_frames_a_committed_chapter_stores_not_their_phone_versions(monkeypatch):
+    monkeypatch.setattr(aw, "FRAME_BUDGET", 100)
+    frame = aw.Rendered(PNG_MAGIC + b"0" * 50)
+    frame.phone = PNG_MAGIC + b"1" * 500                   # the build keeps it for the site, the chapter does not
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        aw.frame_slider([frame], [1], "T")
+    with pytest.warns(UserWarning, match="budget"):
+        aw.frame_slider([frame, frame], [1, 2], "T")
+
+
 def test_live_slider_redraws_on_change():
     calls = []
 
