@@ -168,6 +168,10 @@ def _grid_cells(fig: Any):
     return (cells, grid) if cells else None
 
 
+#: the share of a phone figure's width an x label may take: right of the y axis's ticks and label (about a quarter)
+XLABEL_ROOM = 0.7
+
+
 def phone_layout(fig: Any) -> bool:
     """Re-lay `fig` out for a phone's text column, in place: one panel per row (reading order), each
     PHONE_WIDTH_IN wide and about as tall as its aspect asks (1.9 to 2.8 in), its legend below it, no text
@@ -205,16 +209,21 @@ def phone_layout(fig: Any) -> bool:
 
 
 def _wrap_x_labels(fig: Any, axes: list) -> None:
-    """Each x label wider than the phone figure broken into lines that fit it (a label runs off the image
-    otherwise: the layout engine sees no automatic wrapping)."""
+    """Each x label wider than its room broken into lines that fit it (a label runs off the image otherwise: the
+    layout engine sees no automatic wrapping). A label is centred under its panel, which starts right of the y
+    axis's ticks and label, so its room is what lies right of them (XLABEL_ROOM of the figure's width); a break
+    never falls inside `$...$` (mathtext), which would break the label."""
+    import re
     import textwrap
 
-    room = 0.92 * fig.bbox.width
+    room = XLABEL_ROOM * fig.bbox.width
     for ax in axes:
         label = ax.xaxis.label
         text, width = label.get_text(), label.get_window_extent().width
         if text and width > room:
-            label.set_text("\n".join(textwrap.wrap(text, max(12, int(len(text) * room / width)))))
+            glued = re.sub(r"\$[^$]*\$", lambda m: m.group(0).replace(" ", "\x00"), text)
+            lines = textwrap.wrap(glued, max(12, int(len(text) * room / width)), break_long_words=False)
+            label.set_text("\n".join(lines).replace("\x00", " "))
 
 
 def _stack(fig: Any, axes: list, heights: list[float], title: float) -> None:

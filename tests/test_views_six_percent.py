@@ -29,6 +29,20 @@ def test_scans_sort_by_N_and_critical_reads_the_level():
     assert views.p_floor(4) == 2 / math.comb(8, 4)
 
 
+def test_a_certified_row_settles_only_the_levels_its_bound_is_below():
+    """Figs 3.1/3.4: a row the brackets certified stores p <= p_upper, no p-value; it settles a rejection at
+    alpha only when p_upper <= alpha, so below that level N* is a range, and the title says so."""
+    scan = [{"N": 1, "pvalue": math.nan, "p_upper": 1e-14}, {"N": 2, "pvalue": math.nan, "p_upper": 1e-3},
+            {"N": 3, "pvalue": 0.02, "p_upper": 0.02}]
+    assert views.critical_bounds(scan, 0.01) == (3, 3)
+    assert views.critical_bounds(scan, 1e-5) == (2, 3) and views.critical_bounds(scan, 1e-20) == (1, 3)
+    assert views.alpha_title(1e-20, [32], [(1, 3)]).startswith("α = 1e-20: N*/L between 0.031 and 0.09")
+    fig = views.alpha_frame({32: [dict(r, n_heads=4, critical_n=3) for r in scan]}, 1e-20)
+    p_axis = fig.axes[1]
+    assert [ln.get_linestyle() for ln in p_axis.get_lines()[:2]] == [":", "-"]   # the bound dotted, p solid
+    assert "upper bound of p" in " ".join(t.get_text() for t in fig.legends[0].get_texts())
+
+
 def test_critical_table_says_none_found_and_within_six_percent():
     html = views.critical_table(views.scans(_fig2c())).data
     assert "8 (12.5% of L)" in html and "none found" in html

@@ -6,6 +6,7 @@
     models          the model admonition, every offline model's verdicts side by side, Fig. 1 past the context
     across_windows  claims over the book's text windows: spreads, robustness, pooled critical N, markup windows
     chapters        the chapter map and the verdict summary (`CHAPTER_CLAIMS`)
+    outline         the course outline: each chapter's time, read from its Time line, and the sum
 
     from attnlab import book
     inputs = book.inputs()                       # ATTNLAB_MODEL / ATTNLAB_DEVICE, War and Peace
@@ -69,6 +70,7 @@ from attnlab.book.models import (  # noqa: F401
     model_label,
     per_model_table,
 )
+from attnlab.book.outline import course_outline  # noqa: F401
 from attnlab.book.running import (  # noqa: F401
     CHAPTER_THREADS,
     ChapterThreads,

@@ -139,7 +139,8 @@ def plot_moment_convergence(result: Result, reference: Optional[str] = None, hor
             ylabel=r"$\|m_n-m_\infty\|_2$" if mom == "mean" else r"$\|C_n-C_\infty\|$",
             title=f"{mom} error vs {ref} reference",
         )
-        ax.legend(ncol=2)
+    # the two error panels share their curves' legend: once, below the panels (inside, it covered the lowest curve)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=3)
     _beta_panel(axes[2], [f for f in fits_all if f["reference"] == ref], horizon_key)
     fig.suptitle(_title(result, f"Moment convergence, {result.provenance.get('tokens', '')}"), fontsize=9)
     return fig

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from attnlab.core.result import Result
-from attnlab.core.style import literal
+from attnlab.core.style import literal, series_style
 from attnlab.core.util import figure_grid
 from attnlab.tools.diagnose import HEAT_METRICS, PAPER, REPORT_NAME
 
@@ -422,7 +422,7 @@ def comparison_figure(result: Result, L: int, keys: Optional[Sequence[str]] = No
     keys = list(keys or ("max_weight", "entropy_norm", "ns_frac", cost_key(result)))
     names = result.unique("normalizer")
     fig, axes = figure_grid(len(keys), 3.4, 0.32 * len(names) + 1.0)
-    colors = [f"C{i}" for i in range(len(names))]
+    colors = [series_style(i)["color"] for i in range(len(names))]     # the lines' colours of `length_figure`
     for ax, key in zip(np.atleast_1d(axes), keys):
         allv = _values(result, key)
         lo, hi = min(0.0, np.nanmin(allv)), np.nanmax(allv)
@@ -456,9 +456,8 @@ def length_figure(
             ax.plot(
                 [r["L"] for r in rows],
                 [np.nan if r.get(key) is None else r[key] for r in rows],
-                marker="o",
-                ms=3,
-                color=f"C{i}",
+                ms=4,
+                **series_style(i),        # colour-blind-safe colour, with its own dash and marker
                 label=n,
             )
         ax.set_xscale("log", base=2)

@@ -26,8 +26,24 @@ def scans(rc) -> dict[int, list[dict]]:
 
 
 def critical(scan: Sequence[dict], alpha: float) -> int:
-    """N* at level alpha <= 0.01 from one stored scan: the first scanned N with p > alpha (-1: none)."""
+    """The highest N* at level alpha <= 0.01 one stored scan allows: the first scanned N whose exact p-value is
+    above alpha (-1: none). A certified row (p-value NaN, only p <= p_upper stored) counts as a rejection here;
+    `critical_bounds` says where that is not settled."""
     return next((r["N"] for r in scan if r["pvalue"] > alpha), -1)
+
+
+def settled(row: dict, alpha: float) -> bool:
+    """Whether a stored scan row settles the test at level alpha: an exact p-value, or a certified upper bound
+    p_upper <= alpha (a bound above alpha leaves the verdict open)."""
+    return not math.isnan(row["pvalue"]) or row["p_upper"] <= alpha
+
+
+def critical_bounds(scan: Sequence[dict], alpha: float) -> tuple[int, int]:
+    """(lowest, highest) N* at level alpha that one stored scan allows: the lowest is the first N that is not a
+    settled rejection (an exact p > alpha, or only a bound p_upper > alpha), the highest is `critical`. Equal
+    when every row before the highest is settled at alpha (-1: none in the scan)."""
+    lo = next((r["N"] for r in scan if r["pvalue"] > alpha or not settled(r, alpha)), -1)
+    return lo, critical(scan, alpha)
 
 
 def p_floor(n_heads: int) -> float:
@@ -59,9 +75,30 @@ def _floor_line(ax, n_heads: int) -> None:
                 fontsize=9)
 
 
-def _p_values(scan_L: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
-    """N and p-value of each scanned N (where the brackets certified the rejection: its upper bound)."""
-    return np.array([r["N"] for r in scan_L]), np.array([r["p_upper"] for r in scan_L])
+def _p_values(scan_L: Sequence[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """N, p-value of each scanned N (where the brackets certified the rejection: its upper bound), and whether
+    the value is exact."""
+    return (np.array([r["N"] for r in scan_L]), np.array([r["p_upper"] for r in scan_L]),
+            np.array([not math.isnan(r["pvalue"]) for r in scan_L]))
+
+
+def _p_curve(ax, x, ps, exact, color, label: str, lw: float = 1.2) -> None:
+    """The exact p-values solid, the certified upper bounds dotted (the bound's segment reaches the first exact
+    point, so the curve is continuous)."""
+    first = int(np.argmax(exact)) if exact.any() else len(ps)
+    if first:
+        ax.plot(x[:first + 1], ps[:first + 1], ":", color=color, lw=lw)
+    ax.plot(x[first:], ps[first:], "-", color=color, lw=lw, label=label)
+
+
+def _kind_legend(fig, first: Sequence = ()) -> None:
+    """The `first` panel's handles, then what solid and dotted mean, below the panels (covering no data)."""
+    from matplotlib.lines import Line2D
+
+    fig.legend(handles=[*first, Line2D([], [], color="0.3", ls="-", lw=1.2, label="p-value (exact)"),
+                        Line2D([], [], color="0.3", ls=":", lw=1.2,
+                               label="upper bound of p (rejection certified at α = 0.01)")],
+               loc="outside lower center", ncols=3, fontsize=9, handlelength=1.6)
 
 
 def alpha_frame(scan: dict, alpha: float):
@@ -75,26 +112,43 @@ def alpha_frame(scan: dict, alpha: float):
     a1.plot(xs, frac * xs, "k--", lw=1, label=f"{frac:g} L (paper)")
     if not np.isclose(alpha, 0.01):          # at 0.01 the level's own curve is this one: one legend entry, not two
         a1.plot(Ls, [crit01[L] for L in Ls], "o-", color="0.7", ms=3, label="α = 0.01")
-    ys = [critical(scan[L], alpha) for L in Ls]
+    bounds = [critical_bounds(scan[L], alpha) for L in Ls]
+    ys = [hi for _, hi in bounds]
     a1.plot(Ls, [y if y > 0 else np.nan for y in ys], "o-", color="tab:green", ms=4, label=f"α = {alpha:g}")
+    open_ = [(L, lo, hi) for L, (lo, hi) in zip(Ls, bounds) if lo != hi]
+    if open_:                                # the stored bounds cannot settle N* below its highest value
+        a1.vlines([L for L, *_ in open_], [max(lo, 1) for _, lo, _ in open_],
+                  [hi if hi > 0 else L for L, _, hi in open_],          # none found: open up to L
+                  color="tab:green", lw=3, alpha=0.3, label="N* not settled")
     a1.set(xscale="log", yscale="log", xlabel="L", ylabel="critical N")
     a1.set_xticks(Ls, [str(L) for L in Ls])
     a1.xaxis.set_minor_formatter(NullFormatter())
-    a1.legend()
     for L, col in zip(Ls, _shades(len(Ls))):
-        ns, ps = _p_values(scan[L])
-        a2.plot(ns / L, ps, "-", color=col, lw=1.2, label=f"L = {L}")
+        ns, ps, exact = _p_values(scan[L])
+        _p_curve(a2, ns / L, ps, exact, col, f"L = {L}")
         n = critical(scan[L], alpha)
         if n > 0:
             a2.plot(n / L, ps[list(ns).index(n)], "o", color=col, ms=4)
     a2.axhline(alpha, color="k", ls="--", lw=1)
     a2.axvline(frac, color="k", ls=":", lw=1)
     _floor_line(a2, H)
-    a2.set(yscale="log", xlabel="N / L", ylabel="KS p-value", ylim=(p_floor(H) / 1e6, 1), xlim=(0, 1))
-    a2.legend(loc="center left", fontsize=9, handlelength=1.2)      # the curves start on the floor: room on the left
-    fr = [y / L for y, L in zip(ys, Ls) if y > 0]
-    a2.set_title(f"α = {alpha:g}: N*/L from {min(fr):.2f} to {max(fr):.2f}" if fr else f"α = {alpha:g}: no N* found")
+    a2.set(yscale="log", xlabel="N / L", ylabel="KS p-value, or its bound", ylim=(p_floor(H) / 1e6, 1), xlim=(0, 1))
+    a2.legend(loc="center right", ncols=2, fontsize=9, handlelength=1.0, columnspacing=0.8)   # mid-height: no data
+    _kind_legend(fig, a1.get_legend_handles_labels()[0])       # below the panels: covers no data
+    a2.set_title(alpha_title(alpha, Ls, bounds))
     return fig
+
+
+def alpha_title(alpha: float, Ls: Sequence[int], bounds: Sequence[tuple[int, int]]) -> str:
+    """The α frame's title: N*/L over the lengths, and, where the stored bounds leave N* open, the range they
+    allow ("α = 1e-20: N*/L between 0.00098 and 0.81 ...")."""
+    hi = [h / L for (_, h), L in zip(bounds, Ls) if h > 0]
+    if not hi:
+        return f"α = {alpha:g}: no N* found"
+    if all(lo == h for lo, h in bounds):
+        return f"α = {alpha:g}: N*/L from {min(hi):.2f} to {max(hi):.2f}"
+    lo = [max(lo_, 1) / L for (lo_, _), L in zip(bounds, Ls)]
+    return f"α = {alpha:g}: N*/L between {min(lo):.2g} and {max(hi):.2f}\n(the stored bounds settle no more)"
 
 
 def ecdf_frame(rb, N: int):
@@ -159,19 +213,21 @@ def level_figure(scan: dict, L: int, log10_alpha: float):
     """The live figure: the p-values of the scan at L against N, with N* at level 10^log10_alpha."""
     alpha = 10.0 ** log10_alpha
     H = scan[list(scan)[-1]][0]["n_heads"]
-    ns, ps = _p_values(scan[L])
+    ns, ps, exact = _p_values(scan[L])
     n = critical(scan[L], alpha)
     fig, ax = plt.subplots(figsize=(5.6, 2.5), layout="constrained")
-    ax.plot(ns, ps, "-", color="tab:purple", lw=1)
+    _p_curve(ax, ns, ps, exact, "tab:purple", "p-value (dotted: its certified upper bound)", lw=1)
     ax.axhline(alpha, color="k", ls="--", lw=1)
     frac = threshold("CRITICAL_FRAC")
     ax.axvline(frac * L, color="k", ls=":", lw=1, label=f"{frac:g} L")
     _floor_line(ax, H)
     if n > 0:
         ax.plot(n, ps[list(ns).index(n)], "o", color="tab:green", ms=5, label=f"N* = {n} ({n / L:.1%} of L)")
-    ax.set(yscale="log", ylim=(p_floor(H) / 1e6, 1), xlabel="N", ylabel="KS p-value")
-    ax.legend(loc="upper left")
-    ax.set_title(f"L = {L}, α = {alpha:.2g}")
+    ax.set(yscale="log", ylim=(p_floor(H) / 1e6, 1), xlabel="N", ylabel="KS p-value, or its bound")
+    ax.legend(loc="center left")                # mid-height: the curve runs along the top, the floor at the bottom
+    lo, _ = critical_bounds(scan[L], alpha)
+    ax.set_title(f"L = {L}, α = {alpha:.2g}" + (f": N* between {lo} and {n} (only bounds below {n})"
+                                                 if 0 < lo != n else ""))
     return fig
 
 

@@ -135,7 +135,7 @@ def moment_frame(res_m, s: float):
     ax.set(xscale="log", yscale="log", xlabel="n (tokens)", ylabel="moment error",
            title=f"s = {s:.3g}, H = {H:.3g}, β(H) = {theory.beta_reference(H):.2f}")
     ax.title.set_fontsize(9)
-    ax.legend(loc="lower left")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=3)   # below: covers no point
     markup.plain_log(ax, nice="x")
     for mom, (mk, col) in MOMENT_STYLE.items():
         sel = [fit_of[t, mom] for t in scales]
