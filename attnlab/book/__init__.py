@@ -5,6 +5,7 @@
     markup          the page: `table`, `prose`, `answer`, `tex`, `png`, `rendered`, `registry_table`, `plain_log`
     models          the model admonition, every offline model's verdicts side by side, Fig. 1 past the context
     across_windows  claims over the book's text windows: spreads, robustness, pooled critical N, markup windows
+    checks          exercises answered on the page: `check_number`, `check_choice` (hint, verdict, no kernel)
     chapters        the chapter map and the verdict summary (`CHAPTER_CLAIMS`)
 
     from attnlab import book
@@ -30,6 +31,8 @@ from attnlab.book.across_windows import (  # noqa: F401 (the chapters' names)
     window_summaries,
     windows_described,
 )
+from attnlab.book.checks import choice as check_choice  # noqa: F401
+from attnlab.book.checks import number as check_number  # noqa: F401
 from attnlab.book.chapters import (  # noqa: F401
     CHAPTER_CLAIMS,
     CHAPTER_NOTES,
