@@ -31,8 +31,6 @@ from attnlab.book.across_windows import (  # noqa: F401 (the chapters' names)
     window_summaries,
     windows_described,
 )
-from attnlab.book.checks import choice as check_choice  # noqa: F401
-from attnlab.book.checks import number as check_number  # noqa: F401
 from attnlab.book.chapters import (  # noqa: F401
     CHAPTER_CLAIMS,
     CHAPTER_NOTES,
@@ -43,6 +41,8 @@ from attnlab.book.chapters import (  # noqa: F401
     row_model,
     verdict_summary,
 )
+from attnlab.book.checks import choice as check_choice  # noqa: F401
+from attnlab.book.checks import number as check_number  # noqa: F401
 from attnlab.book.markup import (  # noqa: F401
     NOTATION,
     TABLE_TAGS,
