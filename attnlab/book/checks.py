@@ -62,8 +62,13 @@ def choice(exercise: str, options: Sequence[str], right: int, *, prompt: str, hi
 
 
 def check_html(spec: dict) -> str:
-    """The page's block: hint, labelled input (text box or radio group), a Check button and a live verdict."""
-    e = html.escape
+    """The page's block: hint, labelled input (text box or radio group), a Check button and a live verdict.
+    Prompt, hint and options are typeset (`markup.rendered`); the verdict is plain text (the script sets it)."""
+    from attnlab.book.markup import rendered
+
+    def e(text):                     # escaped, with the checker's plain notation (d~, N_s/N, ...) typeset
+        return rendered(html.escape(str(text).replace("<=", "≤").replace(">=", "≥"), quote=False))
+
     uid = "attnlab-check-" + "".join(c if c.isalnum() else "-" for c in spec["exercise"])
     if spec["kind"] == "number":
         unit = f' <span class="attnlab-check-unit">{e(spec["unit"])}</span>' if spec["unit"] else ""
