@@ -5,6 +5,7 @@
     markup          the page: `table`, `prose`, `answer`, `tex`, `png`, `rendered`, `registry_table`, `plain_log`
     models          the model admonition, every offline model's verdicts side by side, Fig. 1 past the context
     across_windows  claims over the book's text windows: spreads, robustness, pooled critical N, markup windows
+    checks          exercises answered on the page: `check_number`, `check_choice` (hint, verdict, no kernel)
     chapters        the chapter map and the verdict summary (`CHAPTER_CLAIMS`)
     outline         the course outline: each chapter's time, read from its Time line, and the sum
 
@@ -41,6 +42,8 @@ from attnlab.book.chapters import (  # noqa: F401
     row_model,
     verdict_summary,
 )
+from attnlab.book.checks import choice as check_choice  # noqa: F401
+from attnlab.book.checks import number as check_number  # noqa: F401
 from attnlab.book.markup import (  # noqa: F401
     NOTATION,
     TABLE_TAGS,

@@ -219,18 +219,38 @@ def flipped(results: dict, name: str, value, base: dict | None = None) -> list[s
     return sorted(k for k in base if new.get(k) != base[k])
 
 
-def first_flips(results: dict, sweeps: dict = THRESHOLD_SWEEPS) -> list[str]:
-    """One line per threshold: its value, and the first value of its sweep at which some verdict changes."""
+def flip_points(results: dict, sweeps: dict = THRESHOLD_SWEEPS) -> dict:
+    """{threshold: (its value in the book, the first value of its sweep at which some verdict changes or None,
+    the claim ids that flip there)}."""
     from attnlab.normalization import claims as claim_module
 
     base = {r["id"]: r["verdict"] for r in claim_module.paper1_claims(results)}
-    out = []
+    out = {}
     for name, values in sweeps.items():
         hit = next(((v, f) for v in values if (f := flipped(results, name, v, base))), None)
-        now = threshold(name)
-        out.append(f"{name} = {now}: " + (f"at {hit[0]} -> {', '.join(hit[1])} flips" if hit
-                                          else f"no verdict flips over {values}"))
+        out[name] = (threshold(name), hit[0] if hit else None, list(hit[1]) if hit else [])
     return out
+
+
+def first_flips(results: dict, sweeps: dict = THRESHOLD_SWEEPS) -> list[str]:
+    """One line per threshold: its value, and the first value of its sweep at which some verdict changes."""
+    return [f"{name} = {now}: " + (f"at {at} -> {', '.join(ids)} flips" if at is not None
+                                   else f"no verdict flips over {sweeps[name]}")
+            for name, (now, at, ids) in flip_points(results, sweeps).items()]
+
+
+def flips_prose(points: dict, sweeps: dict = THRESHOLD_SWEEPS) -> str:
+    """`flip_points` in sentences (Markdown): how many thresholds change a verdict over their sweep, and where."""
+    moved = [n for n, (_, at, _) in points.items() if at is not None]
+    still = [n for n in points if n not in moved]
+    text = (f"{len(moved)} of the {len(points)} thresholds change a verdict somewhere over the values tried "
+            "(`claim_views.THRESHOLD_SWEEPS`, from the book's value outward)"
+            + (f"; {', '.join(f'`{n}`' for n in still)} change none." if still else "."))
+    for n in moved:
+        now, at, ids = points[n]
+        text += (f" Moving `{n}` from the book's {now} to {at} turns the verdict of {', '.join(f'`{i}`' for i in ids)}"
+                 f" (values tried: {', '.join(str(v) for v in sweeps[n])}).")
+    return text
 
 
 def _critical_fracs(rows: Sequence[dict], e: str, d: str) -> list[float]:
