@@ -11,7 +11,7 @@ BOOK = Path(__file__).resolve().parents[2] / "book"
 TIME_LINE = re.compile(r"\*\*Time\*\*\s+(.+)")
 MINUTES = re.compile(r"about (\d+)(?: minutes)?")
 #: the parts a Time line names, by a word of its clause; the first clause is the reading itself
-PARTS = (("researchers", "folded for researchers"), ("exercises", "exercises"))
+PARTS = (("researchers", "folded for researchers"), ("exercise", "exercises"))     # "exercise" or "exercises"
 
 
 def time_line(page: Path) -> str:
