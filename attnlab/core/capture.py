@@ -76,6 +76,24 @@ class Trace:
         """bool [layer, 1, query, key]: `visible` of each entry of the layer axis (broadcasts over the heads)."""
         return torch.stack([self.visible(length, layer=i) for i in range(len(self.layers))]).unsqueeze(1)
 
+    def kind_groups(self) -> list[list[int]]:
+        """Positions on the layer axis grouped by layer kind ((kind, window) of `kinds`), in order of first
+        appearance: one group of every position where all layers see the same keys (full-only models)."""
+        groups: dict = {}
+        for i, kind in enumerate(self.kinds or [("full", None)] * len(self.layers)):
+            groups.setdefault(tuple(kind), []).append(i)
+        return list(groups.values())
+
+    def select_layers(self, positions: Sequence[int]) -> "Trace":
+        """The trace of the entries `positions` of the layer axis (their kinds kept; None where all are full)."""
+        idx = torch.as_tensor(list(positions), dtype=torch.long)
+        cut = {name: None if getattr(self, name) is None else getattr(self, name)[idx]
+               for name in ("q", "k", "v", "scores", "probs", "hidden")}
+        kinds = None if self.kinds is None else [self.kinds[i] for i in idx.tolist()]
+        kinds = None if kinds is None or all_full(kinds) else kinds
+        return Trace(self.model_name, self.token_ids, [self.layers[i] for i in idx.tolist()], self.heads, self.causal,
+                     self.scaling, self.text_sha256, meta=dict(self.meta), kinds=kinds, **cut)
+
     def prefix(self, length: int) -> "Trace":
         """The trace of the first `length` tokens. Exact for causal models only (row t sees keys <= t)."""
         if not self.causal:

@@ -1,0 +1,167 @@
+"""Paper 1's figures on a model with sliding-window layers (issue #48): on a tiny random Gemma 3 (window 4, layers
+sliding / full / sliding), each figure's per-row statistic equals a brute-force loop over the keys each row sees
+(row t of a sliding layer: keys t - w < s <= t; of a full layer: s <= t), computed from transformers' own eager
+attention weights, and a layer's rows are the same whether it is captured alone or with layers of the other kind."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab.core.models import AttnModel
+from attnlab.normalization import experiments as ex
+
+W, L = 4, 16
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    """A seeded random Gemma 3 text model: layers sliding (window 4), full, sliding; 4 query heads, 1 key/value head."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    config = Gemma3TextConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                              num_attention_heads=4, num_key_value_heads=1, head_dim=8, sliding_window=W,
+                              layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                              max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                              attn_implementation="eager")
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        hf = Gemma3ForCausalLM(config).eval()
+    return AttnModel("tiny-gemma3-mixed", hf, None, source="random init (tests)", random_weights=True)
+
+
+@pytest.fixture(scope="module")
+def ids():
+    return torch.randint(3, 128, (L,), generator=torch.Generator().manual_seed(3))
+
+
+@pytest.fixture(scope="module")
+def eager(gemma, ids):
+    """transformers' eager weights [layer, head, query, key] (float64), attnlab's values [layer, head, token, D]."""
+    with gemma.implementation("eager"):
+        out = gemma.forward(ids, output_attentions=True)
+    v = gemma.capture(ids, keep=("v",)).v.double()
+    return torch.stack([a[0] for a in out.attentions]).double(), v
+
+
+def keys_of(layer: int, t: int) -> list[int]:
+    """The keys row t of `layer` sees (written out here, not read from attnlab): layer 1 is full."""
+    return list(range(0 if layer == 1 else max(0, t - W + 1), t + 1))
+
+
+def rows_at(result, **where) -> list[dict]:
+    return [r for r in result.rows if all(r.get(k) == v for k, v in where.items())]
+
+
+def test_fig1_counts_each_rows_own_keys(gemma, ids, eager):
+    probs, _ = eager
+    res = ex.fig1(gemma, ids, lengths=[8, L], progress=False)
+    assert len(res.rows) == 2 * 3 * 4
+    for r in res.rows:
+        li, h, n = r["layer"], r["head"], r["L"]
+        assert (r["kind"], r["sliding_window"]) == (("full", None) if li == 1 else ("sliding", W))
+        ks = [keys_of(li, t) for t in range(n)]
+        mx = np.mean([max(probs[li, h, t, k].item() for k in ks[t]) for t in range(n)])
+        ent = np.mean([-sum(float(a) * math.log(float(a)) for a in probs[li, h, t, ks[t]] if a > 0)
+                       for t in range(n)])
+        assert r["max_weight"] == pytest.approx(mx, rel=1e-5)
+        assert r["entropy"] == pytest.approx(ent, rel=1e-4, abs=1e-6)
+        assert r["mean_row_len"] == pytest.approx(np.mean([len(k) for k in ks]))
+        assert r["uniform"] == pytest.approx(1 / len(ks[-1]))             # 1 / min(L, w) in a sliding layer
+        assert 0 <= r["cor1_holds"] <= 1 and r["lemma1_holds"] == 1.0    # Lemma 1 is a theorem: every row
+
+
+def test_fig2a_distances_over_the_visible_keys(gemma, ids, eager):
+    probs, v = eager
+    N = 2
+    res = ex.fig2a(gemma, ids, lengths=[L], ns=[N], progress=False)
+    for r in res.rows:
+        li, h = r["layer"], r["head"]
+        d, e = [], []
+        for t in range(L):
+            k = keys_of(li, t)
+            if len(k) <= N:
+                continue
+            a, x = probs[li, h, t, k].numpy(), v[li, h, k].numpy()
+            top = np.argsort(-a, kind="stable")[:N]
+            rest = np.setdiff1d(np.arange(len(k)), top)
+            y = a[:, None] * x
+            s = y[top].sum(0)
+            d.append(np.linalg.norm(y[rest] - s, axis=1).sum())
+            others, c, n = y.sum(0) - y, N / (len(k) - 1), len(k)
+            e.append((n - N) / n * np.linalg.norm(y - c * others, axis=1).sum())
+        assert r["n_rows"] == len(d)
+        assert r["dtilde_b"] == pytest.approx(np.mean(d), rel=1e-4)
+        assert r["E"] == pytest.approx(np.mean(e), rel=1e-4)
+
+
+def test_fig3_separation_over_the_visible_keys(gemma, ids, eager):
+    probs, v = eager
+    res = ex.fig3(gemma, ids, lengths=[L], ns=[1], progress=False)
+    for r in res.rows:
+        li, h = r["layer"], r["head"]
+        radii = []
+        for t in range(L):
+            k = keys_of(li, t)
+            if len(k) <= 1:
+                continue
+            a, x = probs[li, h, t, k].numpy(), v[li, h, k].numpy()
+            xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+            top = int(np.argmax(a))
+            dist = np.linalg.norm(a[:, None] * xn - a[top] * xn[top], axis=1)
+            radii.append(np.delete(dist, top).min())
+        assert r["r"] == pytest.approx(np.mean(radii), rel=1e-4)
+
+
+def test_fig2c_and_ratio_per_layer_kind(gemma, ids, eager):
+    probs, v = eager
+    N = 2
+    ratio = ex.fig2c_ratio(gemma, ids, lengths=[L], points=3, fracs=[N / L], progress=False)
+    assert max(r["N"] for r in rows_at(ratio, kind="sliding")) < W <= max(r["N"] for r in rows_at(ratio, kind="full"))
+    for kind, layers in (("sliding", (0, 2)), ("full", (1,))):
+        r = rows_at(ratio, kind=kind, N=N)[0]
+        heads = []
+        for li in layers:
+            for h in range(4):
+                d = []
+                for t in range(L):
+                    k = keys_of(li, t)
+                    if len(k) > N:
+                        a, x = probs[li, h, t, k].numpy(), v[li, h, k].numpy()
+                        top = np.argsort(-a, kind="stable")[:N]
+                        y = a[:, None] * x
+                        d.append(np.linalg.norm(y[np.setdiff1d(np.arange(len(k)), top)] - y[top].sum(0), axis=1).sum())
+                heads.append(np.mean(d))
+        assert r["n_heads"] == 4 * len(layers)
+        assert r["d_mean"] == pytest.approx(np.mean(heads), rel=1e-4)
+    crit = ex.fig2c(gemma, ids, lengths=[L], progress=False)
+    for kind, longest in (("sliding", W), ("full", L)):
+        rs = rows_at(crit, kind=kind)
+        assert rs and {r["longest_row"] for r in rs} == {longest} and {r["n_heads"] for r in rs} == {
+            8 if kind == "sliding" else 4}
+        assert max(r["N"] for r in rs) < longest
+
+
+def test_a_layers_rows_do_not_depend_on_the_other_kinds_captured_with_it(gemma, ids):
+    """fig1 / fig2b / fig3 / fig4 of the full layer alone equal its rows when captured with the sliding layers."""
+    keep = set().union(*(ex.trace_needs(f, ex.resolve_protocol(True, {})) for f in ex.PAPER_FIGURES))
+    both, alone = ex.Captures(gemma, ids, keep), ex.Captures(gemma, ids, keep, layers=[1])
+    for name in ("fig1", "fig2b", "fig3"):
+        mixed = [r for r in ex.FIGURE_FUNCS[name](gemma, None, quick=True, progress=False, captures=[both]).rows
+                 if r["layer"] == 1]
+        single = ex.FIGURE_FUNCS[name](gemma, None, quick=True, progress=False, captures=[alone]).rows
+        assert len(mixed) == len(single) > 0
+        for m, s in zip(mixed, single):
+            for k, val in s.items():
+                assert m[k] == pytest.approx(val, nan_ok=True), (name, k)
+    g = ex.fig4(gemma, None, quick=True, progress=False, captures=[both], jac_rows=2)
+    assert all(np.isfinite(r["g_max"]) and r["holds_exact"] == 1.0 for r in g.rows)
+
+
+def test_run_figures_on_a_model_with_sliding_layers(gemma, ids):
+    out = ex.run_figures(gemma, ids, quick=True, progress=False)
+    assert set(out) == set(ex.PAPER_FIGURES)
+    assert {r["kind"] for r in out["fig1"].rows} == {"sliding", "full"}
+    assert out["fig1"].provenance["layers"] == [0, 1, 2]
