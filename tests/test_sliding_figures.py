@@ -13,7 +13,8 @@ import torch
 from attnlab.core.models import AttnModel
 from attnlab.normalization import experiments as ex
 
-W, L = 4, 16
+W = 4
+L = 16
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def test_fig1_counts_each_rows_own_keys(gemma, ids, eager):
     assert len(res.rows) == 2 * 3 * 4
     for r in res.rows:
         li, h, n = r["layer"], r["head"], r["L"]
-        assert (r["kind"], r["sliding_window"]) == (("full", None) if li == 1 else ("sliding", W))
+        assert (r["layer_kind"], r["sliding_window"]) == (("full", None) if li == 1 else ("sliding", W))
         ks = [keys_of(li, t) for t in range(n)]
         mx = np.mean([max(probs[li, h, t, k].item() for k in ks[t]) for t in range(n)])
         ent = np.mean([-sum(float(a) * math.log(float(a)) for a in probs[li, h, t, ks[t]] if a > 0)
@@ -119,9 +120,10 @@ def test_fig2c_and_ratio_per_layer_kind(gemma, ids, eager):
     probs, v = eager
     N = 2
     ratio = ex.fig2c_ratio(gemma, ids, lengths=[L], points=3, fracs=[N / L], progress=False)
-    assert max(r["N"] for r in rows_at(ratio, kind="sliding")) < W <= max(r["N"] for r in rows_at(ratio, kind="full"))
+    top = {kind: max(r["N"] for r in rows_at(ratio, layer_kind=kind)) for kind in ("sliding", "full")}
+    assert top["sliding"] < W <= top["full"]
     for kind, layers in (("sliding", (0, 2)), ("full", (1,))):
-        r = rows_at(ratio, kind=kind, N=N)[0]
+        r = rows_at(ratio, layer_kind=kind, N=N)[0]
         heads = []
         for li in layers:
             for h in range(4):
@@ -138,7 +140,7 @@ def test_fig2c_and_ratio_per_layer_kind(gemma, ids, eager):
         assert r["d_mean"] == pytest.approx(np.mean(heads), rel=1e-4)
     crit = ex.fig2c(gemma, ids, lengths=[L], progress=False)
     for kind, longest in (("sliding", W), ("full", L)):
-        rs = rows_at(crit, kind=kind)
+        rs = rows_at(crit, layer_kind=kind)
         assert rs and {r["longest_row"] for r in rs} == {longest} and {r["n_heads"] for r in rs} == {
             8 if kind == "sliding" else 4}
         assert max(r["N"] for r in rs) < longest
@@ -163,5 +165,53 @@ def test_a_layers_rows_do_not_depend_on_the_other_kinds_captured_with_it(gemma, 
 def test_run_figures_on_a_model_with_sliding_layers(gemma, ids):
     out = ex.run_figures(gemma, ids, quick=True, progress=False)
     assert set(out) == set(ex.PAPER_FIGURES)
-    assert {r["kind"] for r in out["fig1"].rows} == {"sliding", "full"}
+    assert {r["layer_kind"] for r in out["fig1"].rows} == {"sliding", "full"}
     assert out["fig1"].provenance["layers"] == [0, 1, 2]
+
+
+def _window(gemma, ids):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(model=gemma, ids=lambda L=None: ids[:L], corpus=SimpleNamespace(name="random"), start=0)
+
+
+def test_pooled_ks_one_test_per_layer_kind(gemma, ids, monkeypatch):
+    """windows.pooled_critical_n: a KS test per layer kind, each over its own layers' heads and keys; the full kind's
+    equals the test on the full layer alone (causal mask), the sliding kind's scan stops below the window."""
+    from attnlab import windows as aw
+    from attnlab.normalization.metrics.critical_n import critical_n
+
+    other = torch.randint(3, 128, (L,), generator=torch.Generator().manual_seed(4))
+    monkeypatch.setattr(aw, "window_inputs", lambda *a: [_window(gemma, ids), _window(gemma, other)])
+    rows = aw.pooled_critical_n("tiny", [None, None], [L], progress=False)
+    by = {r["layer_kind"]: r for r in rows}
+    assert set(by) == {"sliding", "full"}
+    assert (by["sliding"]["sliding_window"], by["full"]["sliding_window"]) == (W, None)
+    assert (by["sliding"]["n_samples"], by["full"]["n_samples"]) == (2 * 2 * 4, 2 * 1 * 4)
+    assert (by["sliding"]["longest_row"], by["full"]["longest_row"]) == (W, L)
+    assert by["sliding"]["critical_n"] < W
+    one = [gemma.capture(w, keep=("probs", "v"), layers=[1]) for w in (ids, other)]
+    res = critical_n(torch.cat([t.probs for t in one]), torch.cat([t.v for t in one]),
+                     torch.tril(torch.ones(L, L, dtype=torch.bool)))
+    assert by["full"]["critical_n"] == int(res["n"])
+
+
+def test_fig4_without_repeats_on_sliding_layers(gemma):
+    """A window opening with a run of one token: rows whose two largest visible logits fall on the run are left out;
+    in a sliding layer a row past the window sees none of the run, so it is never left out."""
+    from attnlab import windows as aw
+
+    ids = torch.cat([torch.full((5,), 7), torch.randint(3, 128, (L - 5,), generator=torch.Generator().manual_seed(5))])
+    res = aw.fig4_without_repeats(_window(gemma, ids))
+    trace = gemma.capture(ids, keep=("scores",))
+    bad, rows = 0, 0
+    for li in range(3):
+        for h in range(4):
+            for t in range(L):
+                k = keys_of(li, t)
+                if len(k) < 2:
+                    continue
+                rows += 1
+                top = sorted(k, key=lambda s: -float(trace.scores[li, h, t, s]))[:2]
+                bad += all(s < 5 for s in top)
+    assert res.rows[0]["run"] == 5 and res.rows[0]["degenerate_share"] == pytest.approx(bad / rows)

@@ -260,9 +260,9 @@ def per_kind(trace, table: Callable[..., dict]) -> dict[str, torch.Tensor]:
 
 
 def kind_of(trace, position: int = 0) -> dict:
-    """{"kind", "sliding_window"} of the layer at `position` of the trace's layer axis (window None: full)."""
+    """{"layer_kind", "sliding_window"} of the layer at `position` of the trace's layer axis (window None: full)."""
     kind, window = trace.kinds[position] if trace.kinds else ("full", None)
-    return {"kind": kind, "sliding_window": window}
+    return {"layer_kind": kind, "sliding_window": window}
 
 
 def by_kind_groups(trace) -> list:
@@ -471,7 +471,7 @@ def critical_rows(trace, p: dict, L: int, window: int = 0, progress: bool = Fals
     """The KS scan of Alg. 3 at one L: one row per scanned N (p-value, NaN where the brackets certified
     the rejection; p_upper: the p-value or, where certified, its upper bound; KS statistic; mean d~ and
     E over heads), each carrying the critical N (first N not rejected; -1 if none up to n_max). A trace mixing
-    layer kinds: one scan per kind, over that kind's heads (rows carry `kind`, `sliding_window`, and `longest_row`,
+    layer kinds: one scan per kind, over that kind's heads (rows carry `layer_kind`, `sliding_window`, `longest_row`,
     the last row's visible keys, min(L, w), which `critical_frac` divides by; the scan stops below it: no row of a
     sliding layer has more than w keys)."""
     subs = by_kind_groups(trace)
@@ -535,8 +535,8 @@ def ratio_rows(trace, p: dict, L: int, ns: Sequence[int], window: int = 0) -> li
     """Exact means over heads of the per-head token means of d~ (the KS test's reading) and E at each N of `ns`
     below L: one row per N (d_mean, e_mean, ratio, n_heads). Fig. 2c's scan records these only where it computed N
     exactly; where its brackets certified a rejection its d_mean / e_mean are the brackets' midpoints. A trace mixing
-    layer kinds: the means over each kind's heads (rows carry `kind`, `sliding_window`), at the N below each kind's
-    longest row (min(L, w): a sliding layer's rows have at most w keys)."""
+    layer kinds: the means over each kind's heads (rows carry `layer_kind`, `sliding_window`), at the N below its
+    kind's longest row (min(L, w): a sliding layer's rows have at most w keys)."""
     subs = by_kind_groups(trace)
     if len(subs) > 1:
         return [dict(r, **kind_of(sub)) for sub in subs
