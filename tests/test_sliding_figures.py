@@ -215,3 +215,37 @@ def test_fig4_without_repeats_on_sliding_layers(gemma):
                 top = sorted(k, key=lambda s: -float(trace.scores[li, h, t, s]))[:2]
                 bad += all(s < 5 for s in top)
     assert res.rows[0]["run"] == 5 and res.rows[0]["degenerate_share"] == pytest.approx(bad / rows)
+
+
+def test_readings_on_sliding_layers(gemma, ids, eager):
+    """Paper 1's readings run per layer kind: Theorem 1's curves (d~ b at N = 1, the mean over rows of the largest
+    ||x_i|| over each row's keys) equal brute-force loops; the critical rows of each kind stop below its longest
+    row; Theorem 2's and Lemma 2's rows name each layer's kind, sliding layers with N below the window."""
+    from attnlab.normalization.readings.lemma2 import gradient_readings
+    from attnlab.normalization.readings.theorem1 import thm1_readings
+    from attnlab.normalization.readings.theorem2 import separability_readings
+
+    probs, v = eager
+    res = thm1_readings(gemma, ids, quick=True, progress=False, vectors=["v"], pairs=[("E1", "b")], lengths=[L],
+                        curve_lengths=[L], samples=2)
+    for r in (r for r in res.rows if r["kind"] == "curve" and r["N"] == 1):
+        li, h = r["layer"], r["head"]
+        d, xmax = [], []
+        for t in range(L):
+            k = keys_of(li, t)
+            xmax.append(max(float(v[li, h, s].norm()) for s in k))
+            if len(k) > 1:
+                a, x = probs[li, h, t, k].numpy(), v[li, h, k].numpy()
+                top = int(np.argmax(a))
+                y = a[:, None] * x
+                d.append(np.delete(np.linalg.norm(y - y[top], axis=1), top).sum())
+        assert r["layer_kind"] == ("full" if li == 1 else "sliding")
+        assert r["d_b"] == pytest.approx(np.mean(d), rel=1e-5) and r["x_max"] == pytest.approx(np.mean(xmax), rel=1e-5)
+    crit = {r["layer_kind"]: r for r in res.rows if r["kind"] == "critical"}
+    assert crit["sliding"]["longest_row"] == W and crit["sliding"]["n_scanned"] < W
+    assert crit["full"]["longest_row"] == L
+    sep = separability_readings(gemma, ids, quick=True, progress=False, vectors=["v"])
+    grad = gradient_readings(gemma, ids, quick=True, progress=False, directions=["gaussian"])
+    for out in (sep, grad):
+        assert {(r["layer"], r["layer_kind"]) for r in out.rows} == {(0, "sliding"), (1, "full"), (2, "sliding")}
+    assert max(r["N"] for r in sep.rows if r["layer_kind"] == "sliding") == W - 1

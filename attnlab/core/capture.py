@@ -85,12 +85,12 @@ class Trace:
         return list(groups.values())
 
     def select_layers(self, positions: Sequence[int]) -> "Trace":
-        """The trace of the entries `positions` of the layer axis (their kinds kept; None where all are full)."""
+        """The trace of the entries `positions` of the layer axis, their kinds kept (a trace with kinds keeps them
+        where the positions are all full: its rows still say "full")."""
         idx = torch.as_tensor(list(positions), dtype=torch.long)
         cut = {name: None if getattr(self, name) is None else getattr(self, name)[idx]
                for name in ("q", "k", "v", "scores", "probs", "hidden")}
         kinds = None if self.kinds is None else [self.kinds[i] for i in idx.tolist()]
-        kinds = None if kinds is None or all_full(kinds) else kinds
         return Trace(self.model_name, self.token_ids, [self.layers[i] for i in idx.tolist()], self.heads, self.causal,
                      self.scaling, self.text_sha256, meta=dict(self.meta), kinds=kinds, **cut)
 
