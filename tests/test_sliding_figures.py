@@ -249,3 +249,22 @@ def test_readings_on_sliding_layers(gemma, ids, eager):
     for out in (sep, grad):
         assert {(r["layer"], r["layer_kind"]) for r in out.rows} == {(0, "sliding"), (1, "full"), (2, "sliding")}
     assert max(r["N"] for r in sep.rows if r["layer_kind"] == "sliding") == W - 1
+
+
+def test_sinks_per_layer_kind(gemma, ids, eager):
+    """The first token's share in a sliding layer: over the rows that see it (t < w), a brute-force mean; its
+    uniform baseline the same rows' 1 / L_t; the sink claims per layer kind, the sliding scan below the window."""
+    from attnlab.tools.sinks import sink_claims, sink_shares
+
+    probs, _ = eager
+    res = sink_shares(gemma, ids, lengths=[L])
+    for r in res.rows:
+        li, h = r["layer"], r["head"]
+        seen = [t for t in range(L) if len(keys_of(li, t)) >= 2 and 0 in keys_of(li, t)]
+        assert r["layer_kind"] == ("full" if li == 1 else "sliding")
+        assert r["first"] == pytest.approx(np.mean([float(probs[li, h, t, 0]) for t in seen]), rel=1e-6)
+        assert r["first_uniform"] == pytest.approx(np.mean([1 / len(keys_of(li, t)) for t in seen]))
+    claims = sink_claims(gemma, ids, lengths=[8, L])
+    crit = [r for r in claims.rows if r["quantity"] == "critical_frac" and r["subset"] == "all heads" and r["L"] == L]
+    assert {(r["layer_kind"], r["longest_row"], r["n_heads"]) for r in crit} == {("sliding", W, 8), ("full", L, 4)}
+    assert {r["layer_kind"] for r in claims.rows if r["quantity"] == "fig4_slope"} == {"sliding", "full"}
