@@ -268,3 +268,11 @@ def test_sinks_per_layer_kind(gemma, ids, eager):
     crit = [r for r in claims.rows if r["quantity"] == "critical_frac" and r["subset"] == "all heads" and r["L"] == L]
     assert {(r["layer_kind"], r["longest_row"], r["n_heads"]) for r in crit} == {("sliding", W, 8), ("full", L, 4)}
     assert {r["layer_kind"] for r in claims.rows if r["quantity"] == "fig4_slope"} == {"sliding", "full"}
+
+
+def test_full_only_models_rows_keep_their_columns(tiny):
+    """A model whose layers are all full: one group, the same call as before, no layer-kind columns."""
+    ids = torch.arange(3, 3 + 32)
+    out = ex.run_figures(tiny, ids, quick=True, progress=False, figures=["fig1", "fig2c"])
+    assert all("layer_kind" not in r and "sliding_window" not in r for res in out.values() for r in res.rows)
+    assert {r["uniform"] for r in out["fig1"].rows} == {1 / L for L in {r["L"] for r in out["fig1"].rows}}
