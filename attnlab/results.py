@@ -63,22 +63,35 @@ BOOK_WINDOW_RESULTS = (("compare_normalizers", {"params": "default"}),     # cha
                        ("diagnose", {"params": "default"}))                # chapter 8, cell 8b431e04
 
 
+#: the window length of the book's window's figures (the paper's L; `Workspace.window_length` when max_length is None)
+PAPER_LENGTH = 1024
+
+
 @dataclass(frozen=True)
 class Task:
     """One unit of `attnlab results compute`: the Results of `model` on one window (`window`: (corpus, start) of
-    `windows.text_windows`; None: the book's window), computed together so that they share forward passes."""
+    `windows.text_windows`; None: the book's window), computed together so that they share forward passes. `length`:
+    the L the window's figures go to (`windows.BOOK_MAX_LENGTH` unless --lengths says; None: the book's window, at
+    the paper's `PAPER_LENGTH`)."""
 
     model: str
     window: Optional[tuple[str, int]]
-    label: str                  # "the book's window" or the window's label ("W&P #2")
+    label: str                  # "the book's window" or the window's label ("W&P #2", "W&P #2, L = 8192")
     device: str = "cpu"
     quick: bool = False
+    length: Optional[int] = None
 
 
-def plan(models: Sequence[str], windows: Optional[int] = None, device: str = "cpu", quick: bool = False) -> list[Task]:
+def plan(models: Sequence[str], windows: Optional[int] = None, device: str = "cpu", quick: bool = False,
+         lengths: Optional[Sequence[int]] = None) -> list[Task]:
     """The tasks of `results compute`, one model's after another: the book's window (windows None) or K windows of
-    each corpus. ValueError (before anything is loaded) for a model name `load_model` would refuse, or K < 1."""
+    each corpus, each at every L of `lengths` (default: `windows.BOOK_MAX_LENGTH`). ValueError (one line, before
+    anything is loaded) for a model name `load_model` would refuse, K < 1, an L below the figures' shortest window
+    (`core.checks.check_max_length`) or above a known model's longest (the model table's `max_positions`), or
+    lengths without windows."""
     from attnlab import windows as W
+    from attnlab.core import model_table
+    from attnlab.core.checks import check_max_length
     from attnlab.core.models import check_model_name
 
     models = [m.strip() for m in models if m.strip()]
@@ -87,11 +100,69 @@ def plan(models: Sequence[str], windows: Optional[int] = None, device: str = "cp
     for m in models:
         check_model_name(m)
     if windows is None:
+        if lengths:
+            raise ValueError("--lengths goes with --windows K: the book's window is at the paper's L = "
+                             f"{PAPER_LENGTH}")
         return [Task(m, None, "the book's window", device, quick) for m in models]
     if windows < 1:
         raise ValueError(f"--windows must be at least 1, got {windows}")
+    lengths = [check_max_length(L, "figures", "--lengths") for L in (lengths or [W.BOOK_MAX_LENGTH])]
+    for m in models:
+        entry = model_table.entry(m)
+        if entry is not None and entry.max_positions and max(lengths) > entry.max_positions:
+            raise ValueError(f"--lengths {max(lengths)} exceeds {m}'s {entry.max_positions} positions")
     ws = W.text_windows(windows)
-    return [Task(m, (w.corpus, w.start), w.label, device, quick) for m in models for w in ws]
+    return [Task(m, (w.corpus, w.start), w.label if L == W.BOOK_MAX_LENGTH else f"{w.label}, L = {L}", device, quick,
+                 L) for m in models for L in dict.fromkeys(lengths) for w in ws]
+
+
+# A local worker's memory, estimated before anything is loaded (reconstructed from this machine's measured peaks,
+# not derived): the Python, torch and transformers runtime, the model's float32 weights, and the attention tensors of
+# the task's dearest capture: scores and probabilities, [layers x heads, L, L] float32 each, held whole by the
+# pooled figures (fig2c, fig4: every head, up to `streaming.POOLED_LIMIT`; longer windows they refuse), and above
+# that one streamed block (`streaming.CAPTURE_BUDGET`) and its working copies (1.5 blocks), times a margin.
+# tests/test_cluster.py checks it against BENCHMARKS.md's measured peaks (e.g. SmolLM2 at L = 8,192: 6.52 GB).
+RUNTIME_BYTES = 3 << 29                 # 1.5 GiB: a worker that imported torch and transformers, before any model
+MEMORY_MARGIN = 1.25
+DEFAULT_WORKER_BYTES = 6 << 30          # a model outside the model table (a folder, a hub id): its size is unknown
+
+
+def worker_memory(model: str, length: int) -> int:
+    """Bytes a one-thread worker computing `model`'s Results at window length `length` may need (the estimate above);
+    `DEFAULT_WORKER_BYTES` for a model the table does not size."""
+    from attnlab.core import model_table
+    from attnlab.normalization.streaming import CAPTURE_BUDGET, POOLED_LIMIT
+
+    entry = model_table.entry(model)
+    if entry is None or not entry.n_params:
+        return DEFAULT_WORKER_BYTES
+    L = min(length, entry.max_positions)
+    attention = 2 * entry.n_layers * entry.n_heads * L * L * 4
+    held = attention if attention <= POOLED_LIMIT else 1.5 * CAPTURE_BUDGET
+    return int(MEMORY_MARGIN * (RUNTIME_BYTES + 4 * entry.n_params + held))
+
+
+def memory_bytes() -> int:
+    """This machine's physical memory (8 GiB where the system does not say)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def local_workers(tasks: Sequence[Task]) -> int:
+    """How many one-thread workers this machine holds for `tasks`: its cores, and its memory at `plan_memory` each."""
+    import os
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cpus, memory_bytes() // plan_memory(tasks)))
+
+
+def plan_memory(tasks: Sequence[Task]) -> int:
+    """The largest `worker_memory` over `tasks` (a worker may meet any of them)."""
+    return max((worker_memory(t.model, t.length or PAPER_LENGTH) for t in tasks), default=DEFAULT_WORKER_BYTES)
 
 
 def fill(task: Task, loaded: Optional[dict] = None) -> dict:
@@ -103,7 +174,7 @@ def fill(task: Task, loaded: Optional[dict] = None) -> dict:
 
     loaded = {} if loaded is None else loaded
     window = {} if task.window is None else {"text": task.window[0], "start": task.window[1],
-                                             "max_length": BOOK_MAX_LENGTH}
+                                             "max_length": task.length or BOOK_MAX_LENGTH}
     have = loaded.get((task.model, task.device))
     inp = Inputs(task.model, task.device, **window) if have is None else Inputs.around(have, task.device, **window)
     loaded[(task.model, task.device)] = inp.model

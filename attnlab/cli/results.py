@@ -28,12 +28,16 @@ def add_cli(sub) -> None:
     c.add_argument("--windows", type=int, default=None, metavar="K",
                    help="paper 1's figures on K windows of each corpus (`attnlab.windows`, L <= 512; default: the "
                         "book's window, War and Peace from its start, every figure)")
+    c.add_argument("--lengths", default=None, metavar="L1,L2",
+                   help="with --windows: the window lengths L the figures go to, one task per window and L "
+                        "(default: 512; each L >= 32 and at most the model's positions)")
     c.add_argument("--quick", action="store_true", help="small grids, for smoke tests")
     c.add_argument("--cluster", default=None, metavar="local:N|tcp://HOST:PORT",
                    help="run the tasks on a Dask cluster: N local worker processes, or a running scheduler (pip "
                         "install 'attnlab[cluster]'); Results go to the one store, ATTNLAB_RESULTS_DIR")
-    c.add_argument("--memory-per-worker", type=float, default=6.0, metavar="GiB",
-                   help="memory a local worker may use (local:N starts at most memory / this workers; default 6)")
+    c.add_argument("--memory-per-worker", type=float, default=None, metavar="GiB",
+                   help="memory a local worker may use (local:N starts at most memory / this workers; default: "
+                        "estimated from the largest model's size and L, `attnlab.results.worker_memory`)")
     quiet_arg(c)
     c.set_defaults(func=run_compute)
 
@@ -72,7 +76,8 @@ def run_compute(args) -> int:
     computed; exit 2 when a task failed (each said in one line as it failed)."""
     from attnlab import results
 
-    tasks = results.plan((args.models or args.model).split(","), args.windows, args.device, args.quick)
+    lengths = None if args.lengths is None else [x.strip() for x in args.lengths.split(",") if x.strip()]
+    tasks = results.plan((args.models or args.model).split(","), args.windows, args.device, args.quick, lengths)
     if args.cluster:
         try:
             from attnlab import cluster
