@@ -241,16 +241,16 @@ def _results_used(execution_cache: Path) -> set:
         return set()
 
 
-def _is_stored(folder: Path) -> bool:
-    """A results-cache entry `<name>-<key hash>` holds its Result (`<name>.json`, what `core.cache.stored` reads;
-    its key file may be missing where a run stopped between the two writes)."""
-    return (folder / f"{folder.name.rsplit('-', 1)[0]}.json").is_file()
+def _is_stored(store, entry: str) -> bool:
+    """The results-store entry `<name>-<key hash>` holds its Result (`<name>.json`, what `core.cache.stored` reads;
+    its key file may be missing where a run stopped between the two writes). `store`: a `core.store.Store`."""
+    return store.exists(f"{entry}/{entry.rsplit('-', 1)[0]}.json")
 
 
-def _jobs(used: set, results: Path, cpus: int) -> tuple[int, str]:
+def _jobs(used: set, results, cpus: int) -> tuple[int, str]:
     """(how many chapters to execute at once, why, for the terminal). JOBS_ENV when set (a positive integer; 1:
     one at a time, as myst-nb does alone); else min(2, `cpus`) when every Result in `used` (what the chapters read
-    last time) is stored in `results`: the chapters then read them and draw, on one torch thread each
+    last time) is stored in the results store `results` (a path or URL): the chapters then read them and draw, on one torch thread each
     (`attnlab.book`), so two of them fill two cores. Else 1: a chapter that computes Results takes every free core
     (`attnlab.core.util.auto_threads`), and a second one beside it would only halve its speed."""
     chosen = settings.get(JOBS_ENV)             # a ValueError of one line when it is not a positive integer
@@ -258,7 +258,10 @@ def _jobs(used: set, results: Path, cpus: int) -> tuple[int, str]:
         return chosen, f"{JOBS_ENV}={chosen}"
     if not used:
         return 1, f"no record of the Results the chapters read (set {JOBS_ENV}=2 to run two at a time anyway)"
-    absent = sorted(entry for entry in used if not _is_stored(results / entry))
+    from attnlab.core.store import Store
+
+    store = Store(results)
+    absent = sorted(entry for entry in used if not _is_stored(store, entry))
     if absent:
         return 1, (f"{len(absent)} of the {len(used)} Results the chapters read last time are not stored, e.g. "
                    f"{absent[0]} (set {JOBS_ENV}=2 to run two at a time anyway)")

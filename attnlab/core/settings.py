@@ -17,6 +17,11 @@ def _path(raw: str) -> Path:
     return Path(raw).expanduser()
 
 
+def _path_or_url(raw: str):
+    """A path (`_path`), or a URL ("scheme://...", kept as text: `core.store` opens it with fsspec)."""
+    return raw.strip() if "://" in raw else _path(raw)
+
+
 def _path_or_none(raw: str) -> Optional[Path]:
     return Path(raw).expanduser() if raw else None
 
@@ -103,8 +108,9 @@ CACHE_DIR = Setting(
     meaning="attnlab's cache folder: downloaded corpora, Results (results/), the chapters' executions "
     "(book-execution/), compiled kernels (numba/), de-quantized models")
 RESULTS_DIR = Setting(
-    "ATTNLAB_RESULTS_DIR", unset="$ATTNLAB_CACHE_DIR/results", parse=_path, documented="attnlab/core/published.py",
-    meaning="the results cache: every computed Result under its key")
+    "ATTNLAB_RESULTS_DIR", unset="$ATTNLAB_CACHE_DIR/results", parse=_path_or_url, documented="attnlab/core/store.py",
+    meaning="the results store: every computed Result under its key; a folder, or an fsspec URL (file://, s3://, "
+    "...) that a cluster's workers, the CLI and the book share")
 RESULTS_URL = Setting(
     "ATTNLAB_RESULTS_URL", unset="never fetch", parse=_url_or_off, documented=_README + "publishing-the-site",
     meaning="the site to fetch a missing Result from (sha256-checked) instead of computing it; \"off\": never fetch. "
