@@ -12,6 +12,7 @@ path and the Dask cluster (`attnlab.cluster`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Optional, Sequence
 
 from attnlab.core.result import Result
@@ -165,6 +166,27 @@ def plan_memory(tasks: Sequence[Task]) -> int:
     return max((worker_memory(t.model, t.length or PAPER_LENGTH) for t in tasks), default=DEFAULT_WORKER_BYTES)
 
 
+def fill_all(tasks: Sequence[Task], how: str = "serial", *, progress: bool = True) -> list[dict]:
+    """`fill` of every task: "serial" in this process (a model loaded once), "local:N" or "tcp://..." on a Dask
+    cluster (`attnlab.cluster`), "auto" on a local cluster of `local_workers` workers, serial when that is one or the
+    cluster extra (dask.distributed) is not installed. [fill's dict, or {"model", "label", "error"}] in task order."""
+    if how == "auto":
+        n = local_workers(tasks)
+        how = f"local:{n}" if n > 1 and _has_distributed() else "serial"
+    if how == "serial":
+        loaded: dict = {}
+        return [fill(t, loaded) for t in tasks]
+    from attnlab import cluster
+
+    return cluster.compute(tasks, how, progress=progress)
+
+
+def _has_distributed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("distributed") is not None
+
+
 def fill(task: Task, loaded: Optional[dict] = None) -> dict:
     """Compute and store the Results of `task` the results store lacks; {"model", "label", "stored", "computed"}.
     `loaded`: {(model, device): AttnModel} of models loaded before in this process (a worker's workspace, filled
@@ -184,6 +206,82 @@ def fill(task: Task, loaded: Optional[dict] = None) -> dict:
         res = _figures([i for i in figure_ids("normalization") if i not in READING_FIGURES], inp, task.quick)
     fresh = sum(not r.provenance.get("loaded_from_cache") for r in res)
     return {"model": task.model, "label": task.label, "stored": len(res) - fresh, "computed": fresh}
+
+
+# ------------------------------------------------------------------ what `make book` fills before the chapters run
+
+#: what the chapters read besides `book_plan`'s Results (each chapter computes its own, through `result` or its
+#: cached helper): chapter-specific keys (other lengths, normalizers, readings, window sets) that no task of
+#: `plan` shares. tests/test_cluster_plan.py compares `book_plan` with the Results a build read (its record,
+#: scripts/attnlab_book.py), so a chapter that starts reading a new kind of Result fails there.
+BOOK_NOT_PLANNED = ("fig1",                     # chapter 1's long window: L = 4,096 (`LONG_L` of 01_vanishing)
+                    "fig2c_ratio", "pooled_ks", "reading_windows",                 # chapter 3
+                    "head_separability",                                           # chapters 4 and 6
+                    "fig4_without_repeats",                                        # chapters 5 and 6
+                    "sink_shares", "sink_claims", "compare_normalizers", "compare_normalizers_each",
+                    "bench_normalizers",                                           # chapter 7
+                    "tsc_uniform", "tsc_moments", "tsc_hardmax", "tsc_real", "tsc_sample_reference_effect",
+                    "tsc_authors_sphere_reference")                                # chapters 9 and 10
+
+
+def book_plan(model: Optional[str] = None, device: Optional[str] = None) -> list[Task]:
+    """The tasks that fill what the book's chapters read, before they run (`make book`: scripts/attnlab_book.py):
+    the build's model (ATTNLAB_MODEL) on the book's window (every figure, perplexity, `BOOK_WINDOW_RESULTS`), then
+    each of the model table's in-book models on the book's window set (`windows.BOOK_WINDOWS` windows of each corpus,
+    L <= `windows.BOOK_MAX_LENGTH`). The chapters read more (`BOOK_NOT_PLANNED`)."""
+    from attnlab.core import model_table, settings
+    from attnlab.windows import BOOK_WINDOWS
+
+    model = model or settings.get("ATTNLAB_MODEL")
+    device = device or settings.get("ATTNLAB_DEVICE")
+    return plan([model], None, device) + plan(list(model_table.offline_in_book()), BOOK_WINDOWS, device)
+
+
+def describe_planned(tasks: Sequence[Task], auto: str) -> set[tuple]:
+    """(name, model, text, start, L, params) of each Result `tasks` fill, without loading anything (`describe_key`'s
+    shape; "auto" read as the model `auto` names)."""
+    from attnlab.core import model_table
+    from attnlab.figures import FIGURES, READING_FIGURES, figure_ids
+    from attnlab.sample_complexity import real_tokens
+
+    out = set()
+    for t in tasks:
+        model = auto if t.model == "auto" else t.model
+        entry = model_table.entry(model)
+        text, start = t.window or ("war_and_peace", 0)
+        if t.window is None:
+            ids = figure_ids()
+            causal = entry is None or entry.causal
+        else:
+            ids = [i for i in figure_ids("normalization") if i not in READING_FIGURES]
+            causal = False
+        for i in ids:
+            needs = FIGURES[i].needs
+            if needs == "model+text":
+                L = min(entry.max_positions if entry else PAPER_LENGTH, t.length or PAPER_LENGTH)
+                out.add((i, model, text, start, L, None))
+            elif needs == "none":
+                out.add((i, None, text, start, t.length, None))
+            else:        # "encoder": the model when bidirectional, else MiniLM (`Workspace.encoder`); its key
+                encoder = model if entry is not None and not entry.causal else "minilm"
+                size = SimpleNamespace(max_positions=model_table.entry(encoder).max_positions)
+                p = real_tokens.real_params(size, t.quick)
+                out.add((i, encoder, p["corpus"], p["offset"], p["L"], "real_encoder"))
+        if t.window is None and causal and not t.quick:
+            out.add(("perplexity", model, None, None, None, None))
+            out |= {(name, model, None, None, None, key.get("params")) for name, key in BOOK_WINDOW_RESULTS}
+    return out
+
+
+def describe_key(name: str, key: dict) -> tuple:
+    """(name, model, text, start, L, params) of a stored Result's key (`core.cache.KEY_FILE`): what
+    `describe_planned` says of the Result a task fills."""
+    params = key.get("params")
+    if isinstance(params, dict) and "experiment" in key:
+        text, start, L = params.get("corpus"), params.get("offset"), params.get("L")
+        return (name, key.get("model"), text, start, L, key["experiment"])
+    return (name, key.get("model"), key.get("text_name"), key.get("text_start"), key.get("max_length"),
+            params if isinstance(params, str) else None)
 
 
 def _figures(ids, inp, quick: bool) -> list[Result]:

@@ -61,3 +61,73 @@ def test_a_length_reaches_the_figures(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out.splitlines()[0] == "tiny-gpt2, W&P #1, L = 64: 0 stored, 6 computed"
     keys = [json.loads(p.read_text()) for p in tmp_path.glob("*/key.json")]
     assert keys and {k["max_length"] for k in keys} == {64}
+
+
+# ------------------------------------------------------------------ the book's fill (`results.book_plan`)
+
+def _compare_with_a_build(read: set, build_model: str) -> None:
+    """`book_plan` against what a build read: every Result it fills is read, and what else is read is declared
+    (`BOOK_NOT_PLANNED`; fig1's only unplanned window is chapter 1's long one)."""
+    planned = results.describe_planned(results.book_plan("auto", "cpu"), auto=build_model)
+    assert planned, "an empty plan"
+    assert not planned - read, f"the fill computes Results no chapter read: {sorted(planned - read, key=str)[:3]}"
+    left = read - planned
+    undeclared = {d[0] for d in left} - set(results.BOOK_NOT_PLANNED)
+    assert not undeclared, f"chapters read Results neither planned nor declared: {sorted(undeclared)}"
+    assert all(d[4] > results.PAPER_LENGTH for d in left if d[0] == "fig1")
+
+
+def test_the_book_plan_is_what_a_recorded_build_read():
+    """tests/book_reads.json: the record of a build (ATTNLAB_MODEL=auto, which was SmolLM2 there) as `describe_key`
+    describes each Result; 112 of its 133 Results are `book_plan`'s."""
+    import json
+    from pathlib import Path
+
+    snapshot = json.loads((Path(__file__).parent / "book_reads.json").read_text())
+    read = {tuple(d) for d in snapshot["read"]}
+    _compare_with_a_build(read, snapshot["build_model"])
+    planned = results.describe_planned(results.book_plan("auto", "cpu"), auto=snapshot["build_model"])
+    assert len(planned) == 112 and len(read) == 133
+
+
+def test_the_book_plan_is_what_this_machines_last_build_read():
+    """The same against this machine's own record (scripts/attnlab_book.py: results-used.txt beside the chapters'
+    execution cache, each entry's key in the results store); skipped where no build ran yet."""
+    import json
+
+    from attnlab.core.store import results_store
+    from attnlab.core.text import cache_dir
+
+    records = sorted((cache_dir() / "book-execution").glob("auto-cpu-*/results-used.txt"),
+                     key=lambda p: p.stat().st_mtime)
+    if not records:
+        pytest.skip("no book build recorded here yet")
+    store, read = results_store(), set()
+    for entry in set(records[-1].read_text().split()):
+        try:
+            key = json.loads(store.read(f"{entry}/key.json", "key", 1 << 20))
+        except OSError:
+            continue
+        read.add(results.describe_key(entry.rsplit("-", 1)[0], key))
+    perplexity = [d[1] for d in read if d[0] == "perplexity"]
+    if not perplexity:
+        pytest.skip("the recorded build read no perplexity: its model is not known here")
+    _compare_with_a_build(read, perplexity[0])
+
+
+def test_auto_is_serial_on_one_worker_or_without_dask(monkeypatch):
+    """`fill_all(..., "auto")`: a local cluster only with two workers or more and dask.distributed installed."""
+    done = []
+    monkeypatch.setattr(results, "fill", lambda t, loaded=None: done.append(t) or {"model": t.model})
+    tasks = results.plan(["tiny-gpt2"], windows=1)
+    monkeypatch.setattr(results, "local_workers", lambda tasks: 1)
+    assert len(results.fill_all(tasks, "auto")) == 2 and len(done) == 2
+    monkeypatch.setattr(results, "local_workers", lambda tasks: 2)
+    monkeypatch.setattr(results, "_has_distributed", lambda: False)
+    assert len(results.fill_all(tasks, "auto")) == 2 and len(done) == 4
+
+
+def test_book_takes_no_models_or_windows(capsys):
+    assert main(["results", "compute", "--book", "--windows", "2"]) == 2
+    assert "--book plans its own models and windows" in capsys.readouterr().err
+    assert [t.label for t in results.book_plan("smollm2", "cpu")][:2] == ["the book's window", "W&P #1"]

@@ -31,10 +31,14 @@ def add_cli(sub) -> None:
     c.add_argument("--lengths", default=None, metavar="L1,L2",
                    help="with --windows: the window lengths L the figures go to, one task per window and L "
                         "(default: 512; each L >= 32 and at most the model's positions)")
+    c.add_argument("--book", action="store_true",
+                   help="the Results the book's chapters read that `attnlab.results.book_plan` fills: --model's book "
+                        "window and the in-book models' window set (what `make book` fills before the chapters)")
     c.add_argument("--quick", action="store_true", help="small grids, for smoke tests")
-    c.add_argument("--cluster", default=None, metavar="local:N|tcp://HOST:PORT",
-                   help="run the tasks on a Dask cluster: N local worker processes, or a running scheduler (pip "
-                        "install 'attnlab[cluster]'); Results go to the one store, ATTNLAB_RESULTS_DIR")
+    c.add_argument("--cluster", default=None, metavar="local:N|auto|tcp://HOST:PORT",
+                   help="run the tasks on a Dask cluster: N local worker processes (auto: as many as cores and "
+                        "memory allow, serial when that is one), or a running scheduler (pip install "
+                        "'attnlab[cluster]'); Results go to the one store, ATTNLAB_RESULTS_DIR")
     c.add_argument("--memory-per-worker", type=float, default=None, metavar="GiB",
                    help="memory a local worker may use (local:N starts at most memory / this workers; default: "
                         "estimated from the largest model's size and L, `attnlab.results.worker_memory`)")
@@ -77,8 +81,13 @@ def run_compute(args) -> int:
     from attnlab import results
 
     lengths = None if args.lengths is None else [x.strip() for x in args.lengths.split(",") if x.strip()]
-    tasks = results.plan((args.models or args.model).split(","), args.windows, args.device, args.quick, lengths)
-    if args.cluster:
+    if args.book:
+        if args.models or args.windows or lengths or args.quick:
+            raise ValueError("--book plans its own models and windows: drop --models, --windows, --lengths, --quick")
+        tasks = results.book_plan(args.model, args.device)
+    else:
+        tasks = results.plan((args.models or args.model).split(","), args.windows, args.device, args.quick, lengths)
+    if args.cluster and args.cluster != "auto":
         try:
             from attnlab import cluster
         except ImportError as exc:
@@ -86,9 +95,8 @@ def run_compute(args) -> int:
 
         rows = cluster.compute(tasks, args.cluster, progress=not args.quiet,
                                memory_per_worker_gib=args.memory_per_worker)
-    else:
-        loaded: dict = {}                          # one load a model, as a worker's workspace
-        rows = [results.fill(t, loaded) for t in tasks]
+    else:                                   # serial (a model loaded once), or auto: `results.fill_all`
+        rows = results.fill_all(tasks, args.cluster or "serial", progress=not args.quiet)
     for r in rows:
         if "error" not in r:
             print(f"{r['model']}, {r['label']}: {r['stored']} stored, {r['computed']} computed", flush=True)
