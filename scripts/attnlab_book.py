@@ -423,7 +423,10 @@ def _fill_results(n_stale: int) -> None:
     _say(f"attnlab: filling the Results the chapters read ({how}; {FILL_ENV}=off: no fill) before {n_stale} "
          "chapters execute")
     t0 = time.perf_counter()
-    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    from attnlab.core import published
+
+    env = {k: v for k, v in os.environ.items() if k != published.LOG_ENV}     # the record is what chapters read
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     lines = done.stdout.splitlines()
     computed = sum(int(m.group(1)) for m in (re.search(r"(\d+) computed$", x) for x in lines) if m)
     took = time.perf_counter() - t0

@@ -87,12 +87,14 @@ def test_the_fill_runs_before_the_chapters_in_a_process_of_its_own(monkeypatch, 
     runs = []
 
     def run(command, **kwargs):
+        assert "ATTNLAB_RESULTS_LOG" not in kwargs["env"]       # the build's record holds what the chapters read
         runs.append(command)
         out = "smollm2, the book's window: 3 stored, 40 computed\nminilm, W&P #1: 0 stored, 6 computed\n"
         return subprocess.CompletedProcess(command, 2 if "local:2" in command else 0, out, "attnlab: boom\n")
 
     monkeypatch.setattr(subprocess, "run", run)
     monkeypatch.setenv("ATTNLAB_MODEL", "smollm2")
+    monkeypatch.setenv("ATTNLAB_RESULTS_LOG", "/nonexistent/results-used.txt")
     monkeypatch.delenv(ext.PROGRESS_ENV, raising=False)
     monkeypatch.delenv(ext.FILL_ENV, raising=False)
     ext._fill_results(5)
