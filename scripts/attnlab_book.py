@@ -400,9 +400,9 @@ def _execute_into_cache(stale: list, nb_config, jobs: int, root: Path) -> None:
 
 #: how the build fills the chapters' Results before it executes them (`_fill_results`): off, serial, auto, local:N
 FILL_ENV = settings.BOOK_FILL.name
-# Serial on this 2-core machine: one model's plan (MiniLM's book window set, 8 tasks) filled into an empty store took
-# SERIAL_S serially and CLUSTER_S on local:2 (BENCHMARKS.md, "Past one process"): two one-thread workers do not
-# beat one process on both cores here. `auto` (a worker per core, as memory allows) is for a machine with more.
+# Serial on this 2-core machine: one model's plan (MiniLM's book window set, 8 tasks, 48 Results) filled into an
+# empty store took 6 min 19 s serially and 10 min 25 s on local:2 (BENCHMARKS.md, "The book's fill"): two one-thread
+# workers do not beat one process on both cores here. `auto` (a worker per core, as memory allows) is for more cores.
 DEFAULT_FILL = "serial"
 
 
