@@ -11,7 +11,8 @@ path and the Dask cluster (`attnlab.cluster`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from types import SimpleNamespace
 from typing import Optional, Sequence
 
@@ -81,6 +82,7 @@ class Task:
     device: str = "cpu"
     quick: bool = False
     length: Optional[int] = None
+    perplexity: tuple[str, ...] = ("war_and_peace", "wikitext2")     # the book's window: a causal model's on these
 
 
 def plan(models: Sequence[str], windows: Optional[int] = None, device: str = "cpu", quick: bool = False,
@@ -201,7 +203,7 @@ def fill(task: Task, loaded: Optional[dict] = None) -> dict:
     inp = Inputs(task.model, task.device, **window) if have is None else Inputs.around(have, task.device, **window)
     loaded[(task.model, task.device)] = inp.model
     if task.window is None:
-        res = _book_window(inp, task.quick)
+        res = _book_window(inp, task)
     else:
         res = _figures([i for i in figure_ids("normalization") if i not in READING_FIGURES], inp, task.quick)
     fresh = sum(not r.provenance.get("loaded_from_cache") for r in res)
@@ -224,6 +226,10 @@ BOOK_NOT_PLANNED = ("fig1",                     # chapter 1's long window: L = 4
                     "tsc_authors_sphere_reference")                                # chapters 9 and 10
 
 
+#: the perplexity the chapters show (`book.models.model_admonition`: WikiText-2's)
+BOOK_PERPLEXITY = ("wikitext2",)
+
+
 def book_plan(model: Optional[str] = None, device: Optional[str] = None) -> list[Task]:
     """The tasks that fill what the book's chapters read, before they run (`make book`: scripts/attnlab_book.py):
     the build's model (ATTNLAB_MODEL) on the book's window (every figure, perplexity, `BOOK_WINDOW_RESULTS`), then
@@ -234,7 +240,8 @@ def book_plan(model: Optional[str] = None, device: Optional[str] = None) -> list
 
     model = model or settings.get("ATTNLAB_MODEL")
     device = device or settings.get("ATTNLAB_DEVICE")
-    return plan([model], None, device) + plan(list(model_table.offline_in_book()), BOOK_WINDOWS, device)
+    own = [replace(t, perplexity=BOOK_PERPLEXITY) for t in plan([model], None, device)]
+    return own + plan(list(model_table.offline_in_book()), BOOK_WINDOWS, device)
 
 
 def describe_planned(tasks: Sequence[Task], auto: str) -> set[tuple]:
@@ -268,7 +275,7 @@ def describe_planned(tasks: Sequence[Task], auto: str) -> set[tuple]:
                 p = real_tokens.real_params(size, t.quick)
                 out.add((i, encoder, p["corpus"], p["offset"], p["L"], "real_encoder"))
         if t.window is None and causal and not t.quick:
-            out.add(("perplexity", model, None, None, None, None))
+            out |= {("perplexity", model, c, None, None, None) for c in t.perplexity}
             out |= {(name, model, None, None, None, key.get("params")) for name, key in BOOK_WINDOW_RESULTS}
     return out
 
@@ -277,11 +284,21 @@ def describe_key(name: str, key: dict) -> tuple:
     """(name, model, text, start, L, params) of a stored Result's key (`core.cache.KEY_FILE`): what
     `describe_planned` says of the Result a task fills."""
     params = key.get("params")
+    if name == "perplexity":
+        return (name, key.get("model"), _corpus_names().get(key.get("text")), None, None, None)
     if isinstance(params, dict) and "experiment" in key:
         text, start, L = params.get("corpus"), params.get("offset"), params.get("L")
         return (name, key.get("model"), text, start, L, key["experiment"])
     return (name, key.get("model"), key.get("text_name"), key.get("text_start"), key.get("max_length"),
             params if isinstance(params, str) else None)
+
+
+@lru_cache(maxsize=1)
+def _corpus_names() -> dict:
+    """{text checksum: corpus name} of the two corpora (what a perplexity's key names its text by)."""
+    from attnlab.core.text import load_corpus
+
+    return {load_corpus(c).sha256: c for c in ("war_and_peace", "wikitext2")}
 
 
 def _figures(ids, inp, quick: bool) -> list[Result]:
@@ -290,19 +307,19 @@ def _figures(ids, inp, quick: bool) -> list[Result]:
     return list(cached_figures(ids, inp, quick=quick).values())
 
 
-def _book_window(inp, quick: bool) -> list[Result]:
+def _book_window(inp, task: Task) -> list[Result]:
     """Every figure of `inp`'s model on the book's window, then (not with quick) for a causal model its perplexity on
-    both corpora and `BOOK_WINDOW_RESULTS`."""
+    the task's corpora and `BOOK_WINDOW_RESULTS`."""
     from attnlab.figures import figure_ids
 
-    out = _figures(figure_ids(), inp, quick)
-    if quick:
+    out = _figures(figure_ids(), inp, task.quick)
+    if task.quick:
         return out
     from attnlab.core.perplexity import cached_perplexity
     from attnlab.core.text import load_corpus
 
     model = inp.model
-    out += [cached_perplexity(model, load_corpus(c)) for c in ("war_and_peace", "wikitext2") if model.causal]
+    out += [cached_perplexity(model, load_corpus(c)) for c in task.perplexity if model.causal]
     if model.causal:
         out += [result(name, dict(key, device=inp.device), model=model, corpus=inp.corpus)
                 for name, key in BOOK_WINDOW_RESULTS]
