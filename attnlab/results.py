@@ -168,27 +168,6 @@ def plan_memory(tasks: Sequence[Task]) -> int:
     return max((worker_memory(t.model, t.length or PAPER_LENGTH) for t in tasks), default=DEFAULT_WORKER_BYTES)
 
 
-def fill_all(tasks: Sequence[Task], how: str = "serial", *, progress: bool = True) -> list[dict]:
-    """`fill` of every task: "serial" in this process (a model loaded once), "local:N" or "tcp://..." on a Dask
-    cluster (`attnlab.cluster`), "auto" on a local cluster of `local_workers` workers, serial when that is one or the
-    cluster extra (dask.distributed) is not installed. [fill's dict, or {"model", "label", "error"}] in task order."""
-    if how == "auto":
-        n = local_workers(tasks)
-        how = f"local:{n}" if n > 1 and _has_distributed() else "serial"
-    if how == "serial":
-        loaded: dict = {}
-        return [fill(t, loaded) for t in tasks]
-    from attnlab import cluster
-
-    return cluster.compute(tasks, how, progress=progress)
-
-
-def _has_distributed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("distributed") is not None
-
-
 def fill(task: Task, loaded: Optional[dict] = None) -> dict:
     """Compute and store the Results of `task` the results store lacks; {"model", "label", "stored", "computed"}.
     `loaded`: {(model, device): AttnModel} of models loaded before in this process (a worker's workspace, filled

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Sequence
 
 from attnlab.cli.options import model_args, quiet_arg
 
@@ -95,8 +96,8 @@ def run_compute(args) -> int:
 
         rows = cluster.compute(tasks, args.cluster, progress=not args.quiet,
                                memory_per_worker_gib=args.memory_per_worker)
-    else:                                   # serial (a model loaded once), or auto: `results.fill_all`
-        rows = results.fill_all(tasks, args.cluster or "serial", progress=not args.quiet)
+    else:                                   # serial (a model loaded once), or auto: `fill_all`
+        rows = fill_all(tasks, args.cluster or "serial", progress=not args.quiet)
     for r in rows:
         if "error" not in r:
             print(f"{r['model']}, {r['label']}: {r['stored']} stored, {r['computed']} computed", flush=True)
@@ -104,3 +105,27 @@ def run_compute(args) -> int:
     if failed:
         raise RuntimeError(f"{len(failed)} of {len(rows)} tasks failed (each named above); run again to retry them")
     return 0
+
+
+def fill_all(tasks: Sequence, how: str = "serial", *, progress: bool = True) -> list[dict]:
+    """`fill` of every task: "serial" in this process (a model loaded once), "local:N" or "tcp://..." on a Dask
+    cluster (`attnlab.cluster`), "auto" on a local cluster of `local_workers` workers, serial when that is one or the
+    cluster extra (dask.distributed) is not installed. [fill's dict, or {"model", "label", "error"}] in task order.
+    Here, not in `attnlab.results`, which `attnlab.cluster` imports."""
+    from attnlab import results
+
+    if how == "auto":
+        n = results.local_workers(tasks)
+        how = f"local:{n}" if n > 1 and _has_distributed() else "serial"
+    if how == "serial":
+        loaded: dict = {}
+        return [results.fill(t, loaded) for t in tasks]
+    from attnlab import cluster
+
+    return cluster.compute(tasks, how, progress=progress)
+
+
+def _has_distributed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("distributed") is not None
