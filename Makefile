@@ -94,6 +94,10 @@ vendor: npm
 # The site, from nothing: vendoring, then a strict build (executes the chapters; their execution cache,
 # ~/.cache/attnlab/book-execution, is kept per model, device, package sources and library versions, so a fresh
 # clone of the same sources reuses it: scripts/attnlab_book.py). Site: _build/html.
+# Before two or more chapters execute, the build fills the Results they read (`attnlab results compute --book`:
+# `attnlab.results.book_plan`), serially: on this 2-core machine one model's plan took 6 min 19 s serially and
+# 10 min 25 s on a local:2 Dask cluster (BENCHMARKS.md). ATTNLAB_BOOK_FILL=auto fills on a local cluster of as many
+# workers as cores and memory allow (a machine with more cores), local:N on N, off not at all.
 # Chapters to execute run two at a time when every Result they read last time is stored, else one at a time;
 # ATTNLAB_BOOK_JOBS=1 (or 2) chooses (`ATTNLAB_BOOK_JOBS=1 make book`).
 book: install vendor

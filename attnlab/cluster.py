@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 from distributed import WorkerPlugin  # the optional extra: attnlab[cluster] (the CLI says so when it is missing)
 
-from attnlab.results import Task, fill
+from attnlab.results import Task, fill, memory_bytes
 
 PLUGIN = "attnlab-workspace"
 GIB = 1024 ** 3
@@ -64,8 +64,9 @@ def run_on_worker(task: Task) -> dict:
 
 def start(spec: str, memory_per_worker_gib: float = 6.0):
     """(client, cluster or None) for `spec`: "local:N" starts a LocalCluster of N one-thread worker processes on
-    127.0.0.1 (at most as many as the memory gives `memory_per_worker_gib` each: a worker holds its model, its
-    captures and one Result's work); "tcp://HOST:PORT" connects to a running scheduler. ValueError otherwise."""
+    127.0.0.1 (at most as many as the memory gives `memory_per_worker_gib` each, Dask's memory limit of each: a
+    worker holds its model, its captures and one Result's work; `results.worker_memory` estimates it);
+    "tcp://HOST:PORT" connects to a running scheduler. ValueError otherwise."""
     from distributed import Client, LocalCluster
 
     if spec.startswith("tcp://"):
@@ -73,21 +74,14 @@ def start(spec: str, memory_per_worker_gib: float = 6.0):
     head, _, count = spec.partition(":")
     if head != "local" or not count.isdigit() or int(count) < 1:
         raise ValueError(f"--cluster must be local:N (N >= 1) or tcp://HOST:PORT, got {spec!r}")
-    n = min(int(count), max(1, int(_memory_bytes() // (memory_per_worker_gib * GIB))))
+    n = min(int(count), max(1, int(memory_bytes() // (memory_per_worker_gib * GIB))))
     if n < int(count):
-        print(f"attnlab: {n} workers, not {count}: {memory_per_worker_gib:g} GiB each is what this memory allows",
+        print(f"attnlab: {n} workers, not {count}: {memory_per_worker_gib:.1f} GiB each is what this memory allows",
               file=sys.stderr)
     cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
                            dashboard_address=":0" if _has_dashboard() else None,
                            memory_limit=int(memory_per_worker_gib * GIB))
     return Client(cluster), cluster
-
-
-def _memory_bytes() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 8 * GIB
 
 
 def _has_dashboard() -> bool:
@@ -99,10 +93,13 @@ def _has_dashboard() -> bool:
 
 
 def compute(tasks: Sequence[Task], spec: str, *, progress: bool = True, retries: int = 2,
-            memory_per_worker_gib: float = 6.0) -> list[dict]:
-    """Run `tasks` on the cluster `spec` (`start`); [fill's dict, or {"model", "label", "error"}] in task order. A
-    progress bar (done / total, per model) on stderr and the dashboard's address when there is one."""
-    client, cluster = start(spec, memory_per_worker_gib)
+            memory_per_worker_gib: Optional[float] = None) -> list[dict]:
+    """Run `tasks` on the cluster `spec` (`start`; a local worker's memory: `memory_per_worker_gib`, else
+    `results.plan_memory` of the tasks); [fill's dict, or {"model", "label", "error"}] in task order. A progress bar
+    (done / total, per model) on stderr and the dashboard's address when there is one."""
+    from attnlab.results import plan_memory
+
+    client, cluster = start(spec, memory_per_worker_gib or plan_memory(tasks) / GIB)
     try:
         client.register_plugin(Workspace(_settings_env()), name=PLUGIN)
         if client.dashboard_link and _has_dashboard():

@@ -11,7 +11,9 @@ path and the Dask cluster (`attnlab.cluster`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from types import SimpleNamespace
 from typing import Optional, Sequence
 
 from attnlab.core.result import Result
@@ -63,22 +65,36 @@ BOOK_WINDOW_RESULTS = (("compare_normalizers", {"params": "default"}),     # cha
                        ("diagnose", {"params": "default"}))                # chapter 8, cell 8b431e04
 
 
+#: the window length of the book's window's figures (the paper's L; `Workspace.window_length` when max_length is None)
+PAPER_LENGTH = 1024
+
+
 @dataclass(frozen=True)
 class Task:
     """One unit of `attnlab results compute`: the Results of `model` on one window (`window`: (corpus, start) of
-    `windows.text_windows`; None: the book's window), computed together so that they share forward passes."""
+    `windows.text_windows`; None: the book's window), computed together so that they share forward passes. `length`:
+    the L the window's figures go to (`windows.BOOK_MAX_LENGTH` unless --lengths says; None: the book's window, at
+    the paper's `PAPER_LENGTH`)."""
 
     model: str
     window: Optional[tuple[str, int]]
-    label: str                  # "the book's window" or the window's label ("W&P #2")
+    label: str                  # "the book's window" or the window's label ("W&P #2", "W&P #2, L = 8192")
     device: str = "cpu"
     quick: bool = False
+    length: Optional[int] = None
+    perplexity: tuple[str, ...] = ("war_and_peace", "wikitext2")     # the book's window: a causal model's on these
 
 
-def plan(models: Sequence[str], windows: Optional[int] = None, device: str = "cpu", quick: bool = False) -> list[Task]:
+def plan(models: Sequence[str], windows: Optional[int] = None, device: str = "cpu", quick: bool = False,
+         lengths: Optional[Sequence[int]] = None) -> list[Task]:
     """The tasks of `results compute`, one model's after another: the book's window (windows None) or K windows of
-    each corpus. ValueError (before anything is loaded) for a model name `load_model` would refuse, or K < 1."""
+    each corpus, each at every L of `lengths` (default: `windows.BOOK_MAX_LENGTH`). ValueError (one line, before
+    anything is loaded) for a model name `load_model` would refuse, K < 1, an L below the figures' shortest window
+    (`core.checks.check_max_length`) or above a known model's longest (the model table's `max_positions`), or
+    lengths without windows."""
     from attnlab import windows as W
+    from attnlab.core import model_table
+    from attnlab.core.checks import check_max_length
     from attnlab.core.models import check_model_name
 
     models = [m.strip() for m in models if m.strip()]
@@ -87,11 +103,69 @@ def plan(models: Sequence[str], windows: Optional[int] = None, device: str = "cp
     for m in models:
         check_model_name(m)
     if windows is None:
+        if lengths:
+            raise ValueError("--lengths goes with --windows K: the book's window is at the paper's L = "
+                             f"{PAPER_LENGTH}")
         return [Task(m, None, "the book's window", device, quick) for m in models]
     if windows < 1:
         raise ValueError(f"--windows must be at least 1, got {windows}")
+    lengths = [check_max_length(L, "figures", "--lengths") for L in (lengths or [W.BOOK_MAX_LENGTH])]
+    for m in models:
+        entry = model_table.entry(m)
+        if entry is not None and entry.max_positions and max(lengths) > entry.max_positions:
+            raise ValueError(f"--lengths {max(lengths)} exceeds {m}'s {entry.max_positions} positions")
     ws = W.text_windows(windows)
-    return [Task(m, (w.corpus, w.start), w.label, device, quick) for m in models for w in ws]
+    return [Task(m, (w.corpus, w.start), w.label if L == W.BOOK_MAX_LENGTH else f"{w.label}, L = {L}", device, quick,
+                 L) for m in models for L in dict.fromkeys(lengths) for w in ws]
+
+
+# A local worker's memory, estimated before anything is loaded (reconstructed from this machine's measured peaks,
+# not derived): the Python, torch and transformers runtime, the model's float32 weights, and the attention tensors of
+# the task's dearest capture: scores and probabilities, [layers x heads, L, L] float32 each, held whole by the
+# pooled figures (fig2c, fig4: every head, up to `streaming.POOLED_LIMIT`; longer windows they refuse), and above
+# that one streamed block (`streaming.CAPTURE_BUDGET`) and its working copies (1.5 blocks), times a margin.
+# tests/test_cluster.py checks it against BENCHMARKS.md's measured peaks (e.g. SmolLM2 at L = 8,192: 6.52 GB).
+RUNTIME_BYTES = 3 << 29                 # 1.5 GiB: a worker that imported torch and transformers, before any model
+MEMORY_MARGIN = 1.25
+DEFAULT_WORKER_BYTES = 6 << 30          # a model outside the model table (a folder, a hub id): its size is unknown
+
+
+def worker_memory(model: str, length: int) -> int:
+    """Bytes a one-thread worker computing `model`'s Results at window length `length` may need (the estimate above);
+    `DEFAULT_WORKER_BYTES` for a model the table does not size."""
+    from attnlab.core import model_table
+    from attnlab.normalization.streaming import CAPTURE_BUDGET, POOLED_LIMIT
+
+    entry = model_table.entry(model)
+    if entry is None or not entry.n_params:
+        return DEFAULT_WORKER_BYTES
+    L = min(length, entry.max_positions)
+    attention = 2 * entry.n_layers * entry.n_heads * L * L * 4
+    held = attention if attention <= POOLED_LIMIT else 1.5 * CAPTURE_BUDGET
+    return int(MEMORY_MARGIN * (RUNTIME_BYTES + 4 * entry.n_params + held))
+
+
+def memory_bytes() -> int:
+    """This machine's physical memory (8 GiB where the system does not say)."""
+    import os
+
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def local_workers(tasks: Sequence[Task]) -> int:
+    """How many one-thread workers this machine holds for `tasks`: its cores, and its memory at `plan_memory` each."""
+    import os
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cpus, memory_bytes() // plan_memory(tasks)))
+
+
+def plan_memory(tasks: Sequence[Task]) -> int:
+    """The largest `worker_memory` over `tasks` (a worker may meet any of them)."""
+    return max((worker_memory(t.model, t.length or PAPER_LENGTH) for t in tasks), default=DEFAULT_WORKER_BYTES)
 
 
 def fill(task: Task, loaded: Optional[dict] = None) -> dict:
@@ -103,16 +177,107 @@ def fill(task: Task, loaded: Optional[dict] = None) -> dict:
 
     loaded = {} if loaded is None else loaded
     window = {} if task.window is None else {"text": task.window[0], "start": task.window[1],
-                                             "max_length": BOOK_MAX_LENGTH}
+                                             "max_length": task.length or BOOK_MAX_LENGTH}
     have = loaded.get((task.model, task.device))
     inp = Inputs(task.model, task.device, **window) if have is None else Inputs.around(have, task.device, **window)
     loaded[(task.model, task.device)] = inp.model
     if task.window is None:
-        res = _book_window(inp, task.quick)
+        res = _book_window(inp, task)
     else:
         res = _figures([i for i in figure_ids("normalization") if i not in READING_FIGURES], inp, task.quick)
     fresh = sum(not r.provenance.get("loaded_from_cache") for r in res)
     return {"model": task.model, "label": task.label, "stored": len(res) - fresh, "computed": fresh}
+
+
+# ------------------------------------------------------------------ what `make book` fills before the chapters run
+
+#: what the chapters read besides `book_plan`'s Results (each chapter computes its own, through `result` or its
+#: cached helper): chapter-specific keys (other lengths, normalizers, readings, window sets) that no task of
+#: `plan` shares. tests/test_cluster_plan.py compares `book_plan` with the Results a build read (its record,
+#: scripts/attnlab_book.py), so a chapter that starts reading a new kind of Result fails there.
+BOOK_NOT_PLANNED = ("fig1",                     # chapter 1's long window: L = 4,096 (`LONG_L` of 01_vanishing)
+                    "fig2c_ratio", "pooled_ks", "reading_windows",                 # chapter 3
+                    "head_separability",                                           # chapters 4 and 6
+                    "fig4_without_repeats",                                        # chapters 5 and 6
+                    "sink_shares", "sink_claims", "compare_normalizers", "compare_normalizers_each",
+                    "bench_normalizers",                                           # chapter 7
+                    "tsc_uniform", "tsc_moments", "tsc_hardmax", "tsc_real", "tsc_sample_reference_effect",
+                    "tsc_authors_sphere_reference")                                # chapters 9 and 10
+
+
+#: the perplexity the chapters show (`book.models.model_admonition`: WikiText-2's)
+BOOK_PERPLEXITY = ("wikitext2",)
+
+
+def book_plan(model: Optional[str] = None, device: Optional[str] = None) -> list[Task]:
+    """The tasks that fill what the book's chapters read, before they run (`make book`: scripts/attnlab_book.py):
+    the build's model (ATTNLAB_MODEL) on the book's window (every figure, perplexity, `BOOK_WINDOW_RESULTS`), then
+    each of the model table's in-book models on the book's window set (`windows.BOOK_WINDOWS` windows of each corpus,
+    L <= `windows.BOOK_MAX_LENGTH`). The chapters read more (`BOOK_NOT_PLANNED`)."""
+    from attnlab.core import model_table, settings
+    from attnlab.windows import BOOK_WINDOWS
+
+    model = model or settings.get("ATTNLAB_MODEL")
+    device = device or settings.get("ATTNLAB_DEVICE")
+    own = [replace(t, perplexity=BOOK_PERPLEXITY) for t in plan([model], None, device)]
+    return own + plan(list(model_table.offline_in_book()), BOOK_WINDOWS, device)
+
+
+def describe_planned(tasks: Sequence[Task], auto: str) -> set[tuple]:
+    """(name, model, text, start, L, params) of each Result `tasks` fill, without loading anything (`describe_key`'s
+    shape; "auto" read as the model `auto` names)."""
+    from attnlab.core import model_table
+    from attnlab.figures import FIGURES, READING_FIGURES, figure_ids
+    from attnlab.sample_complexity import real_tokens
+
+    out = set()
+    for t in tasks:
+        model = auto if t.model == "auto" else t.model
+        entry = model_table.entry(model)
+        text, start = t.window or ("war_and_peace", 0)
+        if t.window is None:
+            ids = figure_ids()
+            causal = entry is None or entry.causal
+        else:
+            ids = [i for i in figure_ids("normalization") if i not in READING_FIGURES]
+            causal = False
+        for i in ids:
+            needs = FIGURES[i].needs
+            if needs == "model+text":
+                L = min(entry.max_positions if entry else PAPER_LENGTH, t.length or PAPER_LENGTH)
+                out.add((i, model, text, start, L, None))
+            elif needs == "none":
+                out.add((i, None, text, start, t.length, None))
+            else:        # "encoder": the model when bidirectional, else MiniLM (`Workspace.encoder`); its key
+                encoder = model if entry is not None and not entry.causal else "minilm"
+                size = SimpleNamespace(max_positions=model_table.entry(encoder).max_positions)
+                p = real_tokens.real_params(size, t.quick)
+                out.add((i, encoder, p["corpus"], p["offset"], p["L"], "real_encoder"))
+        if t.window is None and causal and not t.quick:
+            out |= {("perplexity", model, c, None, None, None) for c in t.perplexity}
+            out |= {(name, model, None, None, None, key.get("params")) for name, key in BOOK_WINDOW_RESULTS}
+    return out
+
+
+def describe_key(name: str, key: dict) -> tuple:
+    """(name, model, text, start, L, params) of a stored Result's key (`core.cache.KEY_FILE`): what
+    `describe_planned` says of the Result a task fills."""
+    params = key.get("params")
+    if name == "perplexity":
+        return (name, key.get("model"), _corpus_names().get(key.get("text")), None, None, None)
+    if isinstance(params, dict) and "experiment" in key:
+        text, start, L = params.get("corpus"), params.get("offset"), params.get("L")
+        return (name, key.get("model"), text, start, L, key["experiment"])
+    return (name, key.get("model"), key.get("text_name"), key.get("text_start"), key.get("max_length"),
+            params if isinstance(params, str) else None)
+
+
+@lru_cache(maxsize=1)
+def _corpus_names() -> dict:
+    """{text checksum: corpus name} of the two corpora (what a perplexity's key names its text by)."""
+    from attnlab.core.text import load_corpus
+
+    return {load_corpus(c).sha256: c for c in ("war_and_peace", "wikitext2")}
 
 
 def _figures(ids, inp, quick: bool) -> list[Result]:
@@ -121,19 +286,19 @@ def _figures(ids, inp, quick: bool) -> list[Result]:
     return list(cached_figures(ids, inp, quick=quick).values())
 
 
-def _book_window(inp, quick: bool) -> list[Result]:
+def _book_window(inp, task: Task) -> list[Result]:
     """Every figure of `inp`'s model on the book's window, then (not with quick) for a causal model its perplexity on
-    both corpora and `BOOK_WINDOW_RESULTS`."""
+    the task's corpora and `BOOK_WINDOW_RESULTS`."""
     from attnlab.figures import figure_ids
 
-    out = _figures(figure_ids(), inp, quick)
-    if quick:
+    out = _figures(figure_ids(), inp, task.quick)
+    if task.quick:
         return out
     from attnlab.core.perplexity import cached_perplexity
     from attnlab.core.text import load_corpus
 
     model = inp.model
-    out += [cached_perplexity(model, load_corpus(c)) for c in ("war_and_peace", "wikitext2") if model.causal]
+    out += [cached_perplexity(model, load_corpus(c)) for c in task.perplexity if model.causal]
     if model.causal:
         out += [result(name, dict(key, device=inp.device), model=model, corpus=inp.corpus)
                 for name, key in BOOK_WINDOW_RESULTS]

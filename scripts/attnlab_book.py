@@ -20,6 +20,9 @@
   are executed two at a time (``ATTNLAB_BOOK_JOBS``, default 2 when every Result the chapters used last time is
   stored, else 1: one at a time, by myst-nb as it reads each page) into that cache, as myst-nb would execute them;
   Sphinx then finds them cached. Two kernels never compute the same Result (`attnlab.core.cache.locked`).
+- The Results first (`_fill_results`): before two or more chapters execute, `attnlab results compute --book` fills
+  the Results of `attnlab.results.book_plan` (``ATTNLAB_BOOK_FILL``: serial, the default measured on 2 cores; auto
+  or local:N on a local Dask cluster; off), so the chapters read them; they compute what else they read.
 - After the build, ``_static/attnlab-build.json`` records the setting and the models the chapters
   reported (``attnlab.widgets.model_note`` tags pages with ``data-attnlab-model``);
   ``python scripts/book_info.py`` prints it.
@@ -241,24 +244,28 @@ def _results_used(execution_cache: Path) -> set:
         return set()
 
 
-def _is_stored(folder: Path) -> bool:
-    """A results-cache entry `<name>-<key hash>` holds its Result (`<name>.json`, what `core.cache.stored` reads;
-    its key file may be missing where a run stopped between the two writes)."""
-    return (folder / f"{folder.name.rsplit('-', 1)[0]}.json").is_file()
+def _is_stored(store, entry: str) -> bool:
+    """The results-store entry `<name>-<key hash>` holds its Result (`<name>.json`, what `core.cache.stored` reads;
+    its key file may be missing where a run stopped between the two writes). `store`: a `core.store.Store`."""
+    return store.exists(f"{entry}/{entry.rsplit('-', 1)[0]}.json")
 
 
-def _jobs(used: set, results: Path, cpus: int) -> tuple[int, str]:
+def _jobs(used: set, results, cpus: int) -> tuple[int, str]:
     """(how many chapters to execute at once, why, for the terminal). JOBS_ENV when set (a positive integer; 1:
     one at a time, as myst-nb does alone); else min(2, `cpus`) when every Result in `used` (what the chapters read
-    last time) is stored in `results`: the chapters then read them and draw, on one torch thread each
-    (`attnlab.book`), so two of them fill two cores. Else 1: a chapter that computes Results takes every free core
-    (`attnlab.core.util.auto_threads`), and a second one beside it would only halve its speed."""
+    last time) is stored in the results store `results` (a path or URL): the chapters then read them and draw, on
+    one torch thread each (`attnlab.book`), so two of them fill two cores. Else 1: a chapter that computes Results
+    takes every free core (`attnlab.core.util.auto_threads`), and a second one beside it would only halve its
+    speed."""
     chosen = settings.get(JOBS_ENV)             # a ValueError of one line when it is not a positive integer
     if chosen is not None:
         return chosen, f"{JOBS_ENV}={chosen}"
     if not used:
         return 1, f"no record of the Results the chapters read (set {JOBS_ENV}=2 to run two at a time anyway)"
-    absent = sorted(entry for entry in used if not _is_stored(results / entry))
+    from attnlab.core.store import Store
+
+    store = Store(results)
+    absent = sorted(entry for entry in used if not _is_stored(store, entry))
     if absent:
         return 1, (f"{len(absent)} of the {len(used)} Results the chapters read last time are not stored, e.g. "
                    f"{absent[0]} (set {JOBS_ENV}=2 to run two at a time anyway)")
@@ -391,15 +398,56 @@ def _execute_into_cache(stale: list, nb_config, jobs: int, root: Path) -> None:
     asyncio.run(run_all())
 
 
+#: how the build fills the chapters' Results before it executes them (`_fill_results`): off, serial, auto, local:N
+FILL_ENV = settings.BOOK_FILL.name
+# Serial on this 2-core machine: one model's plan (MiniLM's book window set, 8 tasks, 48 Results) filled into an
+# empty store took 6 min 19 s serially and 10 min 25 s on local:2 (BENCHMARKS.md, "The book's fill"): two one-thread
+# workers do not beat one process on both cores here. `auto` (a worker per core, as memory allows) is for more cores.
+DEFAULT_FILL = "serial"
+
+
+def _fill_results(n_stale: int) -> None:
+    """Before `n_stale` (>= 2) chapters execute: compute the Results they read that `attnlab.results.book_plan`
+    plans, into the results store (`attnlab results compute --book`, in a process of its own so that this one holds
+    no model), serially or on a local Dask cluster (FILL_ENV); the chapters then read them. A fill that fails says
+    so in one line and the chapters compute what is missing."""
+    import subprocess
+    import time
+
+    how = settings.get(FILL_ENV) or DEFAULT_FILL
+    if how == "off":
+        return
+    model, device = _setting()
+    command = [sys.executable, "-m", "attnlab", "results", "compute", "--book", "--model", model, "--device",
+               device, "--quiet"] + ([] if how == "serial" else ["--cluster", how])
+    _say(f"attnlab: filling the Results the chapters read ({how}; {FILL_ENV}=off: no fill) before {n_stale} "
+         "chapters execute")
+    t0 = time.perf_counter()
+    from attnlab.core import published
+
+    env = {k: v for k, v in os.environ.items() if k != published.LOG_ENV}     # the record is what chapters read
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    lines = done.stdout.splitlines()
+    computed = sum(int(m.group(1)) for m in (re.search(r"(\d+) computed$", x) for x in lines) if m)
+    took = time.perf_counter() - t0
+    if done.returncode:
+        why = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        _say(f"attnlab: the fill stopped after {took:.0f} s ({why}); the chapters compute what is missing")
+        return
+    _say(f"attnlab: filled {len(lines)} tasks in {took:.0f} s ({computed} Results computed, the rest stored)")
+
+
 def _execute_ahead(app, env, docnames) -> None:
-    """Sphinx's env-before-read-docs: with `_jobs` > 1, execute the chapters among `docnames` that the execution
-    cache lacks that many at a time (`_execute_into_cache`), so that myst-nb then finds every one cached."""
+    """Sphinx's env-before-read-docs: fill the chapters' Results first (`_fill_results`), then with `_jobs` > 1,
+    execute the chapters among `docnames` that the execution cache lacks that many at a time
+    (`_execute_into_cache`), so that myst-nb then finds every one cached."""
     nb_config = getattr(env, "mystnb_config", None)
     if nb_config is None or nb_config.execution_mode != "cache":
         return
     stale = _stale([Path(env.doc2path(name)) for name in docnames], nb_config, env.myst_config)
     if len(stale) < 2:
         return
+    _fill_results(len(stale))
     from attnlab.core.published import results_dir
 
     used = _USED_BEFORE | _results_used(Path(nb_config.execution_cache_path))

@@ -52,7 +52,7 @@ def test_stale_chapters_run_two_at_a_time_into_the_cache_sphinx_then_reads(tmp_p
     _toy_book(tmp_path / "src")
     env = {k: v for k, v in os.environ.items() if k != ext.PROGRESS_ENV}
     env.update(PYTHONPATH=str(ROOT), ATTNLAB_CACHE_DIR=str(tmp_path / "cache"), TOY_DIR=str(tmp_path),
-               ATTNLAB_BOOK_JOBS="2")
+               ATTNLAB_BOOK_JOBS="2", ATTNLAB_BOOK_FILL="off")          # the toy chapters read no Result
 
     def build(out: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "sphinx", "-b", "text", str(tmp_path / "src"),
@@ -79,6 +79,39 @@ def test_stale_chapters_run_two_at_a_time_into_the_cache_sphinx_then_reads(tmp_p
     assert again.returncode == 0, again.stderr[-3000:]
     assert sorted((tmp_path / "executions").read_text().split()) == ["a", "b", "c"]
     assert "attnlab: executing" not in again.stdout + again.stderr
+
+
+def test_the_fill_runs_before_the_chapters_in_a_process_of_its_own(monkeypatch, capsys):
+    """`_fill_results`: `attnlab results compute --book` for the build's model, serial by default, on a local cluster
+    when ATTNLAB_BOOK_FILL says, nothing when it says off; a fill that fails is one line and the build goes on."""
+    runs = []
+
+    def run(command, **kwargs):
+        assert "ATTNLAB_RESULTS_LOG" not in kwargs["env"]       # the build's record holds what the chapters read
+        runs.append(command)
+        out = "smollm2, the book's window: 3 stored, 40 computed\nminilm, W&P #1: 0 stored, 6 computed\n"
+        return subprocess.CompletedProcess(command, 2 if "local:2" in command else 0, out, "attnlab: boom\n")
+
+    monkeypatch.setattr(subprocess, "run", run)
+    monkeypatch.setenv("ATTNLAB_MODEL", "smollm2")
+    monkeypatch.setenv("ATTNLAB_RESULTS_LOG", "/nonexistent/results-used.txt")
+    monkeypatch.delenv(ext.PROGRESS_ENV, raising=False)
+    monkeypatch.delenv(ext.FILL_ENV, raising=False)
+    ext._fill_results(5)
+    assert runs[-1][1:] == ["-m", "attnlab", "results", "compute", "--book", "--model", "smollm2", "--device", "cpu",
+                            "--quiet"] and ext.DEFAULT_FILL == "serial"
+    err = capsys.readouterr().err
+    assert "filled 2 tasks in" in err and "46 Results computed" in err
+    monkeypatch.setenv(ext.FILL_ENV, "local:2")
+    ext._fill_results(5)
+    assert runs[-1][-2:] == ["--cluster", "local:2"]
+    assert "the fill stopped after" in capsys.readouterr().err
+    monkeypatch.setenv(ext.FILL_ENV, "off")
+    ext._fill_results(5)
+    assert len(runs) == 2
+    monkeypatch.setenv(ext.FILL_ENV, "sometimes")
+    with pytest.raises(ValueError, match="ATTNLAB_BOOK_FILL must be off, serial, auto or local:N"):
+        ext._fill_results(5)
 
 
 def test_two_at_a_time_only_when_every_result_read_last_time_is_stored(tmp_path, monkeypatch):

@@ -84,7 +84,7 @@ def test_overlapping_sets_asked_in_either_order_take_turns_without_deadlock(tmp_
     assert not any(t.is_alive() for t in threads), "deadlock"
     assert [step for _, step in turns] == ["in", "out", "in", "out"] and turns[0][0] == turns[1][0]
     assert sorted(p.name for p in (tmp_path / cache.LOCKS).iterdir()) == sorted(
-        f"{cache._folder(n, k).name}.lock" for n, k in (x, y))
+        f"{cache._entry(n, k)}.lock" for n, k in (x, y))
 
 
 def test_a_result_asked_twice_in_one_set_is_locked_once(tmp_path, monkeypatch):

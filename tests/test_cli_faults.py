@@ -94,7 +94,7 @@ def test_text_must_name_a_regular_file_of_bounded_size(tmp_path, monkeypatch, ca
 
 def test_a_cache_that_cannot_be_written_gives_the_answer_and_one_warning(tmp_path, monkeypatch):
     """A full disk (ENOSPC injected) or ATTNLAB_RESULTS_DIR naming a file: the Result comes back all the same."""
-    from attnlab.core import result as result_module
+    from attnlab.core import store as store_module
 
     key, computed = {"figure": "demo"}, Result("demo", [{"L": 1, "value": 0.5}], {"model": "m"})
     a_file = tmp_path / "a-file"
@@ -109,7 +109,7 @@ def test_a_cache_that_cannot_be_written_gives_the_answer_and_one_warning(tmp_pat
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
     monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path / "results"))
-    monkeypatch.setattr(result_module, "atomic_write", full_disk)
+    monkeypatch.setattr(store_module, "atomic_write", full_disk)       # the results store's one write
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert cache.cached("demo", key, lambda: computed, version=1) is computed

@@ -23,11 +23,12 @@ def _stored(folder: Path) -> dict[str, bytes]:
 
 
 def test_a_cluster_stores_what_the_serial_path_stores(tmp_path, monkeypatch, capsys):
-    """local:2 and the serial path fill two stores with the same Results, byte for byte; a second run finds them."""
+    """local:2 and the serial path fill two stores (a folder; a file:// URL, `core.store`) with the same Results,
+    byte for byte; a second run finds them."""
     monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path / "serial"))
     assert main(ARGS) == 0
     serial = capsys.readouterr().out.splitlines()
-    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path / "cluster"))
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", f"file://{tmp_path / 'cluster'}")
     assert main(ARGS + ["--cluster", "local:2"]) == 0
     assert capsys.readouterr().out.splitlines() == serial == ["tiny-gpt2, W&P #1: 0 stored, 6 computed",
                                                               "tiny-gpt2, WikiText-2 #1: 0 stored, 6 computed"]

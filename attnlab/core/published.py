@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import shutil
 import sys
 import tempfile
 import time
@@ -38,7 +37,6 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from attnlab.core import settings
-from attnlab.core.model_files import file_sha256
 
 URL_ENV, LOG_ENV = settings.RESULTS_URL.name, settings.RESULTS_LOG.name   # unset: no site, no log
 SITE_FOLDER = "results"
@@ -55,13 +53,13 @@ FILE_MAX_BYTES = 256 << 20
 CHUNK_BYTES = 1 << 16
 
 
-def results_dir() -> Path:
-    """The results cache (`core.cache` stores there): ATTNLAB_RESULTS_DIR, else results/ in attnlab's cache folder
-    (`core.text.cache_dir`). Here rather than in core.cache, which loads torch: the book's Sphinx extension looks
-    in it too."""
-    from attnlab.core.text import cache_dir
+def results_dir():
+    """The results store (`core.store`; `core.cache` stores there): ATTNLAB_RESULTS_DIR, else results/ in attnlab's
+    cache folder (`core.text.cache_dir`): a Path, or the URL of a store that is not a local folder (a file:// URL is
+    its Path). Here rather than in core.cache, which loads torch: the book's Sphinx extension looks in it too."""
+    from attnlab.core.store import results_root
 
-    return settings.get("ATTNLAB_RESULTS_DIR") or cache_dir() / "results"
+    return results_root()
 
 
 def results_url() -> Optional[str]:
@@ -86,30 +84,34 @@ def portable_key(full_key: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def publish(entries: Iterable[str], results_dir: Path, site: Path) -> dict:
-    """Copy the results-cache `entries` (folder names under `results_dir`) into `site`/results: each file under its
-    sha256, and registry.json naming them by portable key. Entries missing from the cache (or without their key)
-    are left out and listed. Returns {"entries": n, "files": n, "bytes": n, "missing": [...]}."""
+def publish(entries: Iterable[str], results_dir, site: Path) -> dict:
+    """Copy the results-store `entries` (folder names in the store `results_dir`: a path or URL, `core.store`) into
+    `site`/results: each file under its sha256, and registry.json naming them by portable key. Entries missing from
+    the store (or without their key) are left out and listed. Returns {"entries": n, "files": n, "bytes": n,
+    "missing": [...]}."""
+    from attnlab.core.store import Store
+
+    store = Store(results_dir)
     target = Path(site) / SITE_FOLDER
     files = target / "files"
     files.mkdir(parents=True, exist_ok=True)
     registry, missing, size = {}, [], 0
     for entry in sorted(set(entries)):
-        folder = Path(results_dir) / entry
         try:
-            key = json.loads((folder / KEY_FILE).read_text())
-            parts = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+            key = json.loads(store.read(f"{entry}/{KEY_FILE}", "key file", REGISTRY_MAX_BYTES))
+            parts = {name: store.read(f"{entry}/{name}", "stored Result", FILE_MAX_BYTES)
+                     for name in store.files(entry)}
         except (OSError, ValueError):
             missing.append(entry)
             continue
         record = {"name": entry.rsplit("-", 1)[0], "files": {}, "sizes": {}, "environment": key.get("environment")}
-        for path in parts:
-            sha = file_sha256(path)
-            record["files"][path.name] = sha
-            record["sizes"][path.name] = path.stat().st_size
+        for name, data in parts.items():
+            sha = hashlib.sha256(data).hexdigest()
+            record["files"][name] = sha
+            record["sizes"][name] = len(data)
             if not (files / sha).exists():
-                shutil.copyfile(path, files / sha)
-                size += path.stat().st_size
+                (files / sha).write_bytes(data)
+                size += len(data)
         registry[portable_key(key)] = record
     text = json.dumps({"format": FORMAT, "results": registry}, indent=1, sort_keys=True)
     (target / "registry.json").write_text(text)

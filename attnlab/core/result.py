@@ -124,41 +124,53 @@ class Result:
         """Distinct values of `key` over the rows that have it, in first-seen order."""
         return list(dict.fromkeys(r[key] for r in self.rows if r.get(key) is not None))
 
-    def save(self, out_dir: str | os.PathLike, *, key: str | None = None) -> dict[Path, str]:
-        """Write <name>.csv, then <name>.json (provenance, columns, row count, the CSV's sha256, `key`, the
-        results cache's key hash, and the sha256 of all of these: `meta_sha256`) into out_dir, each atomically
-        (`atomic_write`). `load` checks the pair, so a reader never takes a truncated, edited or mismatched table
-        (two concurrent writers included) for a Result. Returns {path: sha256 of the bytes this call wrote}."""
-        out = Path(out_dir)
-        paths = {"csv": out / f"{self.name}.csv", "json": out / f"{self.name}.json"}
+    def to_files(self, *, key: str | None = None) -> dict[str, bytes]:
+        """{file name: bytes} of this Result in the order to write them: <name>.csv, then <name>.json (provenance,
+        columns, row count, the CSV's sha256, `key`, the results cache's key hash, and the sha256 of all of these:
+        `meta_sha256`). `from_files` checks the pair, so a reader never takes a truncated, edited or mismatched
+        table (two concurrent writers, a writer killed between the two files) for a Result."""
         keys = list(dict.fromkeys(k for r in self.rows for k in r))
         buf = io.StringIO(newline="")
         writer = csv.DictWriter(buf, fieldnames=keys)
         writer.writeheader()
         writer.writerows({k: to_plain(v) for k, v in r.items()} for r in self.rows)
         table = buf.getvalue().encode()
-        written = {paths["csv"]: atomic_write(paths["csv"], table)}
         meta = {"name": self.name, "columns": keys, "n_rows": len(self.rows),
-                "csv_sha256": written[paths["csv"]], "key": key, "provenance": to_plain(self.provenance)}
+                "csv_sha256": hashlib.sha256(table).hexdigest(), "key": key, "provenance": to_plain(self.provenance)}
         meta = json.loads(json.dumps(meta, default=str))       # what `load` will read back, then checksummed
         meta["meta_sha256"] = _meta_sha256(meta)
-        written[paths["json"]] = atomic_write(paths["json"], json.dumps(meta, indent=2, default=str).encode())
-        return written
+        return {f"{self.name}.csv": table, f"{self.name}.json": json.dumps(meta, indent=2, default=str).encode()}
+
+    def save(self, out_dir: str | os.PathLike, *, key: str | None = None) -> dict[Path, str]:
+        """Write `to_files` into the folder out_dir, each file atomically (`atomic_write`). Returns {path: sha256 of
+        the bytes this call wrote}."""
+        return {Path(out_dir) / f: atomic_write(Path(out_dir) / f, data) for f, data in self.to_files(key=key).items()}
 
     @classmethod
     def load(cls, out_dir: str | os.PathLike, name: str, *, key: str | None = None) -> "Result":
-        """Read and verify a Result written by `save` (numbers come back as floats/ints). Raises
-        `CorruptResult` (one line: which file, what is wrong) when a file is missing, unreadable or not a regular
-        file (`util.read_regular`), the JSON half differs from its checksum (an edited provenance), the table does
-        not match the sha256, row count and columns recorded beside it, or (with `key`) the
-        pair was saved under another key."""
+        """Read and verify a Result written by `save` in the folder out_dir (`from_files`; a file that is not a
+        regular file is refused: `util.read_regular`)."""
         out = Path(out_dir)
-        where = out / f"{name}.json"
+
+        def read(file: str, limit: int) -> bytes:
+            return read_regular(out / file, "cached Result", limit=limit, error=CorruptResult)
+
+        return cls.from_files(read, name, key=key, where=out)
+
+    @classmethod
+    def from_files(cls, read, name: str, *, key: str | None = None, where=".") -> "Result":
+        """Read and verify a Result written by `to_files`; `read(file name, byte limit)` gives a file's bytes
+        (`where` names their folder in messages). Numbers come back as floats/ints. Raises `CorruptResult` (one
+        line: which file, what is wrong) when a file is missing or unreadable, the JSON half differs from its
+        checksum (an edited provenance), the table does not match the sha256, row count and columns recorded
+        beside it, or (with `key`) the pair was saved under another key."""
+        out = str(where).rstrip("/")
+        where = f"{out}/{name}.json"
         try:
-            meta = json.loads(read_regular(where, "cached Result", limit=MAX_META_BYTES, error=CorruptResult))
-            table = read_regular(out / f"{name}.csv", "cached Result", limit=MAX_TABLE_BYTES, error=CorruptResult)
+            meta = json.loads(read(f"{name}.json", MAX_META_BYTES))
+            table = read(f"{name}.csv", MAX_TABLE_BYTES)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CorruptResult(f"{where.parent}: {name}: cannot read ({type(exc).__name__}: {exc})") from None
+            raise CorruptResult(f"{out}: {name}: cannot read ({type(exc).__name__}: {exc})") from None
         fields = {"provenance", "n_rows", "columns", "csv_sha256", "meta_sha256"}
         if not isinstance(meta, dict) or not fields <= set(meta):
             raise CorruptResult(f"{where}: not a Result written by this version (fields missing)")
@@ -167,13 +179,13 @@ class Result:
         if key is not None and meta.get("key") != key:
             raise CorruptResult(f"{where}: saved under another key ({meta.get('key')}, not {key})")
         if hashlib.sha256(table).hexdigest() != meta["csv_sha256"]:
-            raise CorruptResult(f"{out / f'{name}.csv'}: the table differs from the one saved (sha256)")
+            raise CorruptResult(f"{out}/{name}.csv: the table differs from the one saved (sha256)")
         reader = csv.reader(io.StringIO(table.decode(), newline=""))
         columns, cells = next(reader, []), list(reader)
         rows = [dict(zip(columns, map(_parse, r))) for r in cells]
         if (len(rows) != meta["n_rows"] or (rows and columns != meta["columns"])
                 or any(len(r) != len(columns) for r in cells)):
-            raise CorruptResult(f"{out / f'{name}.csv'}: {len(rows)} rows / columns differ from the "
+            raise CorruptResult(f"{out}/{name}.csv: {len(rows)} rows / columns differ from the "
                                 f"{meta['n_rows']} rows saved")
         return cls(name=name, rows=rows, provenance=meta["provenance"])
 

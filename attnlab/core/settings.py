@@ -17,6 +17,24 @@ def _path(raw: str) -> Path:
     return Path(raw).expanduser()
 
 
+def _path_or_url(raw: str):
+    """A path (`_path`), or a URL ("scheme://...", kept as text: `core.store` opens it with fsspec)."""
+    return raw.strip() if "://" in raw else _path(raw)
+
+
+def _book_fill(raw: str) -> Optional[str]:
+    """"off", "serial", "auto" or "local:N" (N >= 1); None for "" (the default)."""
+    chosen = raw.strip().lower()
+    if not chosen:
+        return None
+    if chosen in ("0", "no", "none"):
+        return "off"
+    head, _, n = chosen.partition(":")
+    if chosen in ("off", "serial", "auto") or (head == "local" and n.isdigit() and int(n) >= 1):
+        return chosen
+    raise ValueError(f"must be off, serial, auto or local:N, got {raw.strip()!r}")
+
+
 def _path_or_none(raw: str) -> Optional[Path]:
     return Path(raw).expanduser() if raw else None
 
@@ -103,8 +121,9 @@ CACHE_DIR = Setting(
     meaning="attnlab's cache folder: downloaded corpora, Results (results/), the chapters' executions "
     "(book-execution/), compiled kernels (numba/), de-quantized models")
 RESULTS_DIR = Setting(
-    "ATTNLAB_RESULTS_DIR", unset="$ATTNLAB_CACHE_DIR/results", parse=_path, documented="attnlab/core/published.py",
-    meaning="the results cache: every computed Result under its key")
+    "ATTNLAB_RESULTS_DIR", unset="$ATTNLAB_CACHE_DIR/results", parse=_path_or_url, documented="attnlab/core/store.py",
+    meaning="the results store: every computed Result under its key; a folder, or an fsspec URL (file://, s3://, "
+    "...) that a cluster's workers, the CLI and the book share")
 RESULTS_URL = Setting(
     "ATTNLAB_RESULTS_URL", unset="never fetch", parse=_url_or_off, documented=_README + "publishing-the-site",
     meaning="the site to fetch a missing Result from (sha256-checked) instead of computing it; \"off\": never fetch. "
@@ -127,6 +146,11 @@ BOOK_JOBS = Setting(
     "ATTNLAB_BOOK_JOBS", unset="1 or 2", parse=_positive_int, documented=_README + "where-things-live",
     meaning="how many chapters the book build executes at once, a positive integer (unset: 2 when every Result the "
     "chapters read last time is stored, else 1)")
+BOOK_FILL = Setting(
+    "ATTNLAB_BOOK_FILL", unset="serial", parse=_book_fill, documented="scripts/attnlab_book.py",
+    meaning="how the book build fills the chapters' Results before it executes them (`attnlab.results.book_plan`): "
+    "serial (one process, every core), auto (a local Dask cluster of as many workers as cores and memory allow), "
+    "local:N, or off (the chapters compute what they read)")
 REPOSITORY_URL = Setting(
     "ATTNLAB_REPOSITORY_URL", unset="_config.yml's repository.url", documented=_README + "publishing-the-site",
     meaning="the repository the site's launch buttons and pages name (the pages workflow sets the one it runs in)")
@@ -153,7 +177,7 @@ FRESH_VENV_TEST = Setting(
     "(pip installs the package with constraints.txt: minutes)")
 
 ALL = (MODEL, DEVICE, DATA_DIR, CACHE_DIR, RESULTS_DIR, RESULTS_URL, RESULTS_LOG, PROGRESS_LOG, KERNELS, SYNC_DEBUG,
-       BOOK_JOBS, REPOSITORY_URL, INSTALL, BROWSER, SITE, SCREENSHOTS, COLAB_NOTEBOOK, FRESH_VENV_TEST)
+       BOOK_JOBS, BOOK_FILL, REPOSITORY_URL, INSTALL, BROWSER, SITE, SCREENSHOTS, COLAB_NOTEBOOK, FRESH_VENV_TEST)
 BY_NAME = {s.name: s for s in ALL}
 
 

@@ -1,0 +1,137 @@
+"""`attnlab results compute`'s plan without a cluster: --lengths and the memory a worker is given (no Dask here)."""
+from __future__ import annotations
+
+import pytest
+
+from attnlab import results
+from attnlab.cli import main
+
+GB = 1e9
+# Peaks measured on this machine (BENCHMARKS.md): (model, L, peak resident GB, what ran, whether it was the dearest
+# figure of a task at that L: the pooled fig2c where it runs, the streamed ones where the pooled ones refuse L)
+MEASURED = [("smollm2", 1024, 3.95, "Long context: fig1 + fig2a", False),
+            ("smollm2", 2048, 4.89, "Long context: fig1 + fig2a", False),
+            ("smollm2", 4096, 4.58, "Long context: fig1 + fig2a", False),
+            ("smollm2", 8192, 6.52, "Long context: fig1 + fig2a (fig2c and fig4 refuse L = 8192)", True),
+            ("gpt2-random", 1024, 2.60, "Long context: fig1 + fig2a", False),
+            ("smollm2", 2048, 9.9, "fig2c (pooled), L = 2048", True),
+            ("smollm2", 1024, 5.49, "the six paper-1 figures, L <= 1024", True)]
+
+
+@pytest.mark.parametrize("model,L,peak,what,dearest", MEASURED)
+def test_the_memory_estimate_covers_each_measured_peak_and_the_dearest_closely(model, L, peak, what, dearest):
+    estimate = results.worker_memory(model, L) / GB
+    assert peak <= estimate, f"{model} at L = {L} ({what}): estimate {estimate:.2f} GB < peak {peak} GB"
+    assert not dearest or estimate <= 1.5 * peak, f"{model} at L = {L} ({what}): {estimate:.2f} GB for {peak} GB"
+
+
+def test_an_unsized_model_gets_the_default_and_a_plan_its_dearest_task(tmp_path):
+    assert results.worker_memory(str(tmp_path), 512) == results.DEFAULT_WORKER_BYTES
+    tasks = results.plan(["tiny-gpt2", "smollm2"], windows=1, lengths=[64, 1024])
+    assert results.plan_memory(tasks) == results.worker_memory("smollm2", 1024)
+
+
+def test_lengths_make_one_task_per_window_and_length():
+    tasks = results.plan(["tiny-gpt2"], windows=1, lengths=[512, 64, 64])
+    assert [(t.label, t.length) for t in tasks] == [("W&P #1", 512), ("WikiText-2 #1", 512),
+                                                    ("W&P #1, L = 64", 64), ("WikiText-2 #1, L = 64", 64)]
+    assert {t.length for t in results.plan(["tiny-gpt2"], windows=1)} == {512}
+
+
+@pytest.mark.parametrize("lengths,says", [("16", "--lengths must be an integer >= 32, got '16'"),
+                                          ("64,x", "--lengths must be an integer >= 32, got 'x'"),
+                                          ("2048", "--lengths 2048 exceeds tiny-gpt2's 1024 positions")])
+def test_bad_lengths_are_one_line_before_any_work(lengths, says, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    assert main(["results", "compute", "--models", "tiny-gpt2", "--windows", "1", "--lengths", lengths]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0]
+    assert main(["results", "compute", "--models", "tiny-gpt2", "--lengths", "64"]) == 2
+    assert "--lengths goes with --windows" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("*.csv"))
+
+
+def test_a_length_reaches_the_figures(tmp_path, monkeypatch, capsys):
+    """--lengths 64: the window's figures are keyed (and computed) at L = 64."""
+    import json
+
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    assert main(["results", "compute", "--models", "tiny-gpt2", "--windows", "1", "--lengths", "64", "--quick",
+                 "--quiet"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "tiny-gpt2, W&P #1, L = 64: 0 stored, 6 computed"
+    keys = [json.loads(p.read_text()) for p in tmp_path.glob("*/key.json")]
+    assert keys and {k["max_length"] for k in keys} == {64}
+
+
+# ------------------------------------------------------------------ the book's fill (`results.book_plan`)
+
+def _compare_with_a_build(read: set, build_model: str, whole: bool = True) -> None:
+    """`book_plan` against what a build read: every Result it fills is read (a `whole` build's record), and what
+    else is read is declared (`BOOK_NOT_PLANNED`; fig1's only unplanned window is chapter 1's long one)."""
+    planned = results.describe_planned(results.book_plan("auto", "cpu"), auto=build_model)
+    assert planned, "an empty plan"
+    assert not whole or not planned - read, \
+        f"the fill computes Results no chapter read: {sorted(planned - read, key=str)[:3]}"
+    left = read - planned
+    undeclared = {d[0] for d in left} - set(results.BOOK_NOT_PLANNED)
+    assert not undeclared, f"chapters read Results neither planned nor declared: {sorted(undeclared)}"
+    assert all(d[4] > results.PAPER_LENGTH for d in left if d[0] == "fig1")
+
+
+def test_the_book_plan_is_what_a_recorded_build_read():
+    """tests/book_reads.json: the record of a build (ATTNLAB_MODEL=auto, which was SmolLM2 there) as `describe_key`
+    describes each Result; 112 of its 133 Results are `book_plan`'s."""
+    import json
+    from pathlib import Path
+
+    snapshot = json.loads((Path(__file__).parent / "book_reads.json").read_text())
+    read = {tuple(d) for d in snapshot["read"]}
+    _compare_with_a_build(read, snapshot["build_model"])
+    planned = results.describe_planned(results.book_plan("auto", "cpu"), auto=snapshot["build_model"])
+    assert len(planned) == 112 and len(read) == 133
+
+
+def test_the_book_plan_is_what_this_machines_last_build_read():
+    """The same against this machine's own record (scripts/attnlab_book.py: results-used.txt beside the chapters'
+    execution cache, each entry's key in the results store), which may be a stopped build's: only that every Result
+    read is planned or declared. Skipped where no build ran yet."""
+    import json
+
+    from attnlab.core.store import results_store
+    from attnlab.core.text import cache_dir
+
+    records = sorted((cache_dir() / "book-execution").glob("auto-cpu-*/results-used.txt"),
+                     key=lambda p: p.stat().st_mtime)
+    if not records:
+        pytest.skip("no book build recorded here yet")
+    store, read = results_store(), set()
+    for entry in set(records[-1].read_text().split()):
+        try:
+            key = json.loads(store.read(f"{entry}/key.json", "key", 1 << 20))
+        except OSError:
+            continue
+        read.add(results.describe_key(entry.rsplit("-", 1)[0], key))
+    perplexity = [d[1] for d in read if d[0] == "perplexity"]
+    if not perplexity:
+        pytest.skip("the recorded build read no perplexity: its model is not known here")
+    _compare_with_a_build(read, perplexity[0], whole=False)
+
+
+def test_auto_is_serial_on_one_worker_or_without_dask(monkeypatch):
+    """`fill_all(..., "auto")`: a local cluster only with two workers or more and dask.distributed installed."""
+    from attnlab.cli import results as cli_results
+
+    done = []
+    monkeypatch.setattr(results, "fill", lambda t, loaded=None: done.append(t) or {"model": t.model})
+    tasks = results.plan(["tiny-gpt2"], windows=1)
+    monkeypatch.setattr(results, "local_workers", lambda tasks: 1)
+    assert len(cli_results.fill_all(tasks, "auto")) == 2 and len(done) == 2
+    monkeypatch.setattr(results, "local_workers", lambda tasks: 2)
+    monkeypatch.setattr(cli_results, "_has_distributed", lambda: False)
+    assert len(cli_results.fill_all(tasks, "auto")) == 2 and len(done) == 4
+
+
+def test_book_takes_no_models_or_windows(capsys):
+    assert main(["results", "compute", "--book", "--windows", "2"]) == 2
+    assert "--book plans its own models and windows" in capsys.readouterr().err
+    assert [t.label for t in results.book_plan("smollm2", "cpu")][:2] == ["the book's window", "W&P #1"]
