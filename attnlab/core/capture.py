@@ -301,8 +301,8 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
     key] matrices. On the CPU the [query, key] matrices are formed a few heads, or a block of one head's query
     rows, at a time (`attention_blocks`): same numbers, small temporaries; a block of rows leaves out the keys
     the mask hides from all of them (`seen_keys`: causal rows, about half the keys at long L; `first_seen_key`:
-    a sliding-window layer's rows, a band of `window` keys), whose weights are 0 (and scores -inf when recorded). In the last recorded layer only the recorded heads are computed and
-    no output is formed: the pass stops there.
+    a sliding-window layer's rows, a band of `window` keys), whose weights are 0 (and scores -inf when recorded).
+    In the last recorded layer only the recorded heads are computed and no output is formed: the pass stops there.
     """
     swap = refuse_unsupported(module, query, key, kwargs)
     state: Optional[CaptureState] = getattr(module, "_attnlab", None)
