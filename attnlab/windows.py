@@ -15,7 +15,6 @@ from typing import Optional, Sequence
 import numpy as np
 
 from attnlab.core.cache import cached, model_key
-from attnlab.core.capture import refuse_sliding
 from attnlab.core.result import Result
 from attnlab.core.util import progress as progress_bar
 from attnlab.core.verdicts import holds_le
@@ -183,7 +182,9 @@ def pooled_critical_n(model: str, windows: Sequence[TextWindow], lengths: Sequen
                       progress: bool = True) -> list[dict]:
     """Fig. 2c's KS test with the windows pooled: at each L, the per-head token means of d~ and E of every window
     form the two samples (K windows x H heads each), and the critical N is the first N the test does not reject.
-    Rows: L, critical_n, critical_frac, n_samples. Value vectors, visible keys, as the book's Fig. 2c."""
+    Rows: L, critical_n, critical_frac, n_samples. Value vectors, visible keys, as the book's Fig. 2c. A model with
+    sliding-window layers: one test per layer kind (`Trace.kind_groups`; each layer's rows over its own keys), rows
+    carrying `layer_kind`, `sliding_window` and `longest_row` (min(L, w), which critical_frac divides by)."""
     import torch
 
     from attnlab.normalization.metrics.critical_n import critical_n
@@ -191,19 +192,27 @@ def pooled_critical_n(model: str, windows: Sequence[TextWindow], lengths: Sequen
 
     inputs = window_inputs(model, device, windows, max_length)
     m = inputs[0].model
-    refuse_sliding(m, "paper 1's pooled KS test")
     full = ([m.capture(inp.ids(), keep=("probs", "v")) for inp in progress_bar(inputs, progress, "pooled KS")]
             if m.causal else None)                  # causal: one pass per window, shorter L are exact prefixes
     rows = []
     for L in lengths:
         cut = ([t.prefix(L) for t in full] if m.causal else
                [m.capture(inp.ids(L), keep=("probs", "v")) for inp in inputs])
-        probs = torch.cat([t.probs for t in cut])            # [window x layer, head, query, key]
-        x = torch.cat([t.v for t in cut])
-        res = critical_n(probs, x, cut[0].visible(), alpha=alpha or KS_ALPHA, reading=reading)
-        n = int(res["n"])
-        rows.append({"L": L, "critical_n": n, "critical_frac": n / L if n > 0 else float("nan"),
-                     "n_samples": int(probs.shape[0] * probs.shape[1]), "n_windows": len(cut)})
+        groups = cut[0].kind_groups()
+        for g in groups:
+            part = cut if len(groups) == 1 else [t.select_layers(g) for t in cut]
+            probs = torch.cat([t.probs for t in part])            # [window x layer, head, query, key]
+            x = torch.cat([t.v for t in part])
+            vis = part[0].visible()
+            longest = L if len(groups) == 1 else int(vis[L - 1].sum())
+            res = critical_n(probs, x, vis, alpha=alpha or KS_ALPHA, reading=reading,
+                              n_max=None if len(groups) == 1 else longest - 1)
+            n = int(res["n"])
+            kind = {} if len(groups) == 1 else {"layer_kind": part[0].kinds[0][0] if part[0].kinds else "full",
+                                                 "sliding_window": part[0].kinds[0][1] if part[0].kinds else None,
+                                                 "longest_row": longest}
+            rows.append({"L": L, "critical_n": n, "critical_frac": n / longest if n > 0 else float("nan"),
+                         "n_samples": int(probs.shape[0] * probs.shape[1]), "n_windows": len(cut), **kind})
     return rows
 
 
@@ -354,7 +363,8 @@ def markup_flag(text: str, ids, skip: int = 0) -> dict:
 
 def degenerate_rows(scores, visible, lo: int, hi: int):
     """Rows whose two largest visible logits both fall on keys lo..hi-1 (a window's leading run of identical
-    tokens): bool [..., Q] of scores [..., Q, K] and visible bool [Q, K]. Rows with < 2 visible keys: False."""
+    tokens): bool [..., Q] of scores [..., Q, K] and visible bool [Q, K] (or [layer, 1, Q, K]: `Trace.visible_layers`).
+    Rows with < 2 visible keys: False."""
 
     if not 0 <= lo < hi <= scores.shape[-1]:
         raise ValueError(f"the run must be keys lo..hi-1 inside the {scores.shape[-1]} keys, got {lo}..{hi - 1}")
@@ -372,15 +382,14 @@ def fig4_without_repeats(inp: Workspace) -> Result:
     from attnlab.normalization.paper import EPSILONS
 
     m, ids = inp.model, inp.ids()
-    refuse_sliding(m, "Fig. 4's rows")
     skip = 0 if m.causal else 1
     run = leading_run(ids, skip)
     trace = m.capture(ids, keep=("scores",))
-    vis = trace.visible()
+    vis = trace.visible_layers() if trace.kinds else trace.visible()   # [layer, 1, Q, K] where kinds differ; [Q, K]
     bad = degenerate_rows(trace.scores, vis, skip, skip + run) if run >= MIN_RUN else None
     rows = gradient_rows(trace, resolve_protocol(False, {"jac_rows": 0}), temperature_grid(), list(EPSILONS),
                          len(ids), keep=None if bad is None else ~bad)
-    n_rows = int(((vis.sum(-1) >= 2).sum()) * trace.scores.shape[0] * trace.scores.shape[1])
+    n_rows = int((vis.sum(-1) >= 2).expand(*trace.scores.shape[:-1]).sum())
     share = 0.0 if bad is None else int(bad.sum()) / n_rows
     return Result("fig4_without_repeats", [dict(r, degenerate_share=share, run=run) for r in rows],
                   {"model": m.name, "text": inp.corpus.name, "start_char": inp.start, "L": len(ids),

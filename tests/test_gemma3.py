@@ -193,8 +193,8 @@ def test_info_on_gemma3_names_the_gemma_terms_its_layers_and_both_perplexities(g
     assert "layers        15 sliding (window 512): 0-4, 6-10, 12-16; 3 full: 5, 11, 17\n" in out
     lines = [line for line in out.splitlines() if line.startswith("perplexity")]
     assert len(lines) == 2 and "WikiText-2 test split" in lines[0] and "War and Peace" in lines[1]
-    # no BOS token (the windows' rule): 57 and 108 measured on these 300 tokens; a broken model is near 262,144
-    assert all(1 < float(line.split()[1]) < 500 for line in lines)
+    # each window BOS first (the table's `bos`); a broken model is near 262,144
+    assert all(1 < float(line.split()[1]) < 500 and "each BOS first" in line for line in lines)
 
 
 # --------------------------------------------------------------------------- visibility per layer kind
@@ -269,32 +269,16 @@ def test_row_metrics_on_a_sliding_layer_count_only_the_window():
                               equal_nan=True), name
 
 
-def test_paper1_figures_refuse_a_model_with_sliding_layers():
-    from attnlab.normalization.experiments import fig1, run_figures
-
-    model = tiny_gemma3()
-    ids = torch.randint(3, 256, (32,), generator=torch.Generator().manual_seed(5))
-    want = r"tiny-gemma3 has sliding-window layers \(sliding 8 on 2 of 3, full on 1 of 3\); paper 1's figures assume"
-    with pytest.raises(ValueError, match=want):
-        fig1(model, ids, quick=True, progress=False)
-    with pytest.raises(ValueError, match=want):
-        run_figures(model, ids, quick=True, progress=False)
-
-
 def test_tools_refuse_a_model_with_sliding_layers():
-    """diagnose, the normalizer comparison, the sink shares and claims, paper 1's readings: one clear line each."""
-    from attnlab.normalization.readings.runs import capture_window
+    """diagnose and the normalizer comparison: one clear line each (paper 1's figures, readings and the sinks are
+    measured per layer kind: tests/test_sliding_figures.py)."""
     from attnlab.tools.compare import compare_normalizers
     from attnlab.tools.diagnose import diagnose
-    from attnlab.tools.sinks import sink_claims, sink_shares
 
     model = tiny_gemma3()
-    ids = torch.randint(3, 256, (32,), generator=torch.Generator().manual_seed(6))
     text = " ".join(["word"] * 200)
     calls = [lambda: diagnose(model, text, lengths=[16], progress=False),
-             lambda: compare_normalizers(model, text, quick=True, progress=False),
-             lambda: sink_shares(model, ids, lengths=[16]), lambda: sink_claims(model, ids, lengths=[16]),
-             lambda: capture_window(model, ids, False, 16, {"probs"})]
+             lambda: compare_normalizers(model, text, quick=True, progress=False)]
     for call in calls:
         with pytest.raises(ValueError, match=r"tiny-gemma3 has sliding-window layers \(sliding 8 on 2 of 3"):
             call()
@@ -345,6 +329,40 @@ def test_capture_cli_window_holds_the_bos_token_and_every_text_token(tiny, monke
     monkeypatch.setattr(tiny, "bos", True)
     ids = text_ids(tiny, text, 512)
     assert int(ids[0]) == tiny.tokenizer.bos_token_id and torch.equal(ids[1:], plain)
+
+
+def test_perplexity_with_bos_scores_the_same_tokens_bos_first(monkeypatch):
+    """A `bos` model's strided windows: BOS + window - 1 text tokens, the same tokens scored as without BOS, each
+    predicted by one window that starts with BOS (a brute-force loop here)."""
+    from types import SimpleNamespace
+
+    import attnlab.core.perplexity as perplexity
+
+    model = tiny_gemma3()
+    ids = torch.randint(3, 256, (30,), generator=torch.Generator().manual_seed(7))
+    total, scored = strided_nll(model, ids, 12, 5, bos=1)
+    plain_total, plain_scored = strided_nll(model, ids, 12, 5)
+    assert scored == plain_scored == ids.numel() - 1 and total != pytest.approx(plain_total)
+    want, done = 0.0, 1
+    for begin in range(0, ids.numel() - 1, 5):                     # text windows of 11 tokens, every 5
+        end = min(begin + 11, ids.numel())
+        x = torch.cat([torch.tensor([1]), ids[begin:end]])
+        logp = torch.log_softmax(model.forward(x).logits[0].float(), -1)
+        for t in range(max(done, begin + 1), end):                  # token t: position t - begin + 1 in x
+            want -= float(logp[t - begin, ids[t]])
+        done = max(done, end)
+    assert total == pytest.approx(want, rel=1e-5)
+    text = SimpleNamespace(text="x", name="t", sha256="0")
+    monkeypatch.setattr(model, "bos", True)
+    class NoBos:                                                    # a tokenizer without a BOS token
+        bos_token_id = None
+
+        def __call__(self, s, add_special_tokens):
+            return {"input_ids": ids.tolist()}
+
+    monkeypatch.setattr(model, "tokenizer", NoBos(), raising=False)
+    with pytest.raises(ValueError, match="has no BOS token"):
+        perplexity.perplexity(model, text, window=12, stride=5)
 
 
 # --------------------------------------------------------------------------- layer kind in the book (views)

@@ -108,7 +108,8 @@ def print_perplexities(m) -> None:
         r = cached_perplexity(m, text.load_corpus(corpus, allow_download=False))
         row = r.rows[0]
         print(f"perplexity    {row['perplexity']:.2f} on the first {row['tokens']} tokens of {words} (windows of "
-              f"{row['window']} tokens, stride {row['stride']}"
+              f"{row['window']} tokens{', each BOS first' if r.provenance.get('bos_first') else ''}, "
+              f"stride {row['stride']}"
               + (", from the results cache)" if r.provenance.get("loaded_from_cache") else ")"))
 
 

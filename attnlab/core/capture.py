@@ -76,6 +76,24 @@ class Trace:
         """bool [layer, 1, query, key]: `visible` of each entry of the layer axis (broadcasts over the heads)."""
         return torch.stack([self.visible(length, layer=i) for i in range(len(self.layers))]).unsqueeze(1)
 
+    def kind_groups(self) -> list[list[int]]:
+        """Positions on the layer axis grouped by layer kind ((kind, window) of `kinds`), in order of first
+        appearance: one group of every position where all layers see the same keys (full-only models)."""
+        groups: dict = {}
+        for i, kind in enumerate(self.kinds or [("full", None)] * len(self.layers)):
+            groups.setdefault(tuple(kind), []).append(i)
+        return list(groups.values())
+
+    def select_layers(self, positions: Sequence[int]) -> "Trace":
+        """The trace of the entries `positions` of the layer axis, their kinds kept (a trace with kinds keeps them
+        where the positions are all full: its rows still say "full")."""
+        idx = torch.as_tensor(list(positions), dtype=torch.long)
+        cut = {name: None if getattr(self, name) is None else getattr(self, name)[idx]
+               for name in ("q", "k", "v", "scores", "probs", "hidden")}
+        kinds = None if self.kinds is None else [self.kinds[i] for i in idx.tolist()]
+        return Trace(self.model_name, self.token_ids, [self.layers[i] for i in idx.tolist()], self.heads, self.causal,
+                     self.scaling, self.text_sha256, meta=dict(self.meta), kinds=kinds, **cut)
+
     def prefix(self, length: int) -> "Trace":
         """The trace of the first `length` tokens. Exact for causal models only (row t sees keys <= t)."""
         if not self.causal:
@@ -122,7 +140,9 @@ def all_full(kinds) -> bool:
 
 def refuse_sliding(model, what: str) -> None:
     """ValueError, one line, where `model` has layers that do not see every earlier key (`layer_kinds`): `what`
-    assumes they all do (paper 1's figures: the row lengths L_t = t + 1, the uniform weight 1 / L)."""
+    assumes they all do. Paper 1's figures, readings, the pooled KS test and the sinks measure each layer kind over
+    its own keys (`Trace.kind_groups`); diagnose and the normalizer comparison still refuse (their model-level rows
+    pool every layer's heads in one test against one length L; no per-kind split of their rows and reports yet)."""
     kinds = getattr(model, "layer_kinds", None) or ()
     if not all_full(kinds):
         raise ValueError(f"{model.name} has sliding-window layers ({layer_kinds_text(kinds)}); {what} assume every "

@@ -32,7 +32,6 @@ from typing import Callable, Iterable, Optional, Sequence
 import numpy as np
 import torch
 
-from attnlab.core.capture import refuse_sliding
 from attnlab.core.result import Result, provenance
 from attnlab.core.text import WINDOW_RULE, window_prefix
 from attnlab.core.util import progress as progress_bar
@@ -199,7 +198,6 @@ def by_length(cap: Captures, grid: Sequence[int], p: dict, table: Callable, prog
 
 
 def _captures(model, ids, fig: str, p: dict, captures) -> list[Captures]:
-    refuse_sliding(model, "paper 1's figures")
     need = trace_needs(fig, p)
     if captures is None:
         return [Captures(model, w, need) for w in as_windows(ids)]
@@ -242,6 +240,37 @@ def _visible(trace, p: dict) -> Optional[torch.Tensor]:
     return trace.visible() if p["keys"] == "visible" else None
 
 
+# ------------------------------------------------------------------------------------------ layer kinds
+#
+# A sliding-window layer's row t sees keys t - w < s <= t (`Trace.visible(layer=)`), so the paper's row length L_t is
+# that row's count of visible keys, the uniform weight 1 / L_t, and top-N, distances, separability and the finite
+# differences run over those keys only. The engine takes one [query, key] mask for every head it is given, so a
+# trace mixing kinds is computed one kind at a time (`Trace.kind_groups`) and stitched back in layer order; a
+# full-only trace is one group: the same call, the same numbers as before.
+
+def per_kind(trace, table: Callable[..., dict]) -> dict[str, torch.Tensor]:
+    """table(trace) -> {name: tensor [layer, ...]}, computed on each group of layers that see the same keys
+    (`Trace.kind_groups`, `Trace.select_layers`) and stitched back in the trace's layer order."""
+    groups = trace.kind_groups()
+    if len(groups) == 1:
+        return table(trace)
+    parts = [table(trace.select_layers(g)) for g in groups]
+    order = torch.argsort(torch.tensor([i for g in groups for i in g]))
+    return {k: torch.cat([part[k] for part in parts])[order] for k in parts[0]}
+
+
+def kind_of(trace, position: int = 0) -> dict:
+    """{"layer_kind", "sliding_window"} of the layer at `position` of the trace's layer axis (window None: full)."""
+    kind, window = trace.kinds[position] if trace.kinds else ("full", None)
+    return {"layer_kind": kind, "sliding_window": window}
+
+
+def by_kind_groups(trace) -> list:
+    """The trace itself (full-only: rows unchanged) or one sub-trace per layer kind (`Trace.kind_groups`)."""
+    groups = trace.kind_groups()
+    return [trace] if len(groups) == 1 else [trace.select_layers(g) for g in groups]
+
+
 def head_rows(trace, values: dict, **fixed) -> list[dict]:
     """One row per (layer, head) of arrays values[name] [layer, head]."""
     return _head_rows(trace, {k: torch.as_tensor(v).double().tolist() for k, v in values.items()}, fixed)
@@ -251,8 +280,9 @@ def _head_rows(trace, lists: dict, fixed: dict, c: Optional[int] = None) -> list
     """`head_rows` from nested lists [layer][head] (or [layer][head][c], column c)."""
     rows = []
     for li, layer in enumerate(trace.layers):
+        kind = kind_of(trace, li) if trace.kinds else {}     # rows carry their layer's kind where kinds differ
         for hi, head in enumerate(trace.heads):
-            row = dict(fixed, layer=int(layer), head=int(head))
+            row = dict(fixed, layer=int(layer), head=int(head), **kind)
             for k, v in lists.items():
                 row[k] = v[li][hi] if c is None else v[li][hi][c]
             rows.append(row)
@@ -320,8 +350,8 @@ def _ids_sha(ids: torch.Tensor) -> str:
 # ------------------------------------------------------------------------------------------ figure 1
 
 def fig1_table(trace, p: dict) -> dict[str, torch.Tensor]:
-    """Fig. 1's per-row quantities [layer, head, row] (`row_summary`) of a trace."""
-    return _impl(p).row_summary(trace.scores, trace.probs, trace.q, trace.k, trace.scaling, trace.visible())
+    """Fig. 1's per-row quantities [layer, head, row] (`row_summary`) of a trace, each layer over its visible keys."""
+    return per_kind(trace, lambda t: _impl(p).row_summary(t.scores, t.probs, t.q, t.k, t.scaling, t.visible()))
 
 
 def fig1_rows(trace, p: dict, L: int, window: int = 0, st: Optional[dict] = None) -> list[dict]:
@@ -340,6 +370,9 @@ def fig1_rows(trace, p: dict, L: int, window: int = 0, st: Optional[dict] = None
         "cor1_holds": cor_ok.mean(-1), "lemma1_holds": lem_ok.mean(-1),
         "logit_err": st["logit_err"].amax(-1), "mean_row_len": st["L"].mean(-1),
     }
+    if trace.kinds:          # sliding layers: the uniform weight of the last row's own keys, 1 / min(L, w)
+        values["uniform"] = 1.0 / st["L"][..., L - 1].double()
+        return head_rows(trace, values, window=window, L=L, n_rows=trace.probs.shape[-2])
     return head_rows(trace, values, window=window, L=L, uniform=1.0 / L, n_rows=trace.probs.shape[-2])
 
 
@@ -380,8 +413,8 @@ def ns_below(ns: Sequence[int], L: int) -> list[int]:
 def distance_table(trace, p: dict, ns: Sequence[int]) -> dict[str, torch.Tensor]:
     """`distance_stats` [layer, head, row, N] of a trace for the N of `ns` below its length."""
     ns = ns_below(ns, trace.n_tokens)
-    return _impl(p).distance_stats(trace.probs, _x(trace, p), ns, _visible(trace, p), stats=DIST_STATS,
-                                   chunk=p["chunk"])
+    return per_kind(trace, lambda t: _impl(p).distance_stats(t.probs, _x(t, p), ns, _visible(t, p), stats=DIST_STATS,
+                                                             chunk=p["chunk"]))
 
 
 def distance_rows(trace, p: dict, ns: Sequence[int], L: int, window: int = 0, st: Optional[dict] = None) -> list[dict]:
@@ -437,7 +470,21 @@ def fig2b(model, ids, *, quick: bool = False, progress: bool = True, captures=No
 def critical_rows(trace, p: dict, L: int, window: int = 0, progress: bool = False) -> list[dict]:
     """The KS scan of Alg. 3 at one L: one row per scanned N (p-value, NaN where the brackets certified
     the rejection; p_upper: the p-value or, where certified, its upper bound; KS statistic; mean d~ and
-    E over heads), each carrying the critical N (first N not rejected; -1 if none up to n_max)."""
+    E over heads), each carrying the critical N (first N not rejected; -1 if none up to n_max). A trace mixing
+    layer kinds: one scan per kind, over that kind's heads (rows carry `layer_kind`, `sliding_window`, `longest_row`,
+    the last row's visible keys, min(L, w), which `critical_frac` divides by; the scan stops below it: no row of a
+    sliding layer has more than w keys)."""
+    subs = by_kind_groups(trace)
+    if len(subs) > 1:
+        rows = []
+        for sub in subs:
+            longest = int(sub.visible()[L - 1].sum())
+            scan = dict(p, n_max=min(p["n_max"] or L - 1, longest - 1))
+            for r in critical_rows(sub, scan, L, window, progress):
+                crit = r["critical_n"]
+                rows.append(dict(r, **kind_of(sub), longest_row=longest,
+                                 critical_frac=crit / longest if crit > 0 else float("nan")))
+        return rows
     impl = _impl(p)
     bar = None
     if progress and impl is VECTORISED:
@@ -487,7 +534,13 @@ def ratio_ns(L: int, fracs: Sequence[float] = (), points: int = RATIO_POINTS) ->
 def ratio_rows(trace, p: dict, L: int, ns: Sequence[int], window: int = 0) -> list[dict]:
     """Exact means over heads of the per-head token means of d~ (the KS test's reading) and E at each N of `ns`
     below L: one row per N (d_mean, e_mean, ratio, n_heads). Fig. 2c's scan records these only where it computed N
-    exactly; where its brackets certified a rejection its d_mean / e_mean are the brackets' midpoints."""
+    exactly; where its brackets certified a rejection its d_mean / e_mean are the brackets' midpoints. A trace mixing
+    layer kinds: the means over each kind's heads (rows carry `layer_kind`, `sliding_window`), at the N below its
+    kind's longest row (min(L, w): a sliding layer's rows have at most w keys)."""
+    subs = by_kind_groups(trace)
+    if len(subs) > 1:
+        return [dict(r, **kind_of(sub)) for sub in subs
+                for r in ratio_rows(sub, p, L, ns_below(ns, int(sub.visible()[L - 1].sum())), window)]
     ns = ns_below(ns, L)
     key = f"dtilde_{p['reading']}"
     means = distance.distance_means(trace.probs, _x(trace, p), ns, _visible(trace, p), stats=(key, "E"),
@@ -528,8 +581,8 @@ def separability_rows(trace, p: dict, ns: Sequence[int], L: int, window: int = 0
     fraction of rows where the lower (row xi) and upper ([B], row xi) bounds hold."""
     impl = _impl(p)
     ns = [n for n in ns if n < L]
-    st = impl.separability_stats(trace.probs, _x(trace, p), ns, _visible(trace, p), stats=SEP_STATS,
-                                 chunk=p["chunk"])
+    st = per_kind(trace, lambda t: impl.separability_stats(t.probs, _x(t, p), ns, _visible(t, p), stats=SEP_STATS,
+                                                           chunk=p["chunk"]))
     hold = {"lower_holds": hold_frac(st["lower_row"], st["ns_frac"], 1.0),       # shares: terms of magnitude 1
             "lower_pair_holds": hold_frac(st["lower_pair"], st["ns_frac"], 1.0),
             "upper_B_holds": hold_frac(st["ns_frac"], st["upper_B_row"], 1.0),
@@ -566,16 +619,18 @@ def gradient_rows(trace, p: dict, Ts: Sequence[float], Es: Sequence[float], L: i
     Jacobian spectral norm on `jac_rows` evenly spaced rows per head. `keep` (bool [l, h, Q], optional): the
     rows that count; the others are left out of every mean and share, as rows with < 2 keys are
     (`windows.degenerate_rows`). Every (T, eps) at once: one conversion to Python numbers per column, not one per
-    (T, eps)."""
+    (T, eps). A trace mixing layer kinds: g and the Jacobian per kind over its visible keys (each kind's directions
+    drawn from `seed`), the max and means over every head."""
     impl = _impl(p)
-    vis = trace.visible()
-    g = impl.fd_grad_norms(trace.scores, Ts, Es, vis, seed=p["seed"], chunk=p["chunk"])   # [l, h, Q, T, E]
+    g = per_kind(trace, lambda t: {"g": impl.fd_grad_norms(t.scores, Ts, Es, t.visible(), seed=p["seed"],
+                                                             chunk=p["chunk"])})["g"]       # [l, h, Q, T, E]
     if keep is not None:
         g = g.masked_fill(~keep.to(g.device)[..., None, None], float("nan"))
     gm = row_mean(g, dim=-3)                                                     # [l, h, T, E]
     H = gm.shape[0] * gm.shape[1]
     cols = gm.reshape(H, len(Ts), len(Es)).permute(1, 2, 0).contiguous()        # [T, E, H]
-    jac = _jacobian_max(trace, p, Ts, vis) if p["jac_rows"] else [float("nan")] * len(Ts)
+    jac = ([max(per) for per in zip(*(_jacobian_max(sub, p, Ts, sub.visible()) for sub in by_kind_groups(trace)))]
+           if p["jac_rows"] else [float("nan")] * len(Ts))
     Tt = torch.tensor(Ts, dtype=torch.float64)
     exact, paper = bounds.softmax_jacobian_bound(Tt), bounds.corollary3_bound(Tt)          # [T]
     valid = ~torch.isnan(g)
@@ -665,7 +720,6 @@ def run_figures(model, ids, ids_list=None, *, quick: bool = False, progress: boo
     computed and its tensors freed before the next; the layers below a block are not computed again
     (`AttnModel.layer_outputs`). Same rows as one pass.
     """
-    refuse_sliding(model, "paper 1's figures")
     names = list(figures or PAPER_FIGURES)
     bad = set(names) - set(PAPER_FIGURES)
     if bad:

@@ -360,6 +360,8 @@ def compare_normalizers(model, text=None, *, lengths: Optional[Sequence[int]] = 
     params, swap, L, max_weight, entropy, entropy_norm, weight_sum, dtilde, ns_frac, critical_n,
     critical_n_frac, critical_n_censored, jac_norm_mean, jac_norm_max, jac_rows, jac_method, drift,
     loss, loss_native, loss_delta, seconds.
+    A model with sliding-window layers is refused (`refuse_sliding`): the metrics pool every layer's heads under
+    one mask and one L (not split by layer kind yet).
     """
     t_start = time.perf_counter()
     if swap not in ("all", "each"):

@@ -518,7 +518,8 @@ def diagnose(
     model: an AttnModel, a name for `load_model` or a transformers model (+ `tokenizer`); text: None
     (War and Peace), a Corpus, or a string (`text_info` adds provenance, e.g. from `read_text_file`).
     Raises ValueError before any computation when the text is too short for a requested L, or the model
-    does not use transformers' AttentionInterface.
+    does not use transformers' AttentionInterface, or has sliding-window layers (`refuse_sliding`: the "model"
+    rows pool every layer's heads in one KS test and its flags read one L for every layer; not split by layer kind).
     """
     t0 = time.perf_counter()
     thr = (thresholds or Thresholds()).check()

@@ -31,12 +31,18 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from attnlab.core.capture import refuse_sliding
 from attnlab.core.result import Result, provenance
 from attnlab.core.text import WINDOW_RULE
 from attnlab.core.util import with_threads
 from attnlab.normalization import claims as paper_claims
-from attnlab.normalization.experiments import Captures, head_rows, length_grid, temperature_grid
+from attnlab.normalization.experiments import (
+    Captures,
+    by_kind_groups,
+    head_rows,
+    kind_of,
+    length_grid,
+    temperature_grid,
+)
 from attnlab.normalization.metrics.critical_n import critical_n
 from attnlab.normalization.metrics.engine import row_mean
 from attnlab.normalization.metrics.gradients import fd_grad_norms
@@ -92,11 +98,15 @@ def row_shares(probs: torch.Tensor, ids: torch.Tensor, visible: torch.Tensor, *,
 
 def head_shares(probs: torch.Tensor, ids: torch.Tensor, visible: torch.Tensor, *, sep: bool = False
                 ) -> dict[str, torch.Tensor]:
-    """`row_shares` averaged over the rows that see >= 2 keys: each [...] (baselines: 0-d tensors)."""
+    """`row_shares` averaged over the rows that see >= 2 keys: each [...] (baselines: 0-d tensors); the first
+    token's share and its baseline over those of them that see it (a sliding-window layer's rows t < w; every row
+    of a full layer)."""
     rows = visible.sum(-1) >= 2                                      # [Q]
     if not bool(rows.any()):
         raise ValueError("no query row sees 2 or more keys: the window is too short")
-    return {k: v[..., rows].mean(-1) for k, v in row_shares(probs, ids, visible, sep=sep).items()}
+    first = rows & visible[:, 0]
+    return {k: v[..., first if k.startswith("first") else rows].mean(-1)
+            for k, v in row_shares(probs, ids, visible, sep=sep).items()}
 
 
 def sink_heads(first: torch.Tensor, threshold: float = SINK_RULE) -> torch.Tensor:
@@ -155,27 +165,29 @@ def sink_shares(model, ids, *, lengths: Optional[Sequence[int]] = None, normaliz
     encoder: `WINDOW_RULE`): normalizer, first, repeated, sep (encoders), their uniform baselines, sink (bool),
     n_repeated (repeated keys among the L), L. Causal models: one pass at the longest L (rows of a prefix are
     exact). normalizer: a `tools.normalizers` name swapped into every layer (None: the model's softmax); the
-    shares are then the swapped weights as they are (softpick and sigmoid rows need not sum to 1)."""
+    shares are then the swapped weights as they are (softpick and sigmoid rows need not sum to 1). A model with
+    sliding-window layers: each kind over its own keys (`head_shares`: the first token where it is seen), rows
+    carrying `layer_kind` and `sliding_window`."""
     from attnlab.tools.normalizers import get_normalizer
 
     t0 = time.perf_counter()
     ids = torch.as_tensor(ids).long()
-    refuse_sliding(model, "the sink shares")
     grid = _lengths(model, ids, lengths)
     caps = Captures(model, ids, {"probs"})
     swap = model.normalizer(get_normalizer(normalizer)) if normalizer else contextlib.nullcontext()
     rows = []
     with swap:
         traces = [caps.get(L) for L in grid]
-    for L, tr in zip(grid, traces):
-        st = head_shares(tr.probs, tr.token_ids, tr.visible(), sep=not model.causal)
-        base = {k: float(st.pop(k)) for k in ("first_uniform", "repeated_uniform")}
-        st["sink"] = sink_heads(st["first"]).double()
-        for r in head_rows(tr, st, L=L, normalizer=normalizer or "softmax",
-                           n_repeated=int(repeated_keys(tr.token_ids).sum()), **base):
-            r["sink"] = bool(r["sink"])
-            r.setdefault("sep", None)
-            rows.append(r)
+    for L, trace in zip(grid, traces):
+        for tr in by_kind_groups(trace):                      # (a full-only model: the trace itself)
+            st = head_shares(tr.probs, tr.token_ids, tr.visible(), sep=not model.causal)
+            base = {k: float(st.pop(k)) for k in ("first_uniform", "repeated_uniform")}
+            st["sink"] = sink_heads(st["first"]).double()
+            for r in head_rows(tr, st, L=L, normalizer=normalizer or "softmax",
+                               n_repeated=int(repeated_keys(tr.token_ids).sum()), **base):
+                r["sink"] = bool(r["sink"])
+                r.setdefault("sep", None)
+                rows.append(r)
     return Result("sink_shares", rows, _prov("sink_shares", model, ids, caps, text, t0, lengths=grid,
                                              sink_rule=SINK_RULE))
 
@@ -198,48 +210,57 @@ def sink_claims(model, ids, *, fig3: Optional[Result] = None, lengths: Optional[
       this L; left out when None);
     - "fig4_slope" (at the longest L): the log-log slope over T < 0.1 of the max over the subset's heads of
       the token-mean g(T, eps = 1e-3) (`metrics.fd_grad_norms`, seed as Fig. 4's).
+    A model with sliding-window layers: every claim per layer kind (`Trace.kind_groups`: its heads, its keys; sink
+    heads by the first token's share where it is seen), rows carrying `layer_kind`, `sliding_window` and
+    `longest_row` (min(L, w), which critical_frac divides by; the KS scan stops below it).
     """
     t0 = time.perf_counter()
     ids = torch.as_tensor(ids).long()
     grid = _lengths(model, ids, lengths)
     Ts = list(temperatures or temperature_grid())
-    refuse_sliding(model, "the sink claims")
     caps = Captures(model, ids, {"probs", "v", "scores"})
     rows = []
     for L in grid:
-        tr = caps.get(L)
-        vis = tr.visible()
-        sink = sink_heads(head_shares(tr.probs, tr.token_ids, vis)["first"])
-        masks = subset_masks(sink)
-        done: dict[bytes, float] = {}    # a subset equal to one scanned before (no sink heads) is not scanned again
-        for name, m in masks.items():
-            n = int(m.sum())
-            key = m.numpy().tobytes()
-            if key not in done:
-                done[key] = float("nan")
-                if n >= 2:
-                    crit = int(critical_n(_masked(tr.probs, m), _masked(tr.v, m), vis, alpha=KS_ALPHA)["n"])
-                    done[key] = crit / L if crit > 0 else float("nan")
-            rows.append({"subset": name, "quantity": "critical_frac", "L": L, "value": done[key], "n_heads": n,
-                         "detail": "critical N / L"})
-        if L != grid[-1]:
-            continue
-        if fig3 is not None:
+        subs = by_kind_groups(caps.get(L))
+        for tr in subs:
+            vis = tr.visible()
+            longest = L if len(subs) == 1 else int(vis[L - 1].sum())            # min(L, w) in a sliding layer
+            more = {} if longest == L else {"n_max": longest - 1}
+            out: list[dict] = []
+            sink = sink_heads(head_shares(tr.probs, tr.token_ids, vis)["first"])
+            masks = subset_masks(sink)
+            done: dict[bytes, float] = {}    # a subset equal to one scanned before (no sink heads) is not scanned again
             for name, m in masks.items():
-                keep = {(int(tr.layers[a]), int(tr.heads[b])) for a, b in m.nonzero().tolist()}
-                med = band_medians(fig3, keep)
-                vals = [v for v in med.values() if np.isfinite(v)]
-                for q, v in (("fig3_median_lo", min(vals, default=float("nan"))),
-                             ("fig3_median_hi", max(vals, default=float("nan")))):
-                    rows.append({"subset": name, "quantity": q, "L": L, "value": v, "n_heads": int(m.sum()),
-                                 "detail": f"median N_s/N over heads, N = {min(med)}..{max(med)}" if med else ""})
-        g = row_mean(fd_grad_norms(tr.scores, Ts, [EPSILONS[0]], vis, seed=seed), dim=-3)[..., 0]  # [l, h, T]
-        for name, m in masks.items():
-            gmax = _masked(g, m).amax(0).numpy() if bool(m.any()) else np.full(len(Ts), np.nan)
-            slope, _, k = fig4_slope(Ts, gmax)
-            rows.append({"subset": name, "quantity": "fig4_slope", "L": L, "value": slope, "n_heads": int(m.sum()),
-                         "detail": f"max over heads of the token-mean g, {k} temperatures < 0.1, "
-                                   f"eps = {EPSILONS[0]:g}"})
+                n = int(m.sum())
+                key = m.numpy().tobytes()
+                if key not in done:
+                    done[key] = float("nan")
+                    if n >= 2:
+                        crit = int(critical_n(_masked(tr.probs, m), _masked(tr.v, m), vis, alpha=KS_ALPHA,
+                                              **more)["n"])
+                        done[key] = crit / longest if crit > 0 else float("nan")
+                out.append({"subset": name, "quantity": "critical_frac", "L": L, "value": done[key], "n_heads": n,
+                             "detail": "critical N / L" if longest == L else "critical N / min(L, w)"})
+            if L == grid[-1]:                        # Fig. 3's medians and Fig. 4's slope: the longest L
+                if fig3 is not None:
+                    for name, m in masks.items():
+                        keep = {(int(tr.layers[a]), int(tr.heads[b])) for a, b in m.nonzero().tolist()}
+                        med = band_medians(fig3, keep)
+                        vals = [v for v in med.values() if np.isfinite(v)]
+                        for q, v in (("fig3_median_lo", min(vals, default=float("nan"))),
+                                     ("fig3_median_hi", max(vals, default=float("nan")))):
+                            detail = f"median N_s/N over heads, N = {min(med)}..{max(med)}" if med else ""
+                            out.append({"subset": name, "quantity": q, "L": L, "value": v, "n_heads": int(m.sum()),
+                                        "detail": detail})
+                g = row_mean(fd_grad_norms(tr.scores, Ts, [EPSILONS[0]], vis, seed=seed), dim=-3)[..., 0]   # [l,h,T]
+                for name, m in masks.items():
+                    gmax = _masked(g, m).amax(0).numpy() if bool(m.any()) else np.full(len(Ts), np.nan)
+                    slope, _, k = fig4_slope(Ts, gmax)
+                    out.append({"subset": name, "quantity": "fig4_slope", "L": L, "value": slope,
+                                "n_heads": int(m.sum()), "detail": f"max over heads of the token-mean g, {k} "
+                                                                   f"temperatures < 0.1, eps = {EPSILONS[0]:g}"})
+            tag = kind_of(tr) | {"longest_row": longest} if len(subs) > 1 else {}
+            rows += [r | tag for r in out]
     return Result("sink_claims", rows, _prov("sink_claims", model, ids, caps, text, t0, lengths=grid,
                                              sink_rule=SINK_RULE, alpha=KS_ALPHA, temperatures=Ts,
                                              eps=EPSILONS[0], seed=seed,

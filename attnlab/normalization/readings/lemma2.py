@@ -24,7 +24,7 @@ from attnlab.core.verdicts import claim_row, holds_le, verdict
 from attnlab.normalization import readings
 from attnlab.normalization.claim_kinds import ALL_CLAIMS, threshold
 from attnlab.normalization.claims import linear_fit
-from attnlab.normalization.experiments import head_rows, temperature_grid, with_defaults
+from attnlab.normalization.experiments import by_kind_groups, head_rows, temperature_grid, with_defaults
 from attnlab.normalization.metrics import gradients
 from attnlab.normalization.metrics.engine import DEFAULT_CHUNK, row_mean, visible_scores
 from attnlab.normalization.paper import EPSILONS, ONE_OVER_T_BELOW
@@ -81,40 +81,41 @@ def gradient_readings(model, ids, *, quick: bool = False, progress: bool = True,
     Ts = [float(t) for t in (p["temperatures"] or temperature_grid(quick))]
     Es = [float(e) for e in (p["epsilons"] or EPSILONS)]
     jac_rows = int(p["jac_rows"] or (16 if quick else JAC_ROWS))
-    S, vis = trace.scores, trace.visible()
-    gap, top = top2_gaps(S, vis)                                                 # [l, h, Q], [l, h, Q, 2]
-    nan = float("nan")
-    near = {T: row_mean((gap < T).double().masked_fill(torch.isnan(gap), nan), -1) for T in Ts}   # [l, h]
     rows = []
-    for d in progress_bar(dirs, progress, GRAD_NAME):
-        if d == "worst":
-            Q = S.shape[-2]
-            idx = torch.unique(torch.linspace(1, Q - 1, min(jac_rows, Q - 1)).round().long())
-            sc = S[..., idx, :].double()
-            vsub = visible_scores(sc, vis[idx])
-            for T in Ts:
-                a = torch.softmax((sc / T).masked_fill(~vsub, -math.inf), dim=-1)
-                j = gradients.softmax_jacobian_norm(a, T, vsub, method="secular")    # [l, h, rows]
-                rows += head_rows(trace, {"g_mean": j.mean(-1), "g_max_row": j.amax(-1), "near_tie_frac": near[T]},
-                                   direction=d, T=T, eps=0.0, L=L, n_rows=len(idx))
-            continue
-        g = gradients.fd_grad_norms(S, Ts, Es, vis, seed=p["seed"], direction=d, chunk=p["chunk"])  # [l,h,Q,T,E]
-        gm, gx = row_mean(g, -3), _nanmax(g, -3)
-        v12 = gradients.random_direction_entries(S.shape[:-2], visible_scores(S, vis), top, p["seed"], d)
-        dv = row_mean((v12[..., 0] - v12[..., 1]).abs().masked_fill(torch.isnan(gap), nan), -1)     # [l, h]
-        for ti, T in enumerate(Ts):
+    for sub in by_kind_groups(trace):       # sliding-window layers: each kind over its own keys
+        S, vis = sub.scores, sub.visible()
+        gap, top = top2_gaps(S, vis)                                                 # [l, h, Q], [l, h, Q, 2]
+        nan = float("nan")
+        near = {T: row_mean((gap < T).double().masked_fill(torch.isnan(gap), nan), -1) for T in Ts}   # [l, h]
+        for d in progress_bar(dirs, progress, GRAD_NAME):
+            if d == "worst":
+                Q = S.shape[-2]
+                idx = torch.unique(torch.linspace(1, Q - 1, min(jac_rows, Q - 1)).round().long())
+                sc = S[..., idx, :].double()
+                vsub = visible_scores(sc, vis[idx])
+                for T in Ts:
+                    a = torch.softmax((sc / T).masked_fill(~vsub, -math.inf), dim=-1)
+                    j = gradients.softmax_jacobian_norm(a, T, vsub, method="secular")    # [l, h, rows]
+                    rows += head_rows(sub, {"g_mean": j.mean(-1), "g_max_row": j.amax(-1), "near_tie_frac": near[T]},
+                                       direction=d, T=T, eps=0.0, L=L, n_rows=len(idx))
+                continue
+            g = gradients.fd_grad_norms(S, Ts, Es, vis, seed=p["seed"], direction=d, chunk=p["chunk"])  # [l,h,Q,T,E]
+            gm, gx = row_mean(g, -3), _nanmax(g, -3)
+            v12 = gradients.random_direction_entries(S.shape[:-2], visible_scores(S, vis), top, p["seed"], d)
+            dv = row_mean((v12[..., 0] - v12[..., 1]).abs().masked_fill(torch.isnan(gap), nan), -1)     # [l, h]
+            for ti, T in enumerate(Ts):
+                for ei, eps in enumerate(Es):
+                    rows += head_rows(sub, {"g_mean": gm[..., ti, ei], "g_max_row": gx[..., ti, ei],
+                                               "g_near_tie": near[T] / T * dv / math.sqrt(2)},
+                                       direction=d, T=T, eps=eps, L=L)
+            lim = gradients.fd_grad_limit(S, Es, vis, seed=p["seed"], direction=d, chunk=p["chunk"])  # [l, h, Q, E]
+            flip = (lim > 0).double().masked_fill(torch.isnan(lim), float("nan"))
             for ei, eps in enumerate(Es):
-                rows += head_rows(trace, {"g_mean": gm[..., ti, ei], "g_max_row": gx[..., ti, ei],
-                                           "g_near_tie": near[T] / T * dv / math.sqrt(2)},
-                                   direction=d, T=T, eps=eps, L=L)
-        lim = gradients.fd_grad_limit(S, Es, vis, seed=p["seed"], direction=d, chunk=p["chunk"])  # [l, h, Q, E]
-        flip = (lim > 0).double().masked_fill(torch.isnan(lim), float("nan"))
-        for ei, eps in enumerate(Es):
-            rows += head_rows(trace, {"g_mean": row_mean(lim[..., ei], -1), "g_max_row": _nanmax(lim[..., ei], -1),
-                                       "flip_frac": row_mean(flip[..., ei], -1), "dv_top2": dv,
-                                       "gap_min": _nanmax(-gap, -1).neg(),
-                                       "gap_median": gap.nanmedian(-1).values},
-                               direction=d, T=0.0, eps=eps, L=L)
+                rows += head_rows(sub, {"g_mean": row_mean(lim[..., ei], -1), "g_max_row": _nanmax(lim[..., ei], -1),
+                                           "flip_frac": row_mean(flip[..., ei], -1), "dv_top2": dv,
+                                           "gap_min": _nanmax(-gap, -1).neg(),
+                                           "gap_median": gap.nanmedian(-1).values},
+                                   direction=d, T=0.0, eps=eps, L=L)
     extra = {"grids": {"L": L, "temperatures": Ts, "epsilons": Es}, "seed": p["seed"], "jac_rows": jac_rows,
              "directions": dirs, "logits": "the model's pre-softmax scores over the visible keys (T = 1 = native)",
              "readings": {reg: {n: readings.describe(getattr(readings, reg), n) for n in getattr(readings, reg)}

@@ -8,7 +8,6 @@ import time
 import numpy as np
 import torch
 
-from attnlab.core.capture import refuse_sliding
 from attnlab.core.result import Result, provenance
 from attnlab.core.text import window_prefix
 from attnlab.normalization import readings
@@ -26,7 +25,6 @@ def capture_window(model, ids, quick: bool, L, keep: set):
     L = int(L or min(len(ids), QUICK_L if quick else readings.MAX_LENGTH))
     if not 2 <= L <= len(ids):
         raise ValueError(f"L must be in [2, {len(ids)}] for this window, got {L}")
-    refuse_sliding(model, "paper 1's readings")
     t0 = time.perf_counter()
     trace = model.capture(window_prefix(ids, L, sep_token_id(model)), keep=sorted(keep))
     return trace, L, time.perf_counter() - t0

@@ -24,7 +24,6 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from attnlab.core.capture import refuse_sliding
 from attnlab.core.result import Result, provenance
 from attnlab.core.util import progress as progress_bar
 from attnlab.core.util import with_threads
@@ -32,7 +31,7 @@ from attnlab.core.verdicts import claim_row, holds_le, verdict
 from attnlab.normalization import readings as R
 from attnlab.normalization.claim_kinds import ALL_CLAIMS, claim_text, text, threshold
 from attnlab.normalization.claims import linear_growth
-from attnlab.normalization.experiments import Captures, as_windows, length_grid
+from attnlab.normalization.experiments import Captures, as_windows, by_kind_groups, kind_of, length_grid
 from attnlab.normalization.metrics.distance import distance_stats
 from attnlab.normalization.metrics.engine import prefix_lengths, row_mean
 from attnlab.normalization.paper import FIG2A_N, KS_ALPHA
@@ -121,11 +120,12 @@ def visible_max(values: torch.Tensor, vis: torch.Tensor) -> torch.Tensor:
 
 
 def critical_rows(trace, vectors: str, L: int, pairs, alpha: float, seed: int, samples: int,
-                  window: int = 0, orders: Optional[list] = None) -> list[dict]:
+                  window: int = 0, orders: Optional[list] = None, n_max: Optional[int] = None) -> list[dict]:
     """kind="critical" rows of one trace and vector reading: one per reading pair (e, d). `orders`: the trace's
-    `sample_orders` (made by the scan when None)."""
+    `sample_orders` (made by the scan when None); n_max: the largest N scanned (None: L - 1)."""
+    more = {} if n_max is None else {"n_max": n_max}
     scans = critical_n_readings(trace.probs, R.vectors(trace, vectors), trace.visible(), pairs=pairs, alpha=alpha,
-                                seed=seed, samples=samples, orders=orders)
+                                seed=seed, samples=samples, orders=orders, **more)
     rows = []
     for (e, d), res in scans.items():
         n = int(res["n"])
@@ -138,6 +138,12 @@ def critical_rows(trace, vectors: str, L: int, pairs, alpha: float, seed: int, s
                      "e_rel_se": res["e_rel_se"][at] if res["ns"] else float("nan"),
                      "n_scanned": len(res["ns"]), "n_exact": int(sum(res["exact"]))})
     return rows
+
+
+def critical_frac(row: dict, longest: int) -> dict:
+    """A critical row with critical_frac = critical N / the longest row's keys (L; min(L, w) in a sliding layer)."""
+    n = row["critical_n"]
+    return row if longest == row["L"] else dict(row, critical_frac=n / longest if n > 0 else float("nan"))
 
 
 @with_threads
@@ -155,7 +161,6 @@ def thm1_readings(model, ids, *, quick: bool = False, progress: bool = True, cap
     pairs = check_pairs(pairs)
     if not 0 < float(alpha) < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    refuse_sliding(model, "paper 1's readings")
     keep = {"probs"} | R.needs(vectors)
     caps = [Captures(model, w, keep) for w in as_windows(ids)] if captures is None else list(captures)
     for c in caps:
@@ -167,15 +172,20 @@ def thm1_readings(model, ids, *, quick: bool = False, progress: bool = True, cap
     rows: list[dict] = []
     jobs = [(w, L) for w in range(len(caps)) for L in sorted(set(crit_L) | set(curve_L))]
     for w, L in progress_bar(jobs, progress, "readings (Theorem 1)"):
-        trace = caps[w].get(L)
-        e4 = L in curve_L or any(e == "E4" for e, _ in pairs)            # the curves have E4, the scan where asked
-        orders = sample_orders(trace, seed, samples) if e4 else None    # (one list for every vector reading)
-        for vec in vectors:
-            if L in curve_L:
-                ns = cor2_ns(L) if L == curve_L[-1] else [FIG2A_N]
-                rows += curve_rows(trace, vec, L, [n for n in ns if n < L], seed, samples, w, orders)
-            if L in crit_L:
-                rows += critical_rows(trace, vec, L, pairs, alpha, seed, samples, w, orders)
+        subs = by_kind_groups(caps[w].get(L))      # sliding-window layers: each kind over its own keys, its own scan
+        for trace in subs:
+            longest = int(trace.visible()[L - 1].sum()) if len(subs) > 1 else L      # min(L, w) in a sliding layer
+            tag = kind_of(trace) | {"longest_row": longest} if len(subs) > 1 else {}
+            e4 = L in curve_L or any(e == "E4" for e, _ in pairs)        # the curves have E4, the scan where asked
+            orders = sample_orders(trace, seed, samples) if e4 else None    # (one list for every vector reading)
+            for vec in vectors:
+                ns = [n for n in (cor2_ns(L) if L == curve_L[-1] else [FIG2A_N]) if n < longest]
+                if L in curve_L and ns:                  # (a sliding layer: none where every N >= w)
+                    rows += [r | tag for r in curve_rows(trace, vec, L, ns, seed, samples, w, orders)]
+                if L in crit_L:
+                    rows += [critical_frac(r, longest) | tag
+                             for r in critical_rows(trace, vec, L, pairs, alpha, seed, samples, w, orders,
+                                                    None if longest == L else longest - 1)]
         if not model.causal:
             caps[w].traces.pop(L, None)                                  # bidirectional: one pass per L, not kept
     first = caps[0].last

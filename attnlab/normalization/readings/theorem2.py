@@ -22,7 +22,7 @@ from attnlab.core.util import progress as progress_bar
 from attnlab.core.verdicts import RTOL, claim_row, holds_le, percent, verdict, within
 from attnlab.normalization import readings
 from attnlab.normalization.claim_kinds import ALL_CLAIMS, threshold
-from attnlab.normalization.experiments import head_rows, with_defaults
+from attnlab.normalization.experiments import by_kind_groups, head_rows, with_defaults
 from attnlab.normalization.metrics import separability
 from attnlab.normalization.metrics.engine import DEFAULT_CHUNK, row_mean
 from attnlab.normalization.paper import FIG3_NMAX, SATURATION_N, SEPARABILITY_BAND
@@ -97,15 +97,17 @@ def separability_readings(model, ids, *, quick: bool = False, progress: bool = T
     readings.check_names("vectors", names, readings.VECTORS)
     trace, L, cap_s = capture_window(model, ids, quick, p["L"], {"probs"} | readings.needs(names))
     ns = [n for n in (p["ns"] or range(1, (8 if quick else FIG3_NMAX) + 1)) if n < L]
-    vis = trace.visible()
     rows = []
-    for name in progress_bar(names, progress, SEP_NAME):
-        unit = name.endswith("_unit")
-        x = readings.vectors(trace, name.removesuffix("_unit"))       # unit: put on the sphere in float64 below
-        stats = (separability.SEPARABILITY_STATS if unit else ("r",)) + separability.RADIUS_STATS
-        st = separability.separability_stats(trace.probs, x, ns, vis, M=p["M"], normalize=unit, stats=stats,
-                                             rows="all", chunk=p["chunk"])
-        rows += _sep_head_rows(trace, st, ns, unit, vectors=name, L=L)
+    for sub in by_kind_groups(trace):       # sliding-window layers: each kind over its own keys, N below min(L, w)
+        vis = sub.visible()
+        sub_ns = [n for n in ns if n < int(vis[L - 1].sum())]
+        for name in progress_bar(names, progress, SEP_NAME):
+            unit = name.endswith("_unit")
+            x = readings.vectors(sub, name.removesuffix("_unit"))       # unit: put on the sphere in float64 below
+            stats = (separability.SEPARABILITY_STATS if unit else ("r",)) + separability.RADIUS_STATS
+            st = separability.separability_stats(sub.probs, x, sub_ns, vis, M=p["M"], normalize=unit, stats=stats,
+                                                 rows="all", chunk=p["chunk"])
+            rows += _sep_head_rows(sub, st, sub_ns, unit, vectors=name, L=L)
     extra = {"grids": {"L": L, "ns": ns, "M": p["M"]}, "keys": "visible keys only; rows with L_t <= N skipped",
              "readings": {reg: {n: readings.describe(getattr(readings, reg), n) for n in getattr(readings, reg)}
                           for reg in ("VECTORS", "RADII", "ROW_SETS", "SEP_AGGREGATES", "XI_READINGS",
