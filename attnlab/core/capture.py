@@ -371,10 +371,8 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
         if softcap is not None:                                       # eager's order: / c, tanh, * c
             s = s.div_(softcap).tanh_().mul_(softcap)
         target = _part(probs_out, probs, b, at, hs, rows)
-        if target is not None and hi < shape[-1]:
-            target[..., hi:] = 0.0                                    # (scores there: -inf, set by `_record`)
-        if target is not None and lo > 0:
-            target[..., :lo] = 0.0
+        if target is not None:                      # keys outside [lo, hi): 0 (scores there: -inf, set by `_record`)
+            target[..., :lo], target[..., hi:] = 0.0, 0.0
         target = None if target is None else target[..., lo:hi]
         logits = s + mask[..., lo:hi] if mask is not None and swap is None else s
         if swap is None and sinks is None:
