@@ -393,6 +393,7 @@ def test_layer_kind_sections_read_every_number_from_the_result():
     for kind in ("full", "sliding"):
         for L in (WINDOW, 32):
             assert f"{table[(L, kind)]['max_weight']:.3f}" in texts["vanishing_prose"]
+            assert f"{table[(L, kind)]['max_rest']:.3f}" in texts["vanishing_prose"]
             assert f"{table[(L, kind)]['first_weight']:.3f}" in texts["sink_prose"]
             assert f"{table[(L, kind)]['first_weight']:.3f}" in texts["sink_table"]
         assert f"{table[(32, kind)]['max_weight'] / table[(32, kind)]['uniform']:.0f} times" in texts["verdict_prose"]

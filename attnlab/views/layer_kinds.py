@@ -127,11 +127,13 @@ def vanishing_prose(res):
     parts = []
     for kind in ("full", "sliding"):
         a, b = table[(w0, kind)], table[(L1, kind)]
+        rest = "rises" if b["max_rest"] > a["max_rest"] else "falls"
         parts.append(
             f"In the {kind} layers ({_layers(res, kind)}) the mean largest weight goes from {a['max_weight']:.3f} at "
             f"L = {w0} to {b['max_weight']:.3f} at L = {L1:,} (like L^{slope(res, kind, 'max_weight', w0):.2f}), "
             f"the uniform weight 1/L_t from {a['uniform']:.4f} to {b['uniform']:.5f} "
-            f"(like L^{slope(res, kind, 'uniform', w0):.2f}).")
+            f"(like L^{slope(res, kind, 'uniform', w0):.2f}); the largest weight on any key but the first "
+            f"{rest} from {a['max_rest']:.3f} to {b['max_rest']:.3f}.")
     floor = table[(L1, "sliding")]["uniform"]
     return markup.prose(
         "<p>" + " ".join(parts) + f" A sliding layer's row sees at most {window} keys: past L = {window} its "
