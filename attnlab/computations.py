@@ -110,6 +110,10 @@ COMPUTATIONS: dict[str, Computation] = {c.name: c for c in (
     _c("sink_claims", 1, ("window", "lengths", "fig3_version", "device", "model", "identity", "text"),
        "attnlab.tools.sinks:sink_claims", "minutes", ("07_beyond_softmax",), "attnlab/views/sinks.py claims",
        recompute="sink_claims"),
+    _c("layer_kinds", 1, ("window", "lengths", "device", "model", "identity", "text"),
+       "attnlab.normalization.layer_kinds:layer_kind_rows", "minutes",
+       ("01_vanishing", "06_what_holds", "07_beyond_softmax"), "attnlab/views/layer_kinds.py kinds",
+       recompute="layer_kinds"),
     # the chapters' own (book.cached_result in a chapter's cells)
     _c("compare_normalizers", 1, CHAPTER_KEY + ("lengths",), "attnlab.tools.compare:compare_normalizers", "minutes",
        ("07_beyond_softmax",), "book/07_beyond_softmax.ipynb cells baa9369c, peers07-table (book.result)", ("crit50",),

@@ -19,7 +19,7 @@ def recompute(name: str, key: dict, model=None, corpus=None):
 
 
 # the recipes that take the model and text a caller has loaded (`attnlab.results.result`)
-WITH_LOADED = ("tsc_real", "compare", "compare_each", "bench", "diagnose")
+WITH_LOADED = ("tsc_real", "compare", "compare_each", "bench", "diagnose", "layer_kinds")
 
 
 def _model(key: dict, model=None):
@@ -173,6 +173,21 @@ def _sink_claims(key: dict):
     fig3 = cached_figures(["fig3"], inp)["fig3"]
     return sinks.sink_claims(inp.model, inp.ids(), fig3=fig3, lengths=key["lengths"],
                              text=sinks.window_text(inp.corpus))
+
+
+def _layer_kinds(key: dict, model=None, corpus=None):
+    """Vanishing attention by layer kind on the book's sink window (War and Peace from its start, BOS first where
+    the model table says bos), L = key["lengths"]."""
+    from attnlab.normalization.layer_kinds import layer_kind_rows
+    from attnlab.tools import sinks
+
+    if key.get("window") != sinks.BOOK_WINDOW:
+        return None
+    model, corpus = _model(key, model), _corpus(key["text"], corpus)
+    if corpus.name != "war_and_peace":
+        return None
+    ids = model.window(corpus.text, max(key["lengths"]))
+    return layer_kind_rows(model, ids, lengths=key["lengths"], text=sinks.window_text(corpus))
 
 
 def _compare(key: dict, model=None, corpus=None):

@@ -203,6 +203,33 @@ def test_a_block_of_causal_rows_leaves_out_only_the_keys_its_mask_hides():
     assert cap.seen_keys(torch.zeros(1, 2, 10, dtype=torch.bool)) == 10
 
 
+def test_a_block_of_sliding_window_rows_leaves_out_the_keys_before_its_band():
+    """`first_seen_key`: the first key any row of the block may see (a sliding window of 4: rows 6..8 see keys 3..8);
+    0 when a row sees none (such rows keep every key)."""
+    q, k = torch.meshgrid(torch.arange(10), torch.arange(10), indexing="ij")
+    band = (k <= q) & (k > q - 4)
+    additive = torch.zeros(10, 10).masked_fill(~band, torch.finfo(torch.float32).min)
+    assert cap.first_seen_key(band[None, 6:9]) == 3 and cap.first_seen_key(additive[None, 6:9]) == 3
+    assert (cap.first_seen_key(band[None, :2]), cap.seen_keys(band[None, :2])) == (0, 2)
+    assert cap.first_seen_key(torch.zeros(1, 2, 10, dtype=torch.bool)) == 0
+
+
+def test_a_sliding_window_computed_in_bands_equals_softmax_of_all_keys(monkeypatch):
+    """Blocks of 3 rows under a window of 4 keys: each block's keys cut to its band (`first_seen_key`) and above
+    (`seen_keys`); weights, scores (-inf outside the band) and output equal softmax(q k^T s + mask) over every key."""
+    monkeypatch.setattr(cap, "CHUNK_ELEMENTS", 3 * 12)                   # 3 rows per block
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 2, 12, 4, generator=g) for _ in range(3))
+    i, j = torch.meshgrid(torch.arange(12), torch.arange(12), indexing="ij")
+    band = (j <= i) & (j > i - 4)
+    mask = torch.zeros(1, 1, 12, 12).masked_fill(~band, torch.finfo(torch.float32).min)
+    module = torch.nn.Module()
+    out, probs = cap.attnlab_attention(module, q, k, v, mask, scaling=0.5)
+    want = torch.softmax(q @ k.transpose(-1, -2) * 0.5 + mask, dim=-1)
+    assert torch.allclose(probs, want, atol=1e-6) and float(probs[0][:, ~band].abs().max()) == 0.0
+    assert torch.allclose(out, (want @ v).transpose(1, 2), atol=1e-6)
+
+
 def test_a_native_pass_for_layer_outputs_forms_no_attention_weights(tiny):
     seen = []
     hooks = [m.register_forward_hook(lambda mod, a, out: seen.append(out[1])) for m in tiny._modules]

@@ -74,6 +74,20 @@ def test_tiny_gemma3_capture_equals_eager_in_sliding_and_full_layers():
     assert probs[2, :, -1].gt(0).sum(-1).eq(3 * WINDOW).all()        # the full layer's last row sees every key
 
 
+def test_tiny_gemma3_capture_in_row_blocks_equals_eager(monkeypatch):
+    """Blocks of 4 query rows (the keys before a sliding block's band left out: `capture.first_seen_key`): the
+    probs still equal eager's in every layer, and the model's output its eager output."""
+    from attnlab.core import capture as cap
+
+    model = tiny_gemma3()
+    ids = torch.randint(3, 256, (4 * WINDOW,), generator=torch.Generator().manual_seed(5))
+    monkeypatch.setattr(cap, "CHUNK_ELEMENTS", 4 * 4 * WINDOW)
+    assert_capture_is_eager(model, ids)
+    with model.implementation("eager"):
+        want = model.forward(ids).logits
+    assert torch.allclose(model.forward(ids).logits, want, atol=1e-4, rtol=1e-5)
+
+
 def test_layer_kinds_from_any_config():
     from transformers import BertConfig, GPT2Config, LlamaConfig, MistralConfig
 
@@ -349,3 +363,68 @@ def test_perplexity_with_bos_scores_the_same_tokens_bos_first(monkeypatch):
     monkeypatch.setattr(model, "tokenizer", NoBos(), raising=False)
     with pytest.raises(ValueError, match="has no BOS token"):
         perplexity.perplexity(model, text, window=12, stride=5)
+
+
+# --------------------------------------------------------------------------- layer kind in the book (views)
+
+def _kind_result():
+    """`layer_kind_rows` of the tiny Gemma 3 (window 8) at L = 4 .. 32."""
+    ids = torch.randint(3, 256, (32,), generator=torch.Generator().manual_seed(6))
+    return layer_kind_rows(tiny_gemma3(), ids, lengths=(4, 8, 16, 32))
+
+
+def _scaled(res, factor: float):
+    """`res` with every row's largest weight and weight on the first token times `factor`."""
+    from attnlab.core.result import Result
+
+    rows = [dict(r, max_weight=r["max_weight"] * factor, first_weight=r["first_weight"] * factor) for r in res.rows]
+    return Result(res.name, rows, provenance=res.provenance)
+
+
+def test_layer_kind_sections_read_every_number_from_the_result():
+    """Chapters 1, 6 and 7's layer-kind views: each number they print is the Result's (`by_kind`), and another
+    Result gives other sentences (nothing written in by hand)."""
+    from attnlab.views import layer_kinds as kind_views
+
+    res = _kind_result()
+    table = {(r["L"], r["kind"]): r for r in by_kind(res)}
+    texts = {v.__name__: v(res).data for v in (kind_views.vanishing_prose, kind_views.verdict_prose,
+                                                kind_views.sink_prose, kind_views.sink_table)}
+    for kind in ("full", "sliding"):
+        for L in (WINDOW, 32):
+            assert f"{table[(L, kind)]['max_weight']:.3f}" in texts["vanishing_prose"]
+            assert f"{table[(L, kind)]['max_rest']:.3f}" in texts["vanishing_prose"]
+            assert f"{table[(L, kind)]['first_weight']:.3f}" in texts["sink_prose"]
+            assert f"{table[(L, kind)]['first_weight']:.3f}" in texts["sink_table"]
+        assert f"{table[(32, kind)]['max_weight'] / table[(32, kind)]['uniform']:.0f} times" in texts["verdict_prose"]
+        assert f"like L^{kind_views.slope(res, kind, 'max_weight', WINDOW):.2f}" in texts["vanishing_prose"]
+    assert "2 of 3 layers" in texts["verdict_prose"] and "1 of 3 layers" in texts["verdict_prose"]
+    assert f"at most {WINDOW} keys" in texts["vanishing_prose"] and "tiny-gemma3" in texts["vanishing_prose"]
+    other = _scaled(res, 0.5)
+    for view in (kind_views.vanishing_prose, kind_views.verdict_prose, kind_views.sink_prose, kind_views.sink_table):
+        assert view(other).data != texts[view.__name__], view.__name__
+    assert kind_views.vanishing_figure(res).data[:4] == b"\x89PNG"
+
+
+def test_layer_kind_sections_say_in_one_line_which_rows_are_missing(monkeypatch):
+    """A build without Gemma 3's wheels: `kinds_or_missing` is one line naming the missing rows and why, and every
+    view shows that line instead of failing."""
+    from attnlab.core import gguf
+    from attnlab.core.model_files import ModelUnavailable
+    from attnlab.views import layer_kinds as kind_views
+
+    found = gguf.package_file
+
+    def missing(e):
+        if e.name != "gemma3":
+            return found(e)
+        raise ModelUnavailable(f"Gemma 3 270M is not installed: {GEMMA3.pip_line}")
+
+    monkeypatch.setattr(gguf, "package_file", missing)
+    line = kind_views.kinds_or_missing()
+    html = line.data
+    assert html.count("<p>") == 1 and "<p>Not computed in this build: Gemma 3 270M&#x27;s rows by layer kind" in html
+    assert "8,192" in html and "is not installed" in html and GEMMA3.package in html
+    for view in (kind_views.vanishing_figure, kind_views.vanishing_prose, kind_views.verdict_prose,
+                 kind_views.sink_table, kind_views.sink_prose):
+        assert view(line) is line

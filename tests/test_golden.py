@@ -162,6 +162,7 @@ def _probe(name: str) -> Result:
         "fig4_without_repeats": lambda: _windows_probe("fig4_without_repeats"),
         "head_separability": lambda: _head_separability(),
         "fig2c_ratio": lambda: _fig2c_ratio(),
+        "layer_kinds": lambda: _layer_kinds(),
     }
     if name in probes:
         return probes[name]()
@@ -183,6 +184,15 @@ def _fig2c_ratio() -> Result:
     return fig2c_ratio(_tiny(), ids, quick=True, fracs=(0.06,), points=6, progress=False)
 
 
+def _layer_kinds() -> Result:
+    """Vanishing attention by layer kind on tiny-gpt2's first 64 tokens (every layer full: the rows and their means;
+    sliding layers are checked against their probabilities in tests/test_gemma3.py)."""
+    from attnlab.normalization.layer_kinds import layer_kind_rows
+
+    ids = figures.Inputs("tiny-gpt2", "cpu", max_length=64).ids()
+    return layer_kind_rows(_tiny(), ids, lengths=(32, 64))
+
+
 @lru_cache(maxsize=1)
 def _minilm():
     from attnlab.core.models import load_model
@@ -193,7 +203,7 @@ def _minilm():
 PROBED = sorted(set(figures.FIGURES) | {"tsc_sample_reference_effect", "tsc_authors_sphere_reference",
                                         "compare_normalizers", "compare_normalizers_each", "bench_normalizers",
                                         "diagnose", "perplexity", "pooled_ks", "reading_windows",
-                                        "fig4_without_repeats", "head_separability", "fig2c_ratio"})
+                                        "fig4_without_repeats", "head_separability", "fig2c_ratio", "layer_kinds"})
 
 
 # A probe's golden file is <name>@v<version>.json, or <name>@v<version>.<label>.json for a labelled probe. Golden files

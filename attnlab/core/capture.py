@@ -320,9 +320,9 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
     written straight into the Trace's buffers (`out=`), so capturing costs no extra copy of the [head, query,
     key] matrices. On the CPU the [query, key] matrices are formed a few heads, or a block of one head's query
     rows, at a time (`attention_blocks`): same numbers, small temporaries; a block of rows leaves out the keys
-    the mask hides from all of them (`seen_keys`: causal rows, about half the keys at long L), whose weights
-    are 0 (and scores -inf when recorded). In the last recorded layer only the recorded heads are computed and
-    no output is formed: the pass stops there.
+    the mask hides from all of them (`seen_keys`: causal rows, about half the keys at long L; `first_seen_key`:
+    a sliding-window layer's rows, a band of `window` keys), whose weights are 0 (and scores -inf when recorded).
+    In the last recorded layer only the recorded heads are computed and no output is formed: the pass stops there.
     """
     swap = refuse_unsupported(module, query, key, kwargs)
     state: Optional[CaptureState] = getattr(module, "_attnlab", None)
@@ -354,27 +354,27 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
         probs = query.new_empty(shape)
     output = None if last else query.new_empty((*shape[:-1], value.shape[-1]))   # [batch, head, query, d_head]
     visible = visible_from_mask(attention_mask, shape[-2], shape[-1]) if swap is not None else None
-    spans: dict = {}                        # the mask's part of a block -> `seen_keys` (the heads share one mask)
+    spans: dict = {}                        # the mask's part of a block -> its keys (lo, hi) (the heads share one mask)
     for b, at, hs, rows in attention_blocks(shape, heads, query.device):
         mask = _pick(attention_mask, b, hs, rows)
-        hi = shape[-1]
+        lo, hi = 0, shape[-1]
         if swap is None and mask is not None and query.device.type == "cpu":   # (normalizers see every key)
             part = (min(b, attention_mask.shape[0] - 1), (hs.start, hs.stop) if attention_mask.shape[1] > 1 else None,
                     (rows.start, rows.stop))
             if part not in spans:
-                spans[part] = seen_keys(mask)
-            hi = spans[part]
+                spans[part] = (first_seen_key(mask), seen_keys(mask))
+            lo, hi = spans[part]
         kept = _part(scores_out, scores, b, at, hs, rows)
-        kept = None if kept is None else kept[..., :hi]
-        s = torch.matmul(query[b, hs, rows], key[b, hs, :hi].transpose(-1, -2), out=kept)
+        kept = None if kept is None else kept[..., lo:hi]
+        s = torch.matmul(query[b, hs, rows], key[b, hs, lo:hi].transpose(-1, -2), out=kept)
         s = s.mul_(scaling) if kept is not None else s * scaling
         if softcap is not None:                                       # eager's order: / c, tanh, * c
             s = s.div_(softcap).tanh_().mul_(softcap)
         target = _part(probs_out, probs, b, at, hs, rows)
-        if target is not None and hi < shape[-1]:
-            target[..., hi:] = 0.0                                    # (scores there: -inf, set by `_record`)
-        target = None if target is None else target[..., :hi]
-        logits = s + mask[..., :hi] if mask is not None and swap is None else s
+        if target is not None:                      # keys outside [lo, hi): 0 (scores there: -inf, set by `_record`)
+            target[..., :lo], target[..., hi:] = 0.0, 0.0
+        target = None if target is None else target[..., lo:hi]
+        logits = s + mask[..., lo:hi] if mask is not None and swap is None else s
         if swap is None and sinks is None:
             target = torch.softmax(logits, dim=-1, out=target)
         else:
@@ -382,7 +382,7 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
             target = w if target is None else target.copy_(w)
         if output is not None:
             p = torch.nn.functional.dropout(target, p=dropout, training=module.training)
-            torch.matmul(p, value[b, hs, :hi], out=output[b, hs, rows])
+            torch.matmul(p, value[b, hs, lo:hi], out=output[b, hs, rows])
     if recording:
         _record(state, layer, query, key, value, scores, probs, attention_mask, direct=scores_out is not None)
         if last:
@@ -438,6 +438,14 @@ def seen_keys(mask: torch.Tensor) -> int:
     past it are hidden from every row (K when no key is visible: such rows keep every key, as without this)."""
     vis = visible_from_mask(mask, 0, 0).reshape(-1, mask.shape[-1]).any(0)               # [K]
     return int(last_visible(vis)) or vis.shape[0]
+
+
+def first_seen_key(mask: torch.Tensor) -> int:
+    """The first key any row of mask [..., rows, K] (additive float, 0 = visible, or bool) lets through: the keys
+    before it are hidden from every row (a sliding-window layer's block of rows sees a band); 0 when no key is
+    visible."""
+    vis = visible_from_mask(mask, 0, 0).reshape(-1, mask.shape[-1]).any(0)               # [K]
+    return int(vis.view(torch.uint8).argmax()) if bool(vis.any()) else 0
 
 
 def _pick(mask: Optional[torch.Tensor], b: int, heads: slice, rows: slice) -> Optional[torch.Tensor]:

@@ -8,7 +8,7 @@ or without a window: row t sees the same keys at every length).
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -36,11 +36,14 @@ def layer_row_stats(probs: torch.Tensor, window) -> dict[str, torch.Tensor]:
 
 
 def layer_kind_rows(model, ids, lengths: Sequence[int] = (256, 1024, 4096), progress: bool = False,
-                    bos: bool = False) -> Result:
+                    bos: bool = False, text: Optional[dict] = None) -> Result:
     """One row per (L, layer, head): the layer's kind and window (`AttnModel.layer_kinds`) and the means over the
     first L query rows of ids [token] of `KIND_STATS` (`layer_row_stats`). bos: the tokenizer's BOS token first, then
-    ids (Gemma is trained with it: its full layers then put much of their weight on it). Memory: one layer's
-    [head, L, L] float32 probs at a time (4 heads at L = 4096: 256 MiB)."""
+    ids (Gemma is trained with it: its full layers then put much of their weight on it; ids from
+    `AttnModel.window` of a model whose table entry says bos start with it already). text: the text's provenance
+    (`core.text.Corpus.provenance`, the window's name). Memory: one layer's [head, L, L] float32 probs at a time
+    (4 heads at L = 8192: 1 GiB). Time: a sliding layer's attention is formed in blocks of rows over their band of
+    keys only (`capture.first_seen_key`)."""
     if not model.causal:
         raise ValueError(f"{model.name} is not causal: layer kinds are measured on causal models (prefix rows)")
     lengths = sorted({int(L) for L in lengths})
@@ -63,11 +66,15 @@ def layer_kind_rows(model, ids, lengths: Sequence[int] = (256, 1024, 4096), prog
             means = {name: v[:, :L].mean(-1).tolist() for name, v in st.items()}
             rows += [{"L": L, "layer": layer, "head": h, "kind": kind, "window": window,
                       **{name: means[name][h] for name in KIND_STATS}} for h in range(model.n_heads)]
-    first = "the BOS token, then the text" if bos else "the text's tokens, no BOS token"
+    bos_first = int(ids[0]) == getattr(model.tokenizer, "bos_token_id", None)
+    first = "the BOS token, then the text" if bos_first else "the text's tokens, no BOS token"
     prov = provenance(**model.provenance(), layer_kinds=[list(k) for k in model.layer_kinds], lengths=lengths,
                       runtime_seconds=round(time.perf_counter() - t0, 3), torch_threads=torch.get_num_threads(),
-                      bos=bos, protocol=f"one causal window of the longest L ({first}); each L reads its first L "
-                                        "query rows; means over rows")
+                      bos=bos_first, window_tokens=int(ids.numel()),
+                      text=(text or {}).get("text"), text_sha256=(text or {}).get("text_sha256"),
+                      text_meta=text or {},
+                      protocol=f"one causal window of the longest L ({first}); each L reads its first L "
+                               "query rows; means over rows")
     return Result(name="layer_kinds", rows=rows, provenance=prov)
 
 
