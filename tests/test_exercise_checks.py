@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import nbformat
 import pytest
 
 from attnlab.book import checks
+from attnlab.core import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
@@ -113,7 +113,7 @@ def _outputs(path, cell) -> str:
 
 @pytest.mark.parametrize("name", [p.name for p in CHAPTERS], ids=lambda n: n[:2])
 def test_each_check_states_what_its_solution_prints(name):
-    folder = Path(os.environ.get("ATTNLAB_CHECK_NOTEBOOKS") or ROOT / "book")
+    folder = Path(settings.get("ATTNLAB_CHECK_NOTEBOOKS") or ROOT / "book")
     path = folder / name
     cells = _cells(path)
     for i, ex, _ in _checks(path):

@@ -98,7 +98,7 @@ ROOMS = {
     "normalization/metrics": {"engine", "rows", "distance", "separability", "gradients", "critical_n"},
     "normalization/kernels": {"metrics", "gradients", "readings"},
     "normalization/readings": {"runs", "theorem1", "six_percent", "theorem2", "lemma2"},
-    "book": {"running", "markup", "models", "across_windows", "chapters", "checks"},  # issue #47: by what each serves
+    "book": {"running", "markup", "models", "across_windows", "chapters", "checks", "outline"},  # by what each serves
 }
 ROOM_IMPORTS = {      # a room's modules import only these (data flows metrics -> readings, kernels serve both)
     "normalization/metrics": ("attnlab.core", "attnlab.normalization.metrics", "attnlab.normalization.kernels",

@@ -1,12 +1,12 @@
 """The one tolerance rule of every inequality a claim tests (`core.verdicts.holds_le`): bounds met with equality,
 values near zero, thresholds met exactly, and the same verdict whatever the thread count."""
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
+from attnlab.core.capture import Trace
 from attnlab.core.result import Result
 from attnlab.core.util import threads
 from attnlab.normalization import experiments as ex
@@ -33,8 +33,7 @@ def _two_key_trace(a0: float, a1: float, x0: torch.Tensor, x1: torch.Tensor):
     """A causal trace of one head and two tokens whose row 1 has weights (a0, a1) (float32) on keys x0, x1."""
     probs = torch.tensor([[1.0, 0.0], [a0, a1]], dtype=torch.float32).view(1, 1, 2, 2)
     v = torch.stack([x0, x1]).float().view(1, 1, 2, -1)
-    vis = torch.tensor([[True, False], [True, True]])
-    return SimpleNamespace(probs=probs, v=v, visible=lambda: vis, layers=[0], heads=[0], n_tokens=2)
+    return Trace("two-keys", torch.tensor([0, 1]), [0], [0], causal=True, scaling=1.0, probs=probs, v=v)
 
 
 X = torch.randn(64, generator=torch.Generator().manual_seed(3)) * 12

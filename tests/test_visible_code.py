@@ -1,6 +1,7 @@
 """Code a learner learns from stays visible (issue 50 item 3): a chapter cell that *computes* (a Result, a trace
 of the model, a formula of the papers' packages) is shown, unless tagged `plumbing` on purpose; every chapter shows
-at least one computing cell. Solution cells fold by design and are not counted."""
+at least one computing cell. Solution and check cells (an exercise's answer, computed where a learner does not
+see it first) fold by design and are not counted."""
 from __future__ import annotations
 
 import ast
@@ -70,7 +71,7 @@ def test_computing_cells_are_visible(path):
     names = formula_names(path)
     hidden = [i for i, c in enumerate(json.loads(path.read_text())["cells"])
               if c["cell_type"] == "code" and computes(c, names) and tags(c) & HIDDEN
-              and not tags(c) & {"plumbing", "solution"}]
+              and not tags(c) & {"plumbing", "solution", "check"}]
     assert not hidden, (f"{path.name}: cells {hidden} compute (book.result/figure_results/trace or a formula of "
                         f"{sorted(names)}) but are hidden; show them, or tag `plumbing` if they are only plumbing")
 

@@ -176,8 +176,14 @@ FRESH_VENV_TEST = Setting(
     documented="tests/test_cli.py", meaning="1: run the opt-in test of the README's researcher path in a fresh venv "
     "(pip installs the package with constraints.txt: minutes)")
 
+CHECK_NOTEBOOKS = Setting(
+    "ATTNLAB_CHECK_NOTEBOOKS", unset="the committed chapters in book/", parse=lambda raw: raw.strip() or None,
+    documented="tests/test_exercise_checks.py", meaning="a folder of executed chapters (a build's copies) whose "
+    "check cells and solutions tests/test_exercise_checks.py compares")
+
 ALL = (MODEL, DEVICE, DATA_DIR, CACHE_DIR, RESULTS_DIR, RESULTS_URL, RESULTS_LOG, PROGRESS_LOG, KERNELS, SYNC_DEBUG,
-       BOOK_JOBS, BOOK_FILL, REPOSITORY_URL, INSTALL, BROWSER, SITE, SCREENSHOTS, COLAB_NOTEBOOK, FRESH_VENV_TEST)
+       BOOK_JOBS, BOOK_FILL, REPOSITORY_URL, INSTALL, BROWSER, SITE, SCREENSHOTS, COLAB_NOTEBOOK, FRESH_VENV_TEST,
+       CHECK_NOTEBOOKS)
 BY_NAME = {s.name: s for s in ALL}
 
 

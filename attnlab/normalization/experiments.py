@@ -622,14 +622,22 @@ def gradient_rows(trace, p: dict, Ts: Sequence[float], Es: Sequence[float], L: i
     (T, eps). A trace mixing layer kinds: g and the Jacobian per kind over its visible keys (each kind's directions
     drawn from `seed`), the max and means over every head."""
     impl = _impl(p)
-    g = per_kind(trace, lambda t: {"g": impl.fd_grad_norms(t.scores, Ts, Es, t.visible(), seed=p["seed"],
+    masks: dict = {}
+
+    def vis(t):                       # each kind's [query, key] mask once, for g and the Jacobian alike
+        key = tuple(t.layers)
+        if key not in masks:
+            masks[key] = t.visible()
+        return masks[key]
+
+    g = per_kind(trace, lambda t: {"g": impl.fd_grad_norms(t.scores, Ts, Es, vis(t), seed=p["seed"],
                                                              chunk=p["chunk"])})["g"]       # [l, h, Q, T, E]
     if keep is not None:
         g = g.masked_fill(~keep.to(g.device)[..., None, None], float("nan"))
     gm = row_mean(g, dim=-3)                                                     # [l, h, T, E]
     H = gm.shape[0] * gm.shape[1]
     cols = gm.reshape(H, len(Ts), len(Es)).permute(1, 2, 0).contiguous()        # [T, E, H]
-    jac = ([max(per) for per in zip(*(_jacobian_max(sub, p, Ts, sub.visible()) for sub in by_kind_groups(trace)))]
+    jac = ([max(per) for per in zip(*(_jacobian_max(sub, p, Ts, vis(sub)) for sub in by_kind_groups(trace)))]
            if p["jac_rows"] else [float("nan")] * len(Ts))
     Tt = torch.tensor(Ts, dtype=torch.float64)
     exact, paper = bounds.softmax_jacobian_bound(Tt), bounds.corollary3_bound(Tt)          # [T]
