@@ -47,6 +47,7 @@ test: unit
 	$(PY) scripts/setup_cells.py --check
 	$(MAKE) --no-print-directory book
 	$(PY) scripts/check_outputs.py _build
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_cluster_plan.py -k this_machines_last_build
 	$(MAKE) --no-print-directory browser
 	$(MAKE) --no-print-directory colab
 

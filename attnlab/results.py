@@ -196,6 +196,7 @@ def fill(task: Task, loaded: Optional[dict] = None) -> dict:
 #: `plan` shares. tests/test_cluster_plan.py compares `book_plan` with the Results a build read (its record,
 #: scripts/attnlab_book.py), so a chapter that starts reading a new kind of Result fails there.
 BOOK_NOT_PLANNED = ("fig1",                     # chapter 1's long window: L = 4,096 (`LONG_L` of 01_vanishing)
+                    "layer_kinds",                                                 # chapters 1, 6, 7 (Gemma 3's)
                     "fig2c_ratio", "pooled_ks", "reading_windows",                 # chapter 3
                     "head_separability",                                           # chapters 4 and 6
                     "fig4_without_repeats",                                        # chapters 5 and 6
