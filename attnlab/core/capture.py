@@ -138,18 +138,6 @@ def all_full(kinds) -> bool:
     return all(kind == "full" for kind, _ in kinds)
 
 
-def refuse_sliding(model, what: str) -> None:
-    """ValueError, one line, where `model` has layers that do not see every earlier key (`layer_kinds`): `what`
-    assumes they all do. Paper 1's figures, readings, the pooled KS test and the sinks measure each layer kind over
-    its own keys (`Trace.kind_groups`); diagnose and the normalizer comparison still refuse (their model-level rows
-    pool every layer's heads in one test against one length L; no per-kind split of their rows and reports yet)."""
-    kinds = getattr(model, "layer_kinds", None) or ()
-    if not all_full(kinds):
-        raise ValueError(f"{model.name} has sliding-window layers ({layer_kinds_text(kinds)}); {what} assume every "
-                         "earlier key is visible: use the layer-kind measurements (attnlab.normalization.layer_kinds) "
-                         "or a model whose layers are all full")
-
-
 def layer_kinds_text(kinds) -> str:
     """"sliding 512 on 15 of 18, full on 3 of 18" for kinds [(kind, window)] (`models.layer_kinds`)."""
     counts: dict = {}
