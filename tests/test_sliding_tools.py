@@ -129,7 +129,8 @@ def test_diagnose_critical_n_one_test_per_layer_kind(result, eager):
 
 def test_diagnose_layer_rows_and_summary_per_kind(result, tmp_path):
     layers = result.select(kind="layer", L=L)
-    assert [(r["layer"], r["layer_kind"]) for r in layers] == [(0, "sliding"), (1, "full"), (2, "sliding")]
+    assert [(r["layer"], r["layer_kind"], r["longest_row"]) for r in layers] == [(0, "sliding", W), (1, "full", L),
+                                                                                 (2, "sliding", W)]
     assert {r["critical_n_max"] for r in layers if r["layer_kind"] == "sliding"} == {max(dg.critical_grid(W, n_top=2))}
     text = report.summary(result)
     assert "layer kinds: 2 sliding (window 4): 0, 2; 1 full: 1" in text
@@ -198,3 +199,16 @@ def test_cli_diagnose_per_kind_and_one_line_errors(gemma, tmp_path, capsys, monk
         err = capsys.readouterr().err.strip().splitlines()
         assert rc == 2 and len(err) == 1 and err[0].startswith("attnlab diagnose: error:") and words in err[0], err
     assert not (tmp_path / "no").exists()
+
+
+def test_visible_masks_formed_once_and_shared_with_the_cuts(gemma, war_and_peace):
+    """`Trace.visible` memoizes each (length, kind) mask; the traces cut from a trace (select_layers, prefix) read the
+    same tensor, so every caller (fig4, diagnose, the comparison) forms each kind's mask once."""
+    from attnlab.normalization.experiments import by_kind_groups
+
+    trace = gemma.capture(gemma.window(war_and_peace.text, L), keep=("probs",))
+    sliding, full = by_kind_groups(trace)
+    assert sliding.layers == [0, 2] and sliding.visible() is trace.visible(layer=0) is trace.visible(layer=2)
+    assert full.visible() is trace.select_layers([1]).visible() is trace.visible(layer=1)
+    assert sliding.prefix(8).visible() is trace.prefix(8).visible(layer=2)
+    assert torch.equal(sliding.visible(), torch.tensor([[0 <= t - s < W for s in range(L)] for t in range(L)]))

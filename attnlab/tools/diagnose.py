@@ -470,14 +470,15 @@ def kind_rows(trace: Trace, L: int, *, n_top: int, n_sep: int, max_rows: Optiona
     full-only model is one group: its rows as before. A model with sliding-window layers: each kind's statistics over
     the keys its rows see (`Trace.visible`), its critical N scanned over its own heads on the grid of its longest row
     (min(L, w), which critical_n_frac divides by), one "model" row per kind; every row carries `layer_kind` and
-    `sliding_window` (the model rows `longest_row`), the head and layer rows in layer order, the model rows last."""
+    `sliding_window` (the layer and model rows `longest_row`), the head and layer rows in layer order, the model rows
+    last."""
     subs, rows = by_kind_groups(trace), []
     for sub in subs:
         longest = int(sub.visible()[L - 1].sum())              # L; min(L, w) in a sliding layer
         ns = critical_grid(longest, n_top=n_top, max_frac=crit_max_frac, step_frac=crit_step_frac)
         st = head_stats(sub, n_top=n_top, n_sep=n_sep, max_rows=max_rows, ns=ns, references=True)
         tag = kind_of(sub) if sub.kinds else {}
-        rows += [dict(r, **tag, **({"longest_row": longest} if tag and r["kind"] == "model" else {}))
+        rows += [dict(r, **tag, **({"longest_row": longest} if tag and r["kind"] != "head" else {}))
                  for r in _length_rows(sub, L, st, ns, alpha, longest)]
     return rows if len(subs) == 1 else sorted(rows, key=lambda r: (r["kind"] == "model", r.get("layer", 0)))
 

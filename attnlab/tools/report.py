@@ -51,12 +51,10 @@ def _names(rs: list[dict]) -> str:
 
 
 def _longest(r: dict, L: int) -> int:
-    """The keys of the longest row of a layer/model row: its `longest_row` (a sliding kind: min(L, w)), else L; a
-    sliding kind's layer rows (no column of their own) read their window."""
-    for v in (r.get("longest_row"), r.get("sliding_window")):
-        if v not in (None, "", "None") and not (isinstance(v, float) and math.isnan(v)):
-            return min(L, int(float(v)))
-    return L
+    """The keys of the longest row of a layer/model row: its `longest_row` (a model with sliding-window layers:
+    min(L, w) in a sliding layer), else L."""
+    v = r.get("longest_row")
+    return L if v in (None, "", "None") or (isinstance(v, float) and math.isnan(v)) else int(float(v))
 
 
 def all_label(r: dict) -> str:
