@@ -170,6 +170,18 @@ def test_compare_rows_per_layer_kind(gemma, war_and_peace, eager):
     for n in ("softmax(T=1.0)", "sparsemax"):
         a, b = res.select(normalizer=n, L=L)
         assert a["drift"] == b["drift"] and a["loss"] == b["loss"]
+    from attnlab.views import normalizers as views
+
+    table = views.comparison_table(res).data
+    assert "sparsemax, sliding 4" in table and "sparsemax, full<" in table
+    with pytest.raises(ValueError, match=r"rows per layer kind \(full, sliding\): pass layer_kind="):
+        report.length_figure(res)
+    lines = report.length_figure(res, layer_kind="sliding").axes[0].lines
+    assert [list(line.get_ydata()) for line in lines] == [[r["max_weight"] for r in res.select(normalizer=n,
+                                                                                          layer_kind="sliding")]
+                                                          for n in ("softmax(T=1.0)", "sparsemax")]
+    bars = report.comparison_figure(res, L, layer_kind="full").axes[0].patches
+    assert [b.get_width() for b in bars] == [r["max_weight"] for r in res.select(L=L, layer_kind="full")]
 
 
 def test_a_window_at_most_the_largest_n_is_one_line(gemma, war_and_peace):

@@ -461,9 +461,23 @@ def _values(result: Result, key: str, **where) -> np.ndarray:
     return np.array([np.nan if r.get(key) is None else float(r[key]) for r in result.select(**where)])
 
 
-def comparison_figure(result: Result, L: int, keys: Optional[Sequence[str]] = None):
+def one_kind(result: Result, layer_kind: Optional[str]) -> Result:
+    """The rows of one layer kind of a comparison whose rows come per layer kind (a model with sliding-window
+    layers: `compare_normalizers`), else `result` itself; ValueError (one line) where it has kinds and `layer_kind`
+    is not one of them: one bar or line per normalizer must not mix the kinds' rows."""
+    kinds = sorted({r["layer_kind"] for r in result.rows if r.get("layer_kind") not in (None, "")})
+    if not kinds:
+        return result
+    if layer_kind not in kinds:
+        raise ValueError(f"this comparison has rows per layer kind ({', '.join(kinds)}): pass layer_kind= one of them")
+    return Result(result.name, result.select(layer_kind=layer_kind), result.provenance)
+
+
+def comparison_figure(result: Result, L: int, keys: Optional[Sequence[str]] = None, layer_kind: Optional[str] = None):
     """Bars per normalizer at length L for `keys` (default: max weight, entropy / log L, N_s/N, cost);
-    axis limits are shared by every L, so frames of a slider over L compare."""
+    axis limits are shared by every L, so frames of a slider over L compare. layer_kind: which kind's rows, for a
+    comparison with rows per layer kind (`one_kind`)."""
+    result = one_kind(result, layer_kind)
     keys = list(keys or ("max_weight", "entropy_norm", "ns_frac", cost_key(result)))
     names = result.unique("normalizer")
     fig, axes = figure_grid(len(keys), 3.4, 0.32 * len(names) + 1.0)
@@ -490,9 +504,11 @@ def comparison_figure(result: Result, L: int, keys: Optional[Sequence[str]] = No
 
 
 def length_figure(
-    result: Result, keys: Optional[Sequence[str]] = None, log_keys: Sequence[str] = ("max_weight", "jac_norm_mean")
+    result: Result, keys: Optional[Sequence[str]] = None, log_keys: Sequence[str] = ("max_weight", "jac_norm_mean"),
+    layer_kind: Optional[str] = None,
 ):
-    """Each key against L, one line per normalizer (swap = "all" rows)."""
+    """Each key against L, one line per normalizer (swap = "all" rows; of one layer kind: `one_kind`)."""
+    result = one_kind(result, layer_kind)
     keys = list(keys or ("max_weight", "entropy_norm", "jac_norm_mean", cost_key(result)))
     fig, axes = figure_grid(len(keys), 3.4, 3.0)
     for ax, key in zip(axes, keys):
