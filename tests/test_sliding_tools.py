@@ -133,7 +133,7 @@ def test_diagnose_layer_rows_and_summary_per_kind(result, tmp_path):
                                                                                  (2, "sliding", W)]
     assert {r["critical_n_max"] for r in layers if r["layer_kind"] == "sliding"} == {max(dg.critical_grid(W, n_top=2))}
     text = report.summary(result)
-    assert "layer kinds: 2 sliding (window 4): 0, 2; 1 full: 1" in text
+    assert "layer kinds: sliding 4 on 2 of 3, full on 1 of 3" in text
     assert "sliding layers (window 4): 0, 2; longest row 4 keys" in text
     assert "full layers: 1; longest row 16 keys" in text
     assert text.count(f"at L={L}: ") == 2 and "of 8 heads flagged" in text and "of 4 heads flagged" in text

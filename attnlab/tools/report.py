@@ -92,10 +92,12 @@ def summary(result: Result) -> str:
     if not any("layer_kind" in r for r in layer_rows):
         return "\n".join(lines + _verdict_lines(result.select(kind="head", L=L), layer_rows,
                                                 (result.select(kind="model", L=L) or [{}])[0], L, p))
-    from attnlab.cli.info import kinds_line
+    from attnlab.core.capture import layer_kinds_text
 
-    kinds = [(r["layer_kind"], r["sliding_window"]) for r in sorted(layer_rows, key=lambda r: r["layer"])]
-    lines.append(f"layer kinds: {kinds_line(kinds)}; each kind's statistics over the keys its rows see, one block each")
+    kinds = [(r["layer_kind"], None if r["sliding_window"] in ("", "None") else r["sliding_window"])
+             for r in sorted(layer_rows, key=lambda r: r["layer"])]
+    lines.append(f"layer kinds: {layer_kinds_text(kinds)}; each kind's statistics over the keys its rows see, one "
+                 "block each")
     for kind, window in dict.fromkeys(kinds):
         where = {"layer_kind": kind, "sliding_window": window}
         layers = [r for r in layer_rows if _same(r, where)]
