@@ -41,6 +41,12 @@ The paper's numbers (N_s/N 0.70-0.85, critical N < 0.06 L) are kept as columns (
 comparison; they measure GPT-2 and do not flag. Expensive per-row metrics (N_s/N, d~, critical N,
 Jacobian, references) use ``max_rows`` evenly spaced query rows per head (all rows when L <= max_rows);
 entropy and max weight use every row. Every choice is recorded in the Result's provenance.
+
+Sliding-window layers (Gemma 3: window 512 on 15 of 18 layers): every statistic above runs over the keys each row
+sees in its layer (`Trace.visible`: L_t = min(t + 1, w)), and the layer kinds are diagnosed apart (`kind_rows`): the
+"model" critical N is one KS test per kind, over that kind's heads, on the grid of its longest row (min(L, w)); rows
+carry `layer_kind` and `sliding_window`. A window of no more keys than n_top or n_sep is refused (`check_windows`):
+no row of such a layer has more than N keys.
 """
 from __future__ import annotations
 
