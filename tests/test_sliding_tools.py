@@ -142,6 +142,10 @@ def test_diagnose_layer_rows_and_summary_per_kind(result, tmp_path):
     assert "all sliding 4" in page and "all full" in page and "<th>layer_kind</th>" in page
     back = report.summary(type(result).load(tmp_path / "rep", "diagnose"))    # the CSV's rows read the same
     assert back == text
+    from attnlab.views import diagnose as views
+
+    table = views.critical_table(result, [L]).data
+    assert "all sliding 4: " in table and "; all full: too few heads" in table
 
 
 def test_full_only_diagnose_rows_have_no_kind_columns(tiny, war_and_peace):
