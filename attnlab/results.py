@@ -60,7 +60,8 @@ def result(name: str, key: dict, *, model=None, corpus=None, refresh: bool = Fal
 
 # ------------------------------------------------------------------ what `attnlab results compute` fills
 
-# the chapters' Results that need only a model and the book's window: (name, key without the model and text)
+# the chapters' Results that need only a model and the book's window: (name, key without the model and text), and
+# chapter 7's comparison (`views.normalizers.comparison`)
 BOOK_WINDOW_RESULTS = (("diagnose", {"params": "default"}),)              # chapter 8, cell 8b431e04
 
 
@@ -281,6 +282,7 @@ def describe_planned(tasks: Sequence[Task], auto: str) -> set[tuple]:
         if t.window is None and causal and not t.quick:
             out |= {("perplexity", model, c, None, None, None) for c in t.perplexity}
             out |= {(name, model, None, None, None, key.get("params")) for name, key in BOOK_WINDOW_RESULTS}
+            out.add(("compare_normalizers", model, None, None, None, "default"))
     return out
 
 
@@ -342,7 +344,7 @@ def _figures(ids, inp, quick: bool) -> list[Result]:
 
 def _book_window(inp, task: Task) -> list[Result]:
     """Every figure of `inp`'s model on the book's window, then (not with quick) for a causal model its perplexity on
-    the task's corpora and `BOOK_WINDOW_RESULTS`."""
+    the task's corpora, `BOOK_WINDOW_RESULTS` and chapter 7's comparison."""
     from attnlab.figures import figure_ids
 
     out = _figures(figure_ids(), inp, task.quick)
@@ -356,6 +358,9 @@ def _book_window(inp, task: Task) -> list[Result]:
     if model.causal:
         out += [result(name, dict(key, device=inp.device), model=model, corpus=inp.corpus)
                 for name, key in BOOK_WINDOW_RESULTS]
+        from attnlab.views.normalizers import comparison
+
+        out.append(comparison(inp))
     return out
 
 
