@@ -179,11 +179,14 @@ def test_installed_reads_the_wheels_metadata(monkeypatch):
 
 def test_the_cli_book_fill_stores_the_chapters_results_it_describes(tmp_path, monkeypatch, capsys):
     """`attnlab results compute --book` with tiny-gpt2 as the build's and the only in-book model (no Gemma 3; the
-    figures of its windows left to the figures' own tests, chapter 9's Monte Carlo runs left out): its chapter task
-    stores what `describe_planned` says, through the chapters' functions, and a second run finds every one stored."""
+    figures of its windows left to the figures' own tests, chapter 9's Monte Carlo runs left out, chapter 7's
+    comparison on its quick grid): its chapter tasks store what `describe_planned` says, through the chapters'
+    functions, and a second run finds every one stored."""
     import json
+    from functools import partial
 
     from attnlab.core import model_table
+    from attnlab.tools import compare
     from attnlab.views import tokens
 
     monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
@@ -192,6 +195,7 @@ def test_the_cli_book_fill_stores_the_chapters_results_it_describes(tmp_path, mo
     monkeypatch.setattr(tokens, "CHAPTER_RUNS", ())
     monkeypatch.setattr(results, "_book_window", lambda inp, task: [])
     monkeypatch.setattr(results, "_figures", lambda ids, inp, quick: [])
+    monkeypatch.setattr(compare, "compare_normalizers", partial(compare.compare_normalizers, quick=True))
     assert main(["results", "compute", "--book", "--model", "tiny-gpt2", "--quiet"]) == 0
     first = capsys.readouterr().out.splitlines()
     assert first[0] == "tiny-gpt2, the book's window: 0 stored, 0 computed" and len(first) == 1 + 8 + 1
@@ -199,7 +203,6 @@ def test_the_cli_book_fill_stores_the_chapters_results_it_describes(tmp_path, mo
     stored = {results.describe_key(p.parent.name.rsplit("-", 1)[0], json.loads(p.read_text()))
               for p in tmp_path.glob("*/key.json")}
     planned = results.describe_chapters("tiny-gpt2", ("build", "in_book"))
-    print(sorted(stored - planned, key=str), sorted(planned - stored, key=str))
     read_first = {("thm1_readings", "tiny-gpt2", "war_and_peace", 0, 1024, None),      # what the parts read first
                   ("fig3", "tiny-gpt2", "war_and_peace", 0, 512, None)}
     assert stored - planned == read_first
