@@ -33,14 +33,14 @@ def comparison_table(res):
 
 # ------------------------------------------------------------------ the chapter's Results (book.result, by name)
 
-def _result(inp, name: str, key: dict) -> Result:
-    """The Result `name` for `key` on `inp`'s model and text, on the model's device (`running.result`)."""
-    return running.result(name, {"device": str(inp.model.device), **key}, model=inp.model, corpus=inp.corpus)
+def _key(inp, **key) -> dict:
+    """`key` on the model's device; `running.result` adds the model, its weights and the text."""
+    return {"device": str(inp.model.device), **key}
 
 
 def comparison(inp) -> Result:
     """Every normalizer swapped into every layer at the default lengths (`compare.compare_normalizers`)."""
-    return _result(inp, "compare_normalizers", {"params": "default"})
+    return running.result("compare_normalizers", _key(inp, params="default"), model=inp.model, corpus=inp.corpus)
 
 
 def layer_length(res: Result) -> int:
@@ -57,17 +57,19 @@ def each_specs(res: Result) -> list:
 
 def each_layer(inp, res: Result) -> Result:
     """`each_specs` swapped into one layer at a time at `layer_length` ("compare_normalizers_each")."""
-    key = {"L": layer_length(res), "specs": [s.label for s in each_specs(res)],
-           "ssmax_ref_length": min(res.unique("L"))}
-    return _result(inp, "compare_normalizers_each", key)
+    key = _key(inp, L=layer_length(res), specs=[s.label for s in each_specs(res)],
+               ssmax_ref_length=min(res.unique("L")))
+    return running.result("compare_normalizers_each", key, model=inp.model, corpus=inp.corpus)
 
 
 def peers(inp, res: Result) -> Result:
     """Softpick and sigmoid swapped into every layer at `comparison`'s lengths."""
-    return _result(inp, "compare_normalizers", {"params": "peers", "lengths": res.unique("L")})
+    key = _key(inp, params="peers", lengths=res.unique("L"))
+    return running.result("compare_normalizers", key, model=inp.model, corpus=inp.corpus)
 
 
 def bench(inp) -> Result:
     """The exact sparse normalizers against sorting ("bench_normalizers", 3 repeats) at L = 128 and 512 (the
     model's positions where fewer)."""
-    return _result(inp, "bench_normalizers", {"lengths": [128, min(inp.model.max_positions, 512)]})
+    key = _key(inp, lengths=[128, min(inp.model.max_positions, 512)])
+    return running.result("bench_normalizers", key, model=inp.model, corpus=inp.corpus)
