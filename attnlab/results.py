@@ -1,13 +1,14 @@
-"""One function to get a Result by name and inputs: `result(name, key, model=..., corpus=...)`.
+"""Results by name, and what `attnlab results compute` and `make book` fill.
 
-The name is a computation of `attnlab.computations` (its version comes from there); the key names its parameters;
-the model and the text the caller has loaded complete the key (the model's name and identity, the text's
-checksum: `core.cache.model_key`) and are handed to the computation's recipe (`attnlab.recompute`), the same
-function `attnlab results verify` computes a stored Result again with. So a chapter says what it wants, never how
-it is computed, and what a chapter stores can always be verified.
+`result(name, key, model=..., corpus=...)` (kept beside the recipes, `attnlab.recompute`, so that the book's helpers
+reach it without this module): the name is a computation of `attnlab.computations` (its version comes from there);
+the key names its parameters; the model and the text the caller has loaded complete the key (the model's name and
+identity, the text's checksum: `core.cache.model_key`) and are handed to the computation's recipe, the same function
+`attnlab results verify` computes a stored Result again with. So a chapter says what it wants, never how it is
+computed, and what a chapter stores can always be verified.
 
 `plan` and `fill` are `attnlab results compute`'s tasks (a model on one window) and their work, shared by the serial
-path and the Dask cluster (`attnlab.cluster`).
+path and the Dask cluster (`attnlab.cluster`); `book_plan` the tasks of the Results the book's chapters read.
 """
 from __future__ import annotations
 
@@ -17,46 +18,7 @@ from types import SimpleNamespace
 from typing import Optional, Sequence
 
 from attnlab.core.result import Result
-
-
-def full_key(key: dict, model=None, corpus=None) -> dict:
-    """`key` with the model's name and identity and the text's checksum added (the parts they name)."""
-    from attnlab.core.cache import model_key
-
-    out = dict(key)
-    if model is not None:
-        out.update(model_key(model))
-    if corpus is not None:
-        out["text"] = corpus.sha256
-    return out
-
-
-def result(name: str, key: dict, *, model=None, corpus=None, refresh: bool = False,
-           text_sha256: Optional[str] = None) -> Result:
-    """The Result `name` for `key` (+ `model`, `corpus`) from the results cache, else computed by its recipe and
-    stored. ValueError when `name` has no recipe in the registry (`attnlab results list` says which do) or the
-    recipe does not know the key (a "params" it has no recipe for). `text_sha256`: the text's checksum when no
-    corpus object is at hand."""
-    from attnlab import recompute
-    from attnlab.computations import COMPUTATIONS
-    from attnlab.core.cache import cached
-
-    c = COMPUTATIONS.get(name)
-    if c is None or not c.recompute:
-        known = ", ".join(n for n, x in COMPUTATIONS.items() if x.recompute)
-        raise ValueError(f"{name!r} has no recipe in attnlab/computations.py; these do: {known}")
-    full = full_key(key, model, corpus)
-    if text_sha256 is not None:
-        full["text"] = text_sha256
-
-    def compute() -> Result:
-        out = recompute.recompute(name, full, model, corpus)
-        if out is None:
-            raise ValueError(f"{name}: its recipe ({c.recompute}) does not know the key {key}")
-        return out
-
-    return cached(name, full, compute, refresh=refresh)
-
+from attnlab.recompute import full_key, result  # noqa: F401 (results.result: a Result by name)
 
 # ------------------------------------------------------------------ what `attnlab results compute` fills
 
@@ -74,7 +36,7 @@ class Task:
     """One unit of `attnlab results compute`: the Results of `model` on one window (`window`: (corpus, start) of
     `windows.text_windows`; None: the book's window), computed together so that they share forward passes. `length`:
     the L the window's figures go to (`windows.BOOK_MAX_LENGTH` unless --lengths says; None: the book's window, at
-    the paper's `PAPER_LENGTH`)."""
+    the paper's `PAPER_LENGTH`; a chapter task: the longest L its parts reach, what a worker's memory is sized by)."""
 
     model: str
     window: Optional[tuple[str, int]]
@@ -234,6 +196,7 @@ def _chapter_tasks(model: str, in_book: Sequence[str], device: str) -> list[Task
     """One task per model for the chapters' own Results (`CHAPTER_PARTS`), after the figures they read."""
     from attnlab.book.models import LONG_CONTEXT
     from attnlab.core import model_table
+    from attnlab.views.layer_kinds import LENGTHS as KINDS_LENGTHS
     from attnlab.views.layer_kinds import MODEL as KINDS_MODEL
 
     parts: dict[str, list[str]] = {model: ["build"]}
@@ -243,7 +206,9 @@ def _chapter_tasks(model: str, in_book: Sequence[str], device: str) -> list[Task
         parts[LONG_CONTEXT[0]].append("long_context")
     if model_table.installed(KINDS_MODEL):
         parts.setdefault(KINDS_MODEL, []).append("layer_kinds")
-    return [Task(m, None, "the chapters' Results", device, chapters=tuple(p)) for m, p in parts.items()]
+    longest = {"long_context": LONG_CONTEXT[1], "layer_kinds": max(KINDS_LENGTHS)}
+    return [Task(m, None, "the chapters' Results", device, length=max([longest.get(x, 0) for x in p]) or None,
+                 chapters=tuple(p)) for m, p in parts.items()]
 
 
 def describe_planned(tasks: Sequence[Task], auto: str) -> set[tuple]:

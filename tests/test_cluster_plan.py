@@ -151,6 +151,7 @@ def test_the_plan_describes_each_chapter_result(monkeypatch):
     assert {t.model: t.chapters for t in tasks if t.chapters} == {
         "auto": ("build",), "minilm": ("in_book",), "smollm2": ("in_book", "long_context")}
     assert [t.label for t in tasks if t.chapters] == ["the chapters' Results"] * 3 and tasks[-1].chapters
+    assert [t.length for t in tasks if t.chapters] == [None, None, 4096]          # chapter 1's long window
     planned = results.describe_planned(tasks, auto="smollm2")
     for name, model in [("fig2c_ratio", "smollm2"), ("reading_windows", "smollm2"), ("bench_normalizers", "smollm2"),
                         ("compare_normalizers_each", "smollm2"), ("pooled_ks", "minilm"), ("sink_claims", "minilm"),
@@ -162,7 +163,8 @@ def test_the_plan_describes_each_chapter_result(monkeypatch):
     assert not any(d[0] == "layer_kinds" for d in planned)
     monkeypatch.setattr(model_table, "installed", lambda name: name == "gemma3")
     tasks = results.book_plan("auto", "cpu")
-    assert (tasks[-1].model, tasks[-1].chapters) == ("gemma3", ("layer_kinds",))
+    assert (tasks[-1].model, tasks[-1].chapters, tasks[-1].length) == ("gemma3", ("layer_kinds",), 8192)
+    assert results.plan_memory(tasks[-1:]) == results.worker_memory("gemma3", 8192)     # its longest window
     assert ("layer_kinds", "gemma3", None, None, None, None) in results.describe_planned(tasks, auto="smollm2")
     assert set(results.BOOK_NOT_PLANNED) <= set(COMPUTATIONS) and all(results.BOOK_NOT_PLANNED.values())
 
