@@ -99,7 +99,8 @@ vendor: npm
 # `attnlab.results.book_plan`), serially: on this 2-core machine one model's plan took 6 min 19 s serially and
 # 10 min 25 s on a local:2 Dask cluster (BENCHMARKS.md). ATTNLAB_BOOK_FILL=auto fills on a local cluster of as many
 # workers as cores and memory allow (a machine with more cores), local:N on N, off not at all.
-# Chapters to execute run two at a time when every Result they read last time is stored, else one at a time;
+# Chapters to execute run two at a time after that fill (it stores what they read but a few cheap Results:
+# attnlab.results.BOOK_NOT_PLANNED) or when every Result they read last time is stored, else one at a time;
 # ATTNLAB_BOOK_JOBS=1 (or 2) chooses (`ATTNLAB_BOOK_JOBS=1 make book`).
 book: install vendor
 	rm -rf _build/html _build/.doctrees

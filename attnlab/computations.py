@@ -84,7 +84,7 @@ COMPUTATIONS: dict[str, Computation] = {c.name: c for c in (
        "attnlab/views/tokens.py run", recompute="experiment"),
     _c("tsc_authors_sphere_reference", 1, ("preset", "device"),
        "attnlab.sample_complexity.sphere:authors_sphere_reference", "minutes", ("09_infinite_tokens",),
-       "book/09_infinite_tokens.ipynb cell 710adfb4", recompute="authors_sphere"),
+       "attnlab/views/tokens.py authors_reference", recompute="authors_sphere"),
     # the package's own (cache.cached / book.cached_result in attnlab/)
     _c("perplexity", 1, ("experiment", "model", "identity", "text"), "attnlab.core.perplexity:perplexity",
        "seconds", ("every chapter's model note (book.model_admonition)", "attnlab info"),
@@ -114,16 +114,16 @@ COMPUTATIONS: dict[str, Computation] = {c.name: c for c in (
        "attnlab.normalization.layer_kinds:layer_kind_rows", "minutes",
        ("01_vanishing", "06_what_holds", "07_beyond_softmax"), "attnlab/views/layer_kinds.py kinds",
        recompute="layer_kinds"),
-    # the chapters' own (book.cached_result in a chapter's cells)
+    # chapter 7's (book.result through attnlab/views/normalizers.py)
     _c("compare_normalizers", 1, CHAPTER_KEY + ("lengths",), "attnlab.tools.compare:compare_normalizers", "minutes",
-       ("07_beyond_softmax",), "book/07_beyond_softmax.ipynb cells baa9369c, peers07-table (book.result)", ("crit50",),
-       recompute="compare"),
+       ("07_beyond_softmax",), "attnlab/views/normalizers.py comparison, peers", ("crit50",), recompute="compare"),
     _c("compare_normalizers_each", 1, ("device", "L", "specs", "ssmax_ref_length", "model", "identity", "text"),
        "attnlab.tools.compare:compare_normalizers", "minutes", ("07_beyond_softmax",),
-       "book/07_beyond_softmax.ipynb cell 98c26771", recompute="compare_each"),
+       "attnlab/views/normalizers.py each_layer", recompute="compare_each"),
     _c("bench_normalizers", 1, ("device", "lengths", "model", "identity", "text"),
        "attnlab.benchmarks:bench_normalizers", "minutes", ("07_beyond_softmax",),
-       "book/07_beyond_softmax.ipynb cell 5b27a72f", recompute="bench"),
+       "attnlab/views/normalizers.py bench", recompute="bench"),
+    # the chapters' own (book.result in a chapter's cells)
     _c("diagnose", 1, CHAPTER_KEY, "attnlab.tools.diagnose:diagnose", "minutes", ("08_diagnose",),
        "book/08_diagnose.ipynb cell 8b431e04", recompute="diagnose"),
 )}

@@ -1,11 +1,15 @@
 """The recipes: how each computation of `attnlab.computations` is computed from its key, one function per recipe
-(named by the computation's `recompute`). Two callers share them: `attnlab.results.result` (a chapter or the CLI
-asks for a Result by name and key, with the model and text it has loaded: `model`, `corpus`) and `attnlab results
-verify` / `verify-results` (a stored Result computed again from its key alone, `core.cache.KEY_FILE`: the recipe
-loads the model the key names and the text whose checksum it holds). None where the key does not say how."""
+(named by the computation's `recompute`). Two callers share them: `result` (here, and as `attnlab.results.result`: a
+chapter or the CLI asks for a Result by name and key, with the model and text it has loaded: `model`, `corpus`) and
+`attnlab results verify` / `verify-results` (a stored Result computed again from its key alone, `core.cache.KEY_FILE`:
+the recipe loads the model the key names and the text whose checksum it holds). None where the key does not say how.
+"""
 from __future__ import annotations
 
+from typing import Optional
+
 from attnlab.computations import COMPUTATIONS
+from attnlab.core.result import Result
 
 
 def recompute(name: str, key: dict, model=None, corpus=None):
@@ -18,7 +22,44 @@ def recompute(name: str, key: dict, model=None, corpus=None):
     return recipe(key, model, corpus) if c.recompute in WITH_LOADED else recipe(key)
 
 
-# the recipes that take the model and text a caller has loaded (`attnlab.results.result`)
+def full_key(key: dict, model=None, corpus=None) -> dict:
+    """`key` with the model's name and identity and the text's checksum added (the parts they name)."""
+    from attnlab.core.cache import model_key
+
+    out = dict(key)
+    if model is not None:
+        out.update(model_key(model))
+    if corpus is not None:
+        out["text"] = corpus.sha256
+    return out
+
+
+def result(name: str, key: dict, *, model=None, corpus=None, refresh: bool = False,
+           text_sha256: Optional[str] = None) -> Result:
+    """The Result `name` for `key` (+ `model`, `corpus`) from the results cache, else computed by its recipe and
+    stored. ValueError when `name` has no recipe in the registry (`attnlab results list` says which do) or the
+    recipe does not know the key (a "params" it has no recipe for). `text_sha256`: the text's checksum when no
+    corpus object is at hand."""
+    from attnlab.core.cache import cached
+
+    c = COMPUTATIONS.get(name)
+    if c is None or not c.recompute:
+        known = ", ".join(n for n, x in COMPUTATIONS.items() if x.recompute)
+        raise ValueError(f"{name!r} has no recipe in attnlab/computations.py; these do: {known}")
+    full = full_key(key, model, corpus)
+    if text_sha256 is not None:
+        full["text"] = text_sha256
+
+    def compute() -> Result:
+        out = recompute(name, full, model, corpus)
+        if out is None:
+            raise ValueError(f"{name}: its recipe ({c.recompute}) does not know the key {key}")
+        return out
+
+    return cached(name, full, compute, refresh=refresh)
+
+
+# the recipes that take the model and text a caller has loaded (`result`)
 WITH_LOADED = ("tsc_real", "compare", "compare_each", "bench", "diagnose", "layer_kinds")
 
 

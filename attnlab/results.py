@@ -1,13 +1,14 @@
-"""One function to get a Result by name and inputs: `result(name, key, model=..., corpus=...)`.
+"""Results by name, and what `attnlab results compute` and `make book` fill.
 
-The name is a computation of `attnlab.computations` (its version comes from there); the key names its parameters;
-the model and the text the caller has loaded complete the key (the model's name and identity, the text's
-checksum: `core.cache.model_key`) and are handed to the computation's recipe (`attnlab.recompute`), the same
-function `attnlab results verify` computes a stored Result again with. So a chapter says what it wants, never how
-it is computed, and what a chapter stores can always be verified.
+`result(name, key, model=..., corpus=...)` (kept beside the recipes, `attnlab.recompute`, so that the book's helpers
+reach it without this module): the name is a computation of `attnlab.computations` (its version comes from there);
+the key names its parameters; the model and the text the caller has loaded complete the key (the model's name and
+identity, the text's checksum: `core.cache.model_key`) and are handed to the computation's recipe, the same function
+`attnlab results verify` computes a stored Result again with. So a chapter says what it wants, never how it is
+computed, and what a chapter stores can always be verified.
 
 `plan` and `fill` are `attnlab results compute`'s tasks (a model on one window) and their work, shared by the serial
-path and the Dask cluster (`attnlab.cluster`).
+path and the Dask cluster (`attnlab.cluster`); `book_plan` the tasks of the Results the book's chapters read.
 """
 from __future__ import annotations
 
@@ -17,52 +18,13 @@ from types import SimpleNamespace
 from typing import Optional, Sequence
 
 from attnlab.core.result import Result
-
-
-def full_key(key: dict, model=None, corpus=None) -> dict:
-    """`key` with the model's name and identity and the text's checksum added (the parts they name)."""
-    from attnlab.core.cache import model_key
-
-    out = dict(key)
-    if model is not None:
-        out.update(model_key(model))
-    if corpus is not None:
-        out["text"] = corpus.sha256
-    return out
-
-
-def result(name: str, key: dict, *, model=None, corpus=None, refresh: bool = False,
-           text_sha256: Optional[str] = None) -> Result:
-    """The Result `name` for `key` (+ `model`, `corpus`) from the results cache, else computed by its recipe and
-    stored. ValueError when `name` has no recipe in the registry (`attnlab results list` says which do) or the
-    recipe does not know the key (a "params" it has no recipe for). `text_sha256`: the text's checksum when no
-    corpus object is at hand."""
-    from attnlab import recompute
-    from attnlab.computations import COMPUTATIONS
-    from attnlab.core.cache import cached
-
-    c = COMPUTATIONS.get(name)
-    if c is None or not c.recompute:
-        known = ", ".join(n for n, x in COMPUTATIONS.items() if x.recompute)
-        raise ValueError(f"{name!r} has no recipe in attnlab/computations.py; these do: {known}")
-    full = full_key(key, model, corpus)
-    if text_sha256 is not None:
-        full["text"] = text_sha256
-
-    def compute() -> Result:
-        out = recompute.recompute(name, full, model, corpus)
-        if out is None:
-            raise ValueError(f"{name}: its recipe ({c.recompute}) does not know the key {key}")
-        return out
-
-    return cached(name, full, compute, refresh=refresh)
-
+from attnlab.recompute import full_key, result  # noqa: F401 (results.result: a Result by name)
 
 # ------------------------------------------------------------------ what `attnlab results compute` fills
 
-# the chapters' Results that need only a model and the book's window: (name, key without the model and text)
-BOOK_WINDOW_RESULTS = (("compare_normalizers", {"params": "default"}),     # chapter 7, cell baa9369c
-                       ("diagnose", {"params": "default"}))                # chapter 8, cell 8b431e04
+# the chapters' Results that need only a model and the book's window: (name, key without the model and text), and
+# chapter 7's comparison (`views.normalizers.comparison`)
+BOOK_WINDOW_RESULTS = (("diagnose", {"params": "default"}),)              # chapter 8, cell 8b431e04
 
 
 #: the window length of the book's window's figures (the paper's L; `Workspace.window_length` when max_length is None)
@@ -74,7 +36,7 @@ class Task:
     """One unit of `attnlab results compute`: the Results of `model` on one window (`window`: (corpus, start) of
     `windows.text_windows`; None: the book's window), computed together so that they share forward passes. `length`:
     the L the window's figures go to (`windows.BOOK_MAX_LENGTH` unless --lengths says; None: the book's window, at
-    the paper's `PAPER_LENGTH`)."""
+    the paper's `PAPER_LENGTH`; a chapter task: the longest L its parts reach, what a worker's memory is sized by)."""
 
     model: str
     window: Optional[tuple[str, int]]
@@ -83,6 +45,7 @@ class Task:
     quick: bool = False
     length: Optional[int] = None
     perplexity: tuple[str, ...] = ("war_and_peace", "wikitext2")     # the book's window: a causal model's on these
+    chapters: tuple[str, ...] = ()     # instead of figures: the chapters' own Results of these `CHAPTER_PARTS`
 
 
 def plan(models: Sequence[str], windows: Optional[int] = None, device: str = "cpu", quick: bool = False,
@@ -181,7 +144,9 @@ def fill(task: Task, loaded: Optional[dict] = None) -> dict:
     have = loaded.get((task.model, task.device))
     inp = Inputs(task.model, task.device, **window) if have is None else Inputs.around(have, task.device, **window)
     loaded[(task.model, task.device)] = inp.model
-    if task.window is None:
+    if task.chapters:
+        res = _chapter_results(inp, task.chapters)
+    elif task.window is None:
         res = _book_window(inp, task)
     else:
         res = _figures([i for i in figure_ids("normalization") if i not in READING_FIGURES], inp, task.quick)
@@ -191,19 +156,20 @@ def fill(task: Task, loaded: Optional[dict] = None) -> dict:
 
 # ------------------------------------------------------------------ what `make book` fills before the chapters run
 
-#: what the chapters read besides `book_plan`'s Results (each chapter computes its own, through `result` or its
-#: cached helper): chapter-specific keys (other lengths, normalizers, readings, window sets) that no task of
-#: `plan` shares. tests/test_cluster_plan.py compares `book_plan` with the Results a build read (its record,
-#: scripts/attnlab_book.py), so a chapter that starts reading a new kind of Result fails there.
-BOOK_NOT_PLANNED = ("fig1",                     # chapter 1's long window: L = 4,096 (`LONG_L` of 01_vanishing)
-                    "layer_kinds",                                                 # chapters 1, 6, 7 (Gemma 3's)
-                    "fig2c_ratio", "pooled_ks", "reading_windows",                 # chapter 3
-                    "head_separability",                                           # chapters 4 and 6
-                    "fig4_without_repeats",                                        # chapters 5 and 6
-                    "sink_shares", "sink_claims", "compare_normalizers", "compare_normalizers_each",
-                    "bench_normalizers",                                           # chapter 7
-                    "tsc_uniform", "tsc_moments", "tsc_hardmax", "tsc_real", "tsc_sample_reference_effect",
-                    "tsc_authors_sphere_reference")                                # chapters 9 and 10
+#: what the chapters read that `book_plan` leaves to them: {name: why}. tests/test_cluster_plan.py compares
+#: `book_plan` with the Results a build read (its record, scripts/attnlab_book.py), so a chapter that starts reading
+#: a new kind of Result fails there. Each is cheap (`_jobs` runs the chapters two at a time after a fill).
+BOOK_NOT_PLANNED = {
+    "head_separability": "chapters 4 and 6: 0.1 s each from the stored fig1 and fig3 (`views.separability`)",
+    "tsc_real": "chapter 10's solutions 10.1 and 10.3: the planned run on other layers or offset, 1-3 s each",
+}
+
+
+#: the parts of the chapters' own Results (`_chapter_results`, `describe_chapters`): "build" the build's model's
+#: (chapters 3 and 7) and chapter 9's synthetic ones, "in_book" each in-book model's (chapters 3, 5-7),
+#: "long_context" chapter 1's long window (`book.models.LONG_CONTEXT`), "layer_kinds" Gemma 3's layer kinds
+#: (chapters 1, 6, 7; planned where it is installed, else those chapters say in one line which rows are missing)
+CHAPTER_PARTS = ("build", "in_book", "long_context", "layer_kinds")
 
 
 #: the perplexity the chapters show (`book.models.model_admonition`: WikiText-2's)
@@ -214,14 +180,35 @@ def book_plan(model: Optional[str] = None, device: Optional[str] = None) -> list
     """The tasks that fill what the book's chapters read, before they run (`make book`: scripts/attnlab_book.py):
     the build's model (ATTNLAB_MODEL) on the book's window (every figure, perplexity, `BOOK_WINDOW_RESULTS`), then
     each of the model table's in-book models on the book's window set (`windows.BOOK_WINDOWS` windows of each corpus,
-    L <= `windows.BOOK_MAX_LENGTH`). The chapters read more (`BOOK_NOT_PLANNED`)."""
+    L <= `windows.BOOK_MAX_LENGTH`), then the chapters' own Results of each model (`CHAPTER_PARTS`; Gemma 3's only
+    where it is installed). The chapters compute the rest, cheap (`BOOK_NOT_PLANNED`)."""
     from attnlab.core import model_table, settings
     from attnlab.windows import BOOK_WINDOWS
 
     model = model or settings.get("ATTNLAB_MODEL")
     device = device or settings.get("ATTNLAB_DEVICE")
     own = [replace(t, perplexity=BOOK_PERPLEXITY) for t in plan([model], None, device)]
-    return own + plan(list(model_table.offline_in_book()), BOOK_WINDOWS, device)
+    in_book = list(model_table.offline_in_book())
+    return own + plan(in_book, BOOK_WINDOWS, device) + _chapter_tasks(model, in_book, device)
+
+
+def _chapter_tasks(model: str, in_book: Sequence[str], device: str) -> list[Task]:
+    """One task per model for the chapters' own Results (`CHAPTER_PARTS`), after the figures they read."""
+    from attnlab.book.models import LONG_CONTEXT
+    from attnlab.core import model_table
+    from attnlab.views.layer_kinds import LENGTHS as KINDS_LENGTHS
+    from attnlab.views.layer_kinds import MODEL as KINDS_MODEL
+
+    parts: dict[str, list[str]] = {model: ["build"]}
+    for m in in_book:
+        parts.setdefault(m, []).append("in_book")
+    if LONG_CONTEXT[0] in in_book:
+        parts[LONG_CONTEXT[0]].append("long_context")
+    if model_table.installed(KINDS_MODEL):
+        parts.setdefault(KINDS_MODEL, []).append("layer_kinds")
+    longest = {"long_context": LONG_CONTEXT[1], "layer_kinds": max(KINDS_LENGTHS)}
+    return [Task(m, None, "the chapters' Results", device, length=max([longest.get(x, 0) for x in p]) or None,
+                 chapters=tuple(p)) for m, p in parts.items()]
 
 
 def describe_planned(tasks: Sequence[Task], auto: str) -> set[tuple]:
@@ -235,6 +222,9 @@ def describe_planned(tasks: Sequence[Task], auto: str) -> set[tuple]:
     for t in tasks:
         model = auto if t.model == "auto" else t.model
         entry = model_table.entry(model)
+        if t.chapters:
+            out |= describe_chapters(model, t.chapters)
+            continue
         text, start = t.window or ("war_and_peace", 0)
         if t.window is None:
             ids = figure_ids()
@@ -257,6 +247,36 @@ def describe_planned(tasks: Sequence[Task], auto: str) -> set[tuple]:
         if t.window is None and causal and not t.quick:
             out |= {("perplexity", model, c, None, None, None) for c in t.perplexity}
             out |= {(name, model, None, None, None, key.get("params")) for name, key in BOOK_WINDOW_RESULTS}
+            out.add(("compare_normalizers", model, None, None, None, "default"))
+    return out
+
+
+def describe_chapters(model: str, parts: Sequence[str]) -> set[tuple]:
+    """What `_chapter_results` fills for `model` (`describe_key`'s shape), without loading anything."""
+    from attnlab.book.models import LONG_CONTEXT
+    from attnlab.core import model_table
+    from attnlab.views import tokens as views
+    from attnlab.windows import BOOK_MAX_LENGTH
+
+    entry = model_table.entry(model)
+    L = min(entry.max_positions if entry else PAPER_LENGTH, PAPER_LENGTH)
+    out = set()
+    if "build" in parts:
+        out |= {("fig2c_ratio", model, "war_and_peace", 0, L, None), ("reading_windows", model, None, None, None, None),
+                ("compare_normalizers", model, None, None, None, "default"),
+                ("compare_normalizers", model, None, None, None, "peers"),
+                ("compare_normalizers_each", model, None, None, None, None),
+                ("bench_normalizers", model, None, None, None, None), ("sink_shares", model, None, None, None, None),
+                ("tsc_authors_sphere_reference", None, None, None, None, None)}
+        out |= {(views.EXPERIMENTS[e][0], None, None, None, None, e) for e, _ in views.CHAPTER_RUNS}
+    if "in_book" in parts:
+        out |= {("pooled_ks", model, None, None, BOOK_MAX_LENGTH, None),
+                ("fig4_without_repeats", model, None, None, BOOK_MAX_LENGTH, None),
+                ("sink_shares", model, None, None, None, None), ("sink_claims", model, None, None, None, None)}
+    if "long_context" in parts:
+        out.add(("fig1", model, "war_and_peace", 0, LONG_CONTEXT[1], None))
+    if "layer_kinds" in parts:
+        out.add(("layer_kinds", model, None, None, None, None))
     return out
 
 
@@ -289,7 +309,7 @@ def _figures(ids, inp, quick: bool) -> list[Result]:
 
 def _book_window(inp, task: Task) -> list[Result]:
     """Every figure of `inp`'s model on the book's window, then (not with quick) for a causal model its perplexity on
-    the task's corpora and `BOOK_WINDOW_RESULTS`."""
+    the task's corpora, `BOOK_WINDOW_RESULTS` and chapter 7's comparison."""
     from attnlab.figures import figure_ids
 
     out = _figures(figure_ids(), inp, task.quick)
@@ -303,4 +323,37 @@ def _book_window(inp, task: Task) -> list[Result]:
     if model.causal:
         out += [result(name, dict(key, device=inp.device), model=model, corpus=inp.corpus)
                 for name, key in BOOK_WINDOW_RESULTS]
+        from attnlab.views.normalizers import comparison
+
+        out.append(comparison(inp))
+    return out
+
+
+def _chapter_results(inp, parts: Sequence[str]) -> list[Result]:
+    """The chapters' own Results of `inp`'s model (book's window) for `parts` (`CHAPTER_PARTS`), each computed by the
+    function its chapter calls, so with the same key."""
+    from attnlab import windows
+    from attnlab.book.models import long_context
+    from attnlab.figures import cached_figures
+    from attnlab.views import layer_kinds, normalizers, sinks, six_percent, tokens
+
+    out: list[Result] = []
+    if "build" in parts:                                         # chapters 3 and 7, on the build's model
+        out.append(six_percent.ratio_curve(inp))
+        rr = cached_figures(["thm1_readings"], inp)["thm1_readings"]
+        out += [windows.reading_result(inp.model, windows.book_windows(), h, device=inp.device)
+                for h in six_percent.readings_over_windows(rr)]
+        res = normalizers.comparison(inp)
+        out += [res, normalizers.each_layer(inp, res), normalizers.peers(inp, res), normalizers.bench(inp),
+                *sinks.swapped_shares(inp).values()]
+        out += tokens.chapter_results(inp.device)                # chapter 9: no model
+    if "in_book" in parts:                                       # chapters 3, 5-7, on each in-book model
+        out.append(windows.pooled_result(inp.model, windows.book_windows(), device=inp.device))
+        # fig4_without_repeats of each window that starts on repeated tokens (not counted in the task's line)
+        windows.markup_over_windows(inp.model.name, windows.book_windows(), device=inp.device)
+        out += [sinks.shares(inp), sinks.claims(inp)]
+    if "long_context" in parts:                                  # chapter 1
+        out += list(long_context(inp.model.name, device=inp.device).values())
+    if "layer_kinds" in parts:                                   # chapters 1, 6 and 7
+        out.append(layer_kinds.kinds(inp))
     return out

@@ -17,12 +17,14 @@
   per computed Result, and a thread copies the file's lines to this process's stderr (`_relay_progress`): it
   works without a terminal (CI), and a user who set ATTNLAB_PROGRESS_LOG follows that file instead.
 - Chapters side by side (`_execute_ahead`): before Sphinx reads the pages, the chapters its execution cache lacks
-  are executed two at a time (``ATTNLAB_BOOK_JOBS``, default 2 when every Result the chapters used last time is
-  stored, else 1: one at a time, by myst-nb as it reads each page) into that cache, as myst-nb would execute them;
+  are executed two at a time (``ATTNLAB_BOOK_JOBS``, default 2 when the fill just ran or every Result the chapters
+  used last time is stored, else 1: one at a time, by myst-nb as it reads each page) into that cache, as myst-nb would
+  execute them;
   Sphinx then finds them cached. Two kernels never compute the same Result (`attnlab.core.cache.locked`).
 - The Results first (`_fill_results`): before two or more chapters execute, `attnlab results compute --book` fills
   the Results of `attnlab.results.book_plan` (``ATTNLAB_BOOK_FILL``: serial, the default measured on 2 cores; auto
-  or local:N on a local Dask cluster; off), so the chapters read them; they compute what else they read.
+  or local:N on a local Dask cluster; off), so the chapters read them; they compute only a few cheap ones
+  (`attnlab.results.BOOK_NOT_PLANNED`).
 - After the build, ``_static/attnlab-build.json`` records the setting and the models the chapters
   reported (``attnlab.widgets.model_note`` tags pages with ``data-attnlab-model``);
   ``python scripts/book_info.py`` prints it.
@@ -250,16 +252,22 @@ def _is_stored(store, entry: str) -> bool:
     return store.exists(f"{entry}/{entry.rsplit('-', 1)[0]}.json")
 
 
-def _jobs(used: set, results, cpus: int) -> tuple[int, str]:
+def _jobs(used: set, results, cpus: int, filled: bool = False) -> tuple[int, str]:
     """(how many chapters to execute at once, why, for the terminal). JOBS_ENV when set (a positive integer; 1:
-    one at a time, as myst-nb does alone); else min(2, `cpus`) when every Result in `used` (what the chapters read
-    last time) is stored in the results store `results` (a path or URL): the chapters then read them and draw, on
-    one torch thread each (`attnlab.book`), so two of them fill two cores. Else 1: a chapter that computes Results
-    takes every free core (`attnlab.core.util.auto_threads`), and a second one beside it would only halve its
-    speed."""
+    one at a time, as myst-nb does alone); else min(2, `cpus`) when the fill just stored what the chapters read
+    (`filled`: `_fill_results` finished; they compute only the cheap `attnlab.results.BOOK_NOT_PLANNED`), or when
+    every Result in `used` (what the chapters read last time) is stored in the results store `results` (a path or
+    URL): the chapters then read them and draw, on one torch thread each (`attnlab.book`), so two of them fill two
+    cores. Else 1: a chapter that computes Results takes every free core (`attnlab.core.util.auto_threads`), and a
+    second one beside it would only halve its speed."""
     chosen = settings.get(JOBS_ENV)             # a ValueError of one line when it is not a positive integer
     if chosen is not None:
         return chosen, f"{JOBS_ENV}={chosen}"
+    if filled:
+        from attnlab.results import BOOK_NOT_PLANNED
+
+        return min(2, cpus), (f"the fill just stored the Results the chapters read; they compute only "
+                              f"{', '.join(BOOK_NOT_PLANNED)}, seconds each")
     if not used:
         return 1, f"no record of the Results the chapters read (set {JOBS_ENV}=2 to run two at a time anyway)"
     from attnlab.core.store import Store
@@ -406,17 +414,17 @@ FILL_ENV = settings.BOOK_FILL.name
 DEFAULT_FILL = "serial"
 
 
-def _fill_results(n_stale: int) -> None:
+def _fill_results(n_stale: int) -> bool:
     """Before `n_stale` (>= 2) chapters execute: compute the Results they read that `attnlab.results.book_plan`
     plans, into the results store (`attnlab results compute --book`, in a process of its own so that this one holds
     no model), serially or on a local Dask cluster (FILL_ENV); the chapters then read them. A fill that fails says
-    so in one line and the chapters compute what is missing."""
+    so in one line and the chapters compute what is missing. True when the fill ran to its end."""
     import subprocess
     import time
 
     how = settings.get(FILL_ENV) or DEFAULT_FILL
     if how == "off":
-        return
+        return False
     model, device = _setting()
     command = [sys.executable, "-m", "attnlab", "results", "compute", "--book", "--model", model, "--device",
                device, "--quiet"] + ([] if how == "serial" else ["--cluster", how])
@@ -433,8 +441,9 @@ def _fill_results(n_stale: int) -> None:
     if done.returncode:
         why = (done.stderr.strip().splitlines() or ["no message"])[-1]
         _say(f"attnlab: the fill stopped after {took:.0f} s ({why}); the chapters compute what is missing")
-        return
+        return False
     _say(f"attnlab: filled {len(lines)} tasks in {took:.0f} s ({computed} Results computed, the rest stored)")
+    return True
 
 
 def _execute_ahead(app, env, docnames) -> None:
@@ -447,12 +456,12 @@ def _execute_ahead(app, env, docnames) -> None:
     stale = _stale([Path(env.doc2path(name)) for name in docnames], nb_config, env.myst_config)
     if len(stale) < 2:
         return
-    _fill_results(len(stale))
+    filled = _fill_results(len(stale))
     from attnlab.core.published import results_dir
 
     used = _USED_BEFORE | _results_used(Path(nb_config.execution_cache_path))
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    jobs, why = _jobs(used, results_dir(), cpus)
+    jobs, why = _jobs(used, results_dir(), cpus, filled)
     if jobs < 2:
         _say(f"attnlab: {len(stale)} notebooks to execute, one at a time ({why})")
         return

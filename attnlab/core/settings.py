@@ -144,8 +144,8 @@ SYNC_DEBUG = Setting(
     meaning="1: the metric tiles raise on any host sync on CUDA (scripts/gpu_check.sh)")
 BOOK_JOBS = Setting(
     "ATTNLAB_BOOK_JOBS", unset="1 or 2", parse=_positive_int, documented=_README + "where-things-live",
-    meaning="how many chapters the book build executes at once, a positive integer (unset: 2 when every Result the "
-    "chapters read last time is stored, else 1)")
+    meaning="how many chapters the book build executes at once, a positive integer (unset: 2 when the build's fill "
+    "just ran or every Result the chapters read last time is stored, else 1)")
 BOOK_FILL = Setting(
     "ATTNLAB_BOOK_FILL", unset="serial", parse=_book_fill, documented="scripts/attnlab_book.py",
     meaning="how the book build fills the chapters' Results before it executes them (`attnlab.results.book_plan`): "

@@ -1,9 +1,11 @@
-"""Views for chapter 7 (Beyond softmax): the table of every normalizer at the longest L from a
-`tools.compare.compare_normalizers` Result. Views only."""
+"""Views for chapter 7 (Beyond softmax): its Results by name on the chapter's model and text (`comparison`,
+`each_layer`, `peers`, `bench`: the one place of each key, which `attnlab.results.book_plan` fills too) and the table
+of every normalizer at the longest L from a `tools.compare.compare_normalizers` Result. Views only."""
 from __future__ import annotations
 
-from attnlab.book import markup
-from attnlab.tools import report
+from attnlab.book import markup, running
+from attnlab.core.result import Result
+from attnlab.tools import compare, report
 
 KEYS = ("max_weight", "entropy_norm", "weight_sum", "ns_frac", "critical_n_frac", "jac_norm_mean")
 
@@ -36,3 +38,47 @@ def comparison_table(res):
     longest = res.select(L=max(res.unique("L")))
     return markup.table(["normalizer"] + [report.LABELS[k] for k in keys],
                       [[name(r)] + [cell(r, k, cost) for k in keys] for r in longest])
+
+
+# ------------------------------------------------------------------ the chapter's Results (book.result, by name)
+
+def _key(inp, **key) -> dict:
+    """`key` on the model's device; `running.result` adds the model, its weights and the text."""
+    return {"device": str(inp.model.device), **key}
+
+
+def comparison(inp) -> Result:
+    """Every normalizer swapped into every layer at the default lengths (`compare.compare_normalizers`)."""
+    return running.result("compare_normalizers", _key(inp, params="default"), model=inp.model, corpus=inp.corpus)
+
+
+def layer_length(res: Result) -> int:
+    """The L of the one-layer-at-a-time swap: the middle of `comparison`'s lengths."""
+    Ls = res.unique("L")
+    return sorted(Ls)[len(Ls) // 2]
+
+
+def each_specs(res: Result) -> list:
+    """The normalizers swapped one layer at a time: the default ones but softmax itself (SSMax's reference length
+    the shortest of `comparison`'s lengths)."""
+    return [s for s in compare.default_specs(min(res.unique("L"))) if s.label != "softmax(T=1.0)"]
+
+
+def each_layer(inp, res: Result) -> Result:
+    """`each_specs` swapped into one layer at a time at `layer_length` ("compare_normalizers_each")."""
+    key = _key(inp, L=layer_length(res), specs=[s.label for s in each_specs(res)],
+               ssmax_ref_length=min(res.unique("L")))
+    return running.result("compare_normalizers_each", key, model=inp.model, corpus=inp.corpus)
+
+
+def peers(inp, res: Result) -> Result:
+    """Softpick and sigmoid swapped into every layer at `comparison`'s lengths."""
+    key = _key(inp, params="peers", lengths=res.unique("L"))
+    return running.result("compare_normalizers", key, model=inp.model, corpus=inp.corpus)
+
+
+def bench(inp) -> Result:
+    """The exact sparse normalizers against sorting ("bench_normalizers", 3 repeats) at L = 128 and 512 (the
+    model's positions where fewer)."""
+    key = _key(inp, lengths=[128, min(inp.model.max_positions, 512)])
+    return running.result("bench_normalizers", key, model=inp.model, corpus=inp.corpus)

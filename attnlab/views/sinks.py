@@ -19,6 +19,7 @@ MODELS = models.OFFLINE_MODELS                   # the model table's offline mod
 SHARE_LENGTHS = (64, 128, 256, 512, 1024)      # cut at the model's positions (MiniLM: 512)
 CLAIM_MAX_LENGTH = sinks.CLAIM_MAX_LENGTH      # the claims at the window set's lengths (`windows.BOOK_LENGTHS`)
 SWAP_LENGTH = 512                              # the swapped normalizers' sink shares, one length
+SWAPPED = ("softpick", "sigmoid")              # the normalizers swapped in (`swapped_shares`)
 WINDOW = sinks.BOOK_WINDOW                     # the text window: the first tokens of War and Peace
 
 
@@ -48,6 +49,11 @@ def shares(inp: Inputs, normalizer: Optional[str] = None) -> Result:
                                                                              normalizer=normalizer,
                                                                              text=_text(inp)),
                               model=inp.model, text_sha256=inp.corpus.sha256)
+
+
+def swapped_shares(inp: Inputs) -> dict[str, Result]:
+    """{normalizer: `shares` of `inp`'s model with it swapped into every layer} for SWAPPED (`swap_table`)."""
+    return {n: shares(inp, n) for n in SWAPPED}
 
 
 def claims(inp: Inputs) -> Result:

@@ -169,14 +169,15 @@ def ecdf_frame(rb, N: int):
     return fig
 
 
-def ratio_curve() -> Result:
-    """`experiments.fig2c_ratio` on the book's default model and window, cached (`running.cached_result`, keyed by the
-    model, text and window, `Inputs.window_key`, and the N grid): d~ / E of the head means, exact at RATIO_POINTS N
-    per length and at the first N >= CRITICAL_FRAC L. Fig. 2c's stored scan is not used for this: where its brackets
-    certified a rejection it records their midpoints, not the means. 65.7 s at L <= 1024 on SmolLM2 (2026-11-27)."""
+def ratio_curve(inp=None) -> Result:
+    """`experiments.fig2c_ratio` on the book's default model and window (`inp`: those Inputs; None: the chapter's),
+    cached (`running.cached_result`, keyed by the model, text and window, `Inputs.window_key`, and the N grid): d~ / E
+    of the head means, exact at RATIO_POINTS N per length and at the first N >= CRITICAL_FRAC L. Fig. 2c's stored
+    scan is not used for this: where its brackets certified a rejection it records their midpoints, not the means.
+    65.7 s at L <= 1024 on SmolLM2 (2026-11-27)."""
     from attnlab.normalization import experiments
 
-    inp = running.inputs()
+    inp = inp or running.inputs()
     fracs = (threshold("CRITICAL_FRAC"),)
     key = {**inp.window_key(), "points": experiments.RATIO_POINTS, "fracs": list(fracs)}
     return running.cached_result("fig2c_ratio", key,
@@ -289,6 +290,18 @@ def reading_frame(rr, e: str, vec: str) -> bytes:
 def paper_pairs_holding(rclaims: Sequence[dict]) -> list[str]:
     """The readings (paper pairs of E and d~, with vectors) under which the 6% rule holds at every length."""
     return sorted(k for k, v in _six(rclaims).items() if v and readings.is_paper_pair(*k.split(" / ")[:2]))
+
+
+#: how many of `paper_pairs_holding` chapter 3 shows across the text windows (`readings_over_windows`)
+SHOWN_OVER_WINDOWS = 3
+
+
+def readings_over_windows(rr) -> list[str]:
+    """The readings chapter 3 shows in every text window (`book.reading_over_windows`, a "reading_windows" Result
+    each): the first SHOWN_OVER_WINDOWS of `paper_pairs_holding` in the thm1_readings Result `rr`."""
+    from attnlab.normalization.readings import theorem1
+
+    return paper_pairs_holding(theorem1.reading_claims({"thm1_readings": rr}))[:SHOWN_OVER_WINDOWS]
 
 
 def readings_prose(rr, rclaims: Sequence[dict], model_name: str):

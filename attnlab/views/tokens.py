@@ -33,6 +33,25 @@ def run(experiment: str, device: str, **params):
     return running.cached_result(name, key, lambda: fn(device=device, **params), version=version)
 
 
+#: solution 9.3's moment run: the default preset against both the exact limit and a sample
+BOTH_REFERENCES = {**te.MOMENT_PRESETS["default"], "reference": "both"}
+#: the runs chapter 9 shows, (experiment, params) of `run`: each preset's default and BOTH_REFERENCES
+CHAPTER_RUNS = (("uniform_map", te.UNIFORM_MAP_PRESETS["default"]),
+                ("moment_convergence", te.MOMENT_PRESETS["default"]), ("hardmax", sphere.HARDMAX_PRESETS["default"]),
+                ("sample_reference_effect", te.SAMPLE_REFERENCE_PRESETS["default"]),
+                ("moment_convergence", BOTH_REFERENCES))
+
+
+def authors_reference(device: str):
+    """The authors' sphere reference against this book's (Result "tsc_authors_sphere_reference", default preset)."""
+    return running.result("tsc_authors_sphere_reference", {"preset": "default", "device": device})
+
+
+def chapter_results(device: str) -> list:
+    """Every Result chapter 9 reads (`CHAPTER_RUNS`, `authors_reference`): what `attnlab.results.book_plan` fills."""
+    return [run(e, device, **params) for e, params in CHAPTER_RUNS] + [authors_reference(device)]
+
+
 def map_frame(H: float, n: int, R: float = 4.0, draws: int = 3, figsize=(4.6, 2.7)):
     """Figure: Gamma_{mu_n} for `draws` sets of n tokens ~ N(0, 1) against the exact limit H x, with the
     delta-method RMS band and the largest and smallest token of the first draw."""
