@@ -188,14 +188,10 @@ def key_spans(vis: torch.Tensor, pieces: int = 8) -> list[tuple[slice, int]]:
     return [(slice(0, q), int(last.max()) if q else K)]
 
 
-def sorted_order(a: torch.Tensor, vis: torch.Tensor) -> torch.Tensor:
-    """order [b, q, K]: keys by weight descending (visible first, ties -> lower index)."""
-    return torch.sort(a.masked_fill(~vis, float("-inf")), dim=-1, descending=True, stable=True).indices
-
-
 def sort_keys(a: torch.Tensor, vis: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """order, rank [b, q, K]: keys by weight descending (visible first, ties -> lower index)."""
-    order = sorted_order(a, vis)
+    key = a.masked_fill(~vis, float("-inf"))
+    order = torch.sort(key, dim=-1, descending=True, stable=True).indices
     rank = torch.empty_like(order).scatter_(-1, order, torch.arange(a.shape[-1], device=a.device).expand_as(order))
     return order, rank
 
@@ -279,10 +275,10 @@ def top_order(a: torch.Tensor, vis: torch.Tensor, k: int) -> torch.Tensor:
     redone with the stable `sort_top_keys`."""
     K = a.shape[-1]
     kernels = cpu_kernels(a)
-    if k >= K - 1:                              # a full sort: the kernels' (the same order), else torch's (no rank)
+    if k >= K - 1:                                         # a full sort: the kernels' (the same order), else torch's
         if kernels is not None and k > 0:
             return kernels.sorted_keys(a, None if bool(vis.all()) else vis, k).long()
-        return sorted_order(a, vis)[..., :k]
+        return sort_keys(a, vis)[0][..., :k]
     if kernels is not None and k <= SMALL_N:
         return kernels.top_k(a, None if bool(vis.all()) else vis, k)
     w = a if bool(vis.all()) else a.masked_fill(~vis, float("-inf"))
