@@ -8,6 +8,7 @@ import contextlib
 import functools
 import math
 import sys
+import weakref
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -335,6 +336,7 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
     if key.shape[1] != query.shape[1]:  # grouped-query attention: each key/value head serves a group
         groups = query.shape[1] // key.shape[1]
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    full_mask = attention_mask
     if attention_mask is not None:
         attention_mask = attention_mask[..., : key.shape[-2]]
     recording = state is not None and state.recording and (state.layers is None or layer in state.layers)
@@ -352,7 +354,7 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
         probs = query.new_empty(shape)
     output = None if last else query.new_empty((*shape[:-1], value.shape[-1]))   # [batch, head, query, d_head]
     visible = visible_from_mask(attention_mask, shape[-2], shape[-1]) if swap is not None else None
-    spans: dict = {}                        # the mask's part of a block -> its keys (lo, hi) (the heads share one mask)
+    spans = mask_spans(full_mask, key.shape[-2])    # a part of the mask -> its keys (lo, hi): heads, layers share it
     for b, at, hs, rows in attention_blocks(shape, heads, query.device):
         mask = _pick(attention_mask, b, hs, rows)
         lo, hi = 0, shape[-1]
@@ -390,6 +392,22 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
     if discovering and swap is None:
         check_against_eager(module, originals, dict(kwargs, scaling=scaling, dropout=dropout), result, weights)
     return result, weights
+
+
+_SPANS: list = []      # (weak reference to a mask, key length, its spans): the last few masks' `mask_spans`
+
+
+def mask_spans(mask: Optional[torch.Tensor], k_len: int) -> dict:
+    """The dict `attnlab_attention` fills with the keys (lo, hi) each part of `mask` (cut to k_len keys) lets through:
+    one per mask object, so the layers of a forward pass, which get the same mask, find each part's keys once."""
+    if mask is None:
+        return {}
+    for ref, k, spans in _SPANS:
+        if ref() is mask and k == k_len:
+            return spans
+    spans = {}
+    _SPANS[:] = [e for e in _SPANS[-3:] if e[0]() is not None] + [(weakref.ref(mask), k_len, spans)]
+    return spans
 
 
 def sink_softmax(logits: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:

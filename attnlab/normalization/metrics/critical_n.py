@@ -360,6 +360,16 @@ class RunningTopN:
             out.append(self.dots[name, b0])
         return tuple(out)
 
+    def _gram(self, b0: int, Xb: torch.Tensor, keep: bool) -> torch.Tensor:
+        """X X^T [u, K, K] of the block of heads from b0 (Xb its distinct x [u, K, D]): it does not depend on N or
+        on the order, so it is made once per scan (shared with the `reordered` scans) while every block's fits in
+        DOTS_ELEMENTS float64 (else made per call)."""
+        if not keep:
+            return torch.bmm(Xb, Xb.transpose(1, 2))
+        if ("gram", b0) not in self.dots:
+            self.dots["gram", b0] = torch.bmm(Xb, Xb.transpose(1, 2))
+        return self.dots["gram", b0]
+
     def means(self, sums: torch.Tensor, ns) -> np.ndarray:
         """sums [..., B, len(ns)] over the valid rows -> means (NaN where no row is valid)."""
         count = (self.Lt.unsqueeze(-1) > torch.tensor(ns, dtype=torch.float64)).sum(0).double()
@@ -391,11 +401,12 @@ class RunningTopN:
         gram = bool({"d_a", "d_b"} & set(need))
         state = self._state(n0) if gram else None
         step = max(1, GRAM_ELEMENTS // (K * K))
+        keep_gram = self.Xu.shape[0] * -(-B // step) * K * K <= DOTS_ELEMENTS
         for b0 in range(0, B, step):
             bs = slice(b0, min(B, b0 + step))
             uniq, inv = torch.unique(self.inv[bs], return_inverse=True)
             Xb = self.Xu[uniq]
-            G = torch.bmm(Xb, Xb.transpose(1, 2)) if gram else None
+            G = self._gram(b0, Xb, keep_gram) if gram else None
             xo, xm = self._dots(b0, bs, need)
             st = None if state is None else (state[0][bs], state[1][bs], state[2])
             out[:, bs] = self.kernels.top_exact(self.P[bs], Xb, self.xn2[uniq], G, inv, order[bs], self.o[bs],

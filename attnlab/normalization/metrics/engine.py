@@ -268,14 +268,17 @@ def tile_elements(budget: dict, t: torch.Tensor) -> int:
 
 def top_order(a: torch.Tensor, vis: torch.Tensor, k: int) -> torch.Tensor:
     """order [b, q, k]: the first k keys of each row by weight, descending, ties broken by the lower key
-    index, invisible keys last (the first k of `sort_keys`). On CPU and for k <= SMALL_N one scan per row
+    index, invisible keys last (the first k of `sort_keys`). On CPU (`FUSED`) a full sort (k >= K - 1) is
+    `kernels.sorted_keys`; for k <= SMALL_N one scan per row
     (`kernels.top_k`, when `FUSED`; insertion loses to torch's partial sort for larger k); else one
     `topk`, and rows where two of the first k + 1 weights are equal (where the tie rule decides) are
     redone with the stable `sort_top_keys`."""
     K = a.shape[-1]
-    if k >= K - 1:
-        return sort_keys(a, vis)[0][..., :k]
     kernels = cpu_kernels(a)
+    if k >= K - 1:                                         # a full sort: the kernels' (the same order), else torch's
+        if kernels is not None and k > 0:
+            return kernels.sorted_keys(a, None if bool(vis.all()) else vis, k).long()
+        return sort_keys(a, vis)[0][..., :k]
     if kernels is not None and k <= SMALL_N:
         return kernels.top_k(a, None if bool(vis.all()) else vis, k)
     w = a if bool(vis.all()) else a.masked_fill(~vis, float("-inf"))
