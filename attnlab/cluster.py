@@ -11,6 +11,8 @@ cluster (`dask.distributed`, the optional extra `attnlab[cluster]`), into the on
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sys
 from typing import Optional, Sequence
@@ -40,6 +42,13 @@ class Workspace(WorkerPlugin):
         os.environ.setdefault("OMP_NUM_THREADS", "1")      # one thread a worker: workers are the parallelism
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))   # torch was imported before (this module's)
         self.loaded = {}
+        logging.getLogger("distributed.worker.state_machine").addFilter(_not_cancelled)
+
+
+def _not_cancelled(record: logging.LogRecord) -> bool:
+    """False for a worker's "... ended with CancelledError" line: a task stopped because the cluster closes (after a
+    Ctrl-C, `compute`), which the command has already said in one line."""
+    return "ended with CancelledError" not in record.getMessage()
 
 
 def _settings_env() -> dict:
@@ -78,10 +87,29 @@ def start(spec: str, memory_per_worker_gib: float = 6.0):
     if n < int(count):
         print(f"attnlab: {n} workers, not {count}: {memory_per_worker_gib:.1f} GiB each is what this memory allows",
               file=sys.stderr)
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                           dashboard_address=":0" if _has_dashboard() else None,
-                           memory_limit=int(memory_per_worker_gib * GIB))
+    with _workers_ignore_ctrl_c():
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                               dashboard_address=":0" if _has_dashboard() else None,
+                               memory_limit=int(memory_per_worker_gib * GIB))
     return Client(cluster), cluster
+
+
+@contextlib.contextmanager
+def _workers_ignore_ctrl_c():
+    """Ctrl-C ignored while the block starts worker processes, which inherit that: a terminal sends Ctrl-C to the
+    whole process group, and only this process should act on it (`compute` shuts the cluster down), not each
+    worker logging its own broken connections. Off the main thread (where signals cannot be set): nothing."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
 
 
 def _has_dashboard() -> bool:
@@ -100,16 +128,32 @@ def compute(tasks: Sequence[Task], spec: str, *, progress: bool = True, retries:
     from attnlab.results import plan_memory
 
     client, cluster = start(spec, memory_per_worker_gib or plan_memory(tasks) / GIB)
+    stopping = contextlib.nullcontext()
     try:
         client.register_plugin(Workspace(_settings_env()), name=PLUGIN)
         if client.dashboard_link and _has_dashboard():
             print(f"attnlab: dashboard {client.dashboard_link}", file=sys.stderr)
         futures = _submit(client, tasks, retries)
         return _gather(client, futures, tasks, progress)
+    except KeyboardInterrupt:
+        stopping = _dask_quiet()         # the CLI says "interrupted" in one line; Dask's shutdown noise is not news
+        raise
     finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        with stopping:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+
+
+@contextlib.contextmanager
+def _dask_quiet():
+    """Log lines off inside the block (a Ctrl-C's shutdown: `distributed` logs each worker killed mid-task and each
+    cancelled future, with tracebacks, from loggers that set their own levels), back on after."""
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def _submit(client, tasks: Sequence[Task], retries: int) -> list:
@@ -122,7 +166,7 @@ def _submit(client, tasks: Sequence[Task], retries: int) -> list:
 
 
 def _gather(client, futures: list, tasks: Sequence[Task], progress: bool) -> list[dict]:
-    """Wait for every future; a failed one gives one line on stderr and an "error" row. Ctrl-C cancels the rest."""
+    """Wait for every future; a failed one gives one line on stderr and an "error" row."""
     from distributed import as_completed
 
     from attnlab.core.util import progress as progress_bar
@@ -143,7 +187,6 @@ def _gather(client, futures: list, tasks: Sequence[Task], progress: bool) -> lis
             done[t.model] = done.get(t.model, 0) + 1
             if hasattr(bar, "set_postfix_str"):
                 bar.set_postfix_str(", ".join(f"{m} {n}" for m, n in done.items()))
-    except KeyboardInterrupt:
-        client.cancel(futures)
-        raise
+    except KeyboardInterrupt:      # not cancelled one by one (each worker would log each): `compute` closes the
+        raise                      # cluster, which stops them
     return out

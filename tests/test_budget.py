@@ -15,12 +15,12 @@ from attnlab.normalization.metrics import critical_n, distance, engine, gradient
 # before distance_stats took every N at once, fig2a 611 / 49, fig2b 1,587 / 60 and 3,257 / 88 at N = 1, 20 / 1, 5,
 # 10, 20, fig2c 3,628 / 182 and 3,936 / 192 at L = 64 / 128 (exact batches of 8 N; bracket windows of 32 N)
 PINNED = {
-    "fig1": {"ops": 280, "transfers": 29},
-    "fig2a": {"ops": 542, "transfers": 41},
-    "fig2b": {"ops": 760, "transfers": 41},
-    "fig2c": {"ops": 856, "transfers": 70},
-    "fig3": {"ops": 616, "transfers": 30},
-    "fig4": {"ops": 1444, "transfers": 47},
+    "fig1": {"ops": 278, "transfers": 29},
+    "fig2a": {"ops": 540, "transfers": 41},
+    "fig2b": {"ops": 758, "transfers": 41},
+    "fig2c": {"ops": 854, "transfers": 70},
+    "fig3": {"ops": 614, "transfers": 30},
+    "fig4": {"ops": 1442, "transfers": 47},
 }
 # fig2c: per window of `scan_windows` one bracket pass and at most one exact call (every uncertified N of the window
 # at once), so its counts grow with the number of windows the scan reaches (x8 each: O(log L)), not with L or N;

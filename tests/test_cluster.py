@@ -98,3 +98,38 @@ def test_a_task_that_raises_is_one_line_and_the_others_go_on(tmp_path, monkeypat
     assert rows[0]["computed"] == 6 and "error" in rows[1]
     err = [line for line in capsys.readouterr().err.splitlines() if "failed" in line]
     assert len(err) == 1 and str(empty) in err[0]
+
+
+def test_ctrl_c_stops_the_cluster_with_one_line_and_no_orphans(tmp_path):
+    """Ctrl-C in a terminal (SIGINT to the whole foreground process group) while the workers compute: the command
+    says "interrupted" in one line, exits 130, and no process it started (scheduler, nannies, workers) outlives it."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    env = {**os.environ, "ATTNLAB_RESULTS_DIR": str(tmp_path), "TQDM_DISABLE": "1"}
+    cmd = [sys.executable, "-m", "attnlab", "results", "compute", "--models", "tiny-gpt2", "--windows", "8",
+           "--cluster", "local:2"]
+    run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)                 # its own process group, as a shell job is
+    try:
+        started = psutil.Process(run.pid)
+        for _ in range(1200):                                       # until both workers have begun a task
+            if len(list(tmp_path.glob("*/"))) >= 1 and len(started.children(recursive=True)) >= 2:
+                break
+            assert run.poll() is None, run.communicate()[1][-2000:]
+            time.sleep(0.1)
+        else:
+            pytest.fail("no worker started a task within 120 s")
+        family = started.children(recursive=True)
+        os.killpg(run.pid, signal.SIGINT)
+        out, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == 130, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1] == "attnlab results: interrupted"
+    gone, alive = psutil.wait_procs(family, timeout=20)
+    assert not alive, f"left running after Ctrl-C: {[p.pid for p in alive]}"

@@ -269,9 +269,9 @@ def test_row_metrics_on_a_sliding_layer_count_only_the_window():
                               equal_nan=True), name
 
 
-def test_tools_refuse_a_model_with_sliding_layers():
-    """diagnose and the normalizer comparison: one clear line each (paper 1's figures, readings and the sinks are
-    measured per layer kind: tests/test_sliding_figures.py)."""
+def test_tools_refuse_a_window_at_most_the_largest_n():
+    """diagnose and the normalizer comparison measure each layer kind over its own keys (tests/test_sliding_tools.py);
+    what is left refused, in one clear line each: a sliding window of no more keys than the largest N asked."""
     from attnlab.tools.compare import compare_normalizers
     from attnlab.tools.diagnose import diagnose
 
@@ -280,7 +280,8 @@ def test_tools_refuse_a_model_with_sliding_layers():
     calls = [lambda: diagnose(model, text, lengths=[16], progress=False),
              lambda: compare_normalizers(model, text, quick=True, progress=False)]
     for call in calls:
-        with pytest.raises(ValueError, match=r"tiny-gemma3 has sliding-window layers \(sliding 8 on 2 of 3"):
+        with pytest.raises(ValueError, match=r"tiny-gemma3's sliding layers see at most 8 keys, not more than the "
+                                             r"largest top-N \(16\)"):
             call()
 
 

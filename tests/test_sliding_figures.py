@@ -17,12 +17,12 @@ W = 4
 L = 16
 
 
-@pytest.fixture(scope="module")
-def gemma():
-    """A seeded random Gemma 3 text model: layers sliding (window 4), full, sliding; 4 query heads, 1 key/value head."""
+def mixed_gemma(vocab_size: int = 128, tokenizer=None) -> AttnModel:
+    """A seeded random Gemma 3 text model: layers sliding (window 4), full, sliding; 4 query heads, 1 key/value head
+    (tests/test_sliding_tools.py: GPT-2's tokenizer and vocabulary, to read a text)."""
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-    config = Gemma3TextConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+    config = Gemma3TextConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
                               num_attention_heads=4, num_key_value_heads=1, head_dim=8, sliding_window=W,
                               layer_types=["sliding_attention", "full_attention", "sliding_attention"],
                               max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
@@ -30,7 +30,12 @@ def gemma():
     with torch.random.fork_rng():
         torch.manual_seed(0)
         hf = Gemma3ForCausalLM(config).eval()
-    return AttnModel("tiny-gemma3-mixed", hf, None, source="random init (tests)", random_weights=True)
+    return AttnModel("tiny-gemma3-mixed", hf, tokenizer, source="random init (tests)", random_weights=True)
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    return mixed_gemma()
 
 
 @pytest.fixture(scope="module")

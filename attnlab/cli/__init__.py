@@ -111,9 +111,9 @@ def interrupts_held():
     KeyboardInterrupt when the block ends: an import that a library interrupted and swallowed would leave a
     half-initialised module behind (numpy without `logical_or`: an AttributeError or a RecursionError later).
     After the block a press stops at once and later presses are ignored (`_stop_once`). Does nothing where
-    Ctrl-C is not the default handler (ignored, or a caller's own)."""
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield
+    Ctrl-C is neither the default handler nor `_stop_once` (ignored, or a caller's own)."""
+    if signal.getsignal(signal.SIGINT) not in (signal.default_int_handler, _stop_once):   # _stop_once: an earlier
+        yield                                                                              # block's
         return
     pressed = []
     signal.signal(signal.SIGINT, lambda *_: pressed.append(True))

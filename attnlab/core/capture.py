@@ -51,6 +51,7 @@ class Trace:
     hidden: Optional[torch.Tensor] = None
     meta: dict = field(default_factory=dict)
     kinds: Optional[list] = None
+    masks: dict = field(default_factory=dict, repr=False, compare=False)   # `visible`'s memo, shared with its cuts
 
     @property
     def n_tokens(self) -> int:
@@ -59,18 +60,27 @@ class Trace:
     def visible(self, length: Optional[int] = None, layer: Optional[int] = None) -> torch.Tensor:
         """bool [query, key]: which keys each query row sees (`visible_mask`: the lower triangle when causal, only the
         last `window` keys in a sliding-window layer). layer: a position on the layer axis; None: the mask every
-        layer of the trace shares, a ValueError where its layers see different keys (`visible_layers`)."""
+        layer of the trace shares, a ValueError where its layers see different keys (`visible_layers`). Each mask is
+        formed once per (length, kind) and shared with the traces cut from this one (`select_layers`, `prefix`):
+        read it, never write into it."""
         n = self.n_tokens if length is None else length
         kinds = self.kinds or [("full", None)]
         if layer is not None:
             if not -len(self.layers) <= layer < len(self.layers):
                 raise IndexError(f"layer {layer} is outside this trace's {len(self.layers)} layers (a position)")
-            return visible_mask(n, self.causal, *(self.kinds[layer] if self.kinds else ("full", None)))
+            return self._mask(n, *(self.kinds[layer] if self.kinds else ("full", None)))
         if len(set(map(tuple, kinds))) > 1:
             raise ValueError(f"{self.model_name}: this trace's layers see different keys ({layer_kinds_text(kinds)}): "
                              "one [query, key] mask would count keys outside a sliding window; pass layer= to "
                              "visible() (or use visible_layers()), or capture layers of one kind")
-        return visible_mask(n, self.causal, *kinds[0])
+        return self._mask(n, *kinds[0])
+
+    def _mask(self, n: int, kind: str, window: Optional[int]) -> torch.Tensor:
+        """`visible_mask(n, causal, kind, window)`, from the memo `masks` where it was formed before."""
+        key = (n, kind, window)
+        if key not in self.masks:
+            self.masks[key] = visible_mask(n, self.causal, kind, window)
+        return self.masks[key]
 
     def visible_layers(self, length: Optional[int] = None) -> torch.Tensor:
         """bool [layer, 1, query, key]: `visible` of each entry of the layer axis (broadcasts over the heads)."""
@@ -92,7 +102,7 @@ class Trace:
                for name in ("q", "k", "v", "scores", "probs", "hidden")}
         kinds = None if self.kinds is None else [self.kinds[i] for i in idx.tolist()]
         return Trace(self.model_name, self.token_ids, [self.layers[i] for i in idx.tolist()], self.heads, self.causal,
-                     self.scaling, self.text_sha256, meta=dict(self.meta), kinds=kinds, **cut)
+                     self.scaling, self.text_sha256, meta=dict(self.meta), kinds=kinds, masks=self.masks, **cut)
 
     def prefix(self, length: int) -> "Trace":
         """The trace of the first `length` tokens. Exact for causal models only (row t sees keys <= t)."""
@@ -110,7 +120,7 @@ class Trace:
             cut[name] = None if t is None else t[..., :length, :length]
         return Trace(self.model_name, self.token_ids[:length], self.layers, self.heads, self.causal,
                      self.scaling, self.text_sha256, meta=dict(self.meta, prefix_of=self.n_tokens), kinds=self.kinds,
-                     **cut)
+                     masks=self.masks, **cut)
 
     def provenance(self) -> dict:
         """What produced this trace, for a Result's provenance."""
@@ -136,18 +146,6 @@ def visible_mask(n: int, causal: bool, kind: str = "full", window: Optional[int]
 def all_full(kinds) -> bool:
     """Whether every (kind, window) of `kinds` (`layer_kinds`) is a full layer: every earlier key visible (causal)."""
     return all(kind == "full" for kind, _ in kinds)
-
-
-def refuse_sliding(model, what: str) -> None:
-    """ValueError, one line, where `model` has layers that do not see every earlier key (`layer_kinds`): `what`
-    assumes they all do. Paper 1's figures, readings, the pooled KS test and the sinks measure each layer kind over
-    its own keys (`Trace.kind_groups`); diagnose and the normalizer comparison still refuse (their model-level rows
-    pool every layer's heads in one test against one length L; no per-kind split of their rows and reports yet)."""
-    kinds = getattr(model, "layer_kinds", None) or ()
-    if not all_full(kinds):
-        raise ValueError(f"{model.name} has sliding-window layers ({layer_kinds_text(kinds)}); {what} assume every "
-                         "earlier key is visible: use the layer-kind measurements (attnlab.normalization.layer_kinds) "
-                         "or a model whose layers are all full")
 
 
 def layer_kinds_text(kinds) -> str:

@@ -248,14 +248,19 @@ def _visible(trace, p: dict) -> Optional[torch.Tensor]:
 # trace mixing kinds is computed one kind at a time (`Trace.kind_groups`) and stitched back in layer order; a
 # full-only trace is one group: the same call, the same numbers as before.
 
+def by_kind_groups(trace) -> list:
+    """The trace itself (full-only: rows unchanged) or one sub-trace per layer kind (`Trace.kind_groups`)."""
+    groups = trace.kind_groups()
+    return [trace] if len(groups) == 1 else [trace.select_layers(g) for g in groups]
+
+
 def per_kind(trace, table: Callable[..., dict]) -> dict[str, torch.Tensor]:
     """table(trace) -> {name: tensor [layer, ...]}, computed on each group of layers that see the same keys
-    (`Trace.kind_groups`, `Trace.select_layers`) and stitched back in the trace's layer order."""
-    groups = trace.kind_groups()
-    if len(groups) == 1:
-        return table(trace)
-    parts = [table(trace.select_layers(g)) for g in groups]
-    order = torch.argsort(torch.tensor([i for g in groups for i in g]))
+    (`by_kind_groups`) and stitched back in the trace's layer order."""
+    parts = [table(sub) for sub in by_kind_groups(trace)]
+    if len(parts) == 1:
+        return parts[0]
+    order = torch.argsort(torch.tensor([i for g in trace.kind_groups() for i in g]))
     return {k: torch.cat([part[k] for part in parts])[order] for k in parts[0]}
 
 
@@ -263,12 +268,6 @@ def kind_of(trace, position: int = 0) -> dict:
     """{"layer_kind", "sliding_window"} of the layer at `position` of the trace's layer axis (window None: full)."""
     kind, window = trace.kinds[position] if trace.kinds else ("full", None)
     return {"layer_kind": kind, "sliding_window": window}
-
-
-def by_kind_groups(trace) -> list:
-    """The trace itself (full-only: rows unchanged) or one sub-trace per layer kind (`Trace.kind_groups`)."""
-    groups = trace.kind_groups()
-    return [trace] if len(groups) == 1 else [trace.select_layers(g) for g in groups]
 
 
 def head_rows(trace, values: dict, **fixed) -> list[dict]:
@@ -622,22 +621,14 @@ def gradient_rows(trace, p: dict, Ts: Sequence[float], Es: Sequence[float], L: i
     (T, eps). A trace mixing layer kinds: g and the Jacobian per kind over its visible keys (each kind's directions
     drawn from `seed`), the max and means over every head."""
     impl = _impl(p)
-    masks: dict = {}
-
-    def vis(t):                       # each kind's [query, key] mask once, for g and the Jacobian alike
-        key = tuple(t.layers)
-        if key not in masks:
-            masks[key] = t.visible()
-        return masks[key]
-
-    g = per_kind(trace, lambda t: {"g": impl.fd_grad_norms(t.scores, Ts, Es, vis(t), seed=p["seed"],
+    g = per_kind(trace, lambda t: {"g": impl.fd_grad_norms(t.scores, Ts, Es, t.visible(), seed=p["seed"],
                                                              chunk=p["chunk"])})["g"]       # [l, h, Q, T, E]
     if keep is not None:
         g = g.masked_fill(~keep.to(g.device)[..., None, None], float("nan"))
     gm = row_mean(g, dim=-3)                                                     # [l, h, T, E]
     H = gm.shape[0] * gm.shape[1]
     cols = gm.reshape(H, len(Ts), len(Es)).permute(1, 2, 0).contiguous()        # [T, E, H]
-    jac = ([max(per) for per in zip(*(_jacobian_max(sub, p, Ts, vis(sub)) for sub in by_kind_groups(trace)))]
+    jac = ([max(per) for per in zip(*(_jacobian_max(sub, p, Ts, sub.visible()) for sub in by_kind_groups(trace)))]
            if p["jac_rows"] else [float("nan")] * len(Ts))
     Tt = torch.tensor(Ts, dtype=torch.float64)
     exact, paper = bounds.softmax_jacobian_bound(Tt), bounds.corollary3_bound(Tt)          # [T]

@@ -45,12 +45,13 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from attnlab.core.capture import refuse_sliding
+from attnlab.core.capture import all_full
 from attnlab.core.models import as_attn_model
 from attnlab.core.result import Result, provenance
 from attnlab.core.text import resolve_text
 from attnlab.core.util import check_int
 from attnlab.core.util import progress as progress_bar
+from attnlab.normalization.experiments import by_kind_groups
 from attnlab.normalization.metrics.critical_n import RunningTopN, brackets_for, certified_rejections
 from attnlab.normalization.metrics.engine import cpu_kernels
 from attnlab.normalization.metrics.gradients import softmax_jacobian_norm
@@ -273,6 +274,14 @@ def _windows(model, text: str, grid: list[int], n_windows: int, swap: str) -> _W
     return _Windows(lengths, metric, cost, recorded, native)
 
 
+def kind_tag(model, trace) -> dict:
+    """{"layer_kind", "sliding_window"} of the trace's layers (one kind) where `model` has layers that are not full,
+    else {} (a full-only model's rows keep their columns); read from the model: a one-layer capture of a full
+    layer has no kinds of its own (`AttnModel.capture`)."""
+    kinds = model.layer_kinds
+    return {} if all_full(kinds) else dict(zip(("layer_kind", "sliding_window"), kinds[trace.layers[0]]))
+
+
 def _swapped_pass(model, fn, target, Lpass: int, win: _Windows, text_sha256: Optional[str]):
     """One pass with normalizer fn in layer `target` (or "all"): its trace of the metric window, the drift of
     its final hidden states [n, Lpass] and its next-token loss [n, Lpass-1] (None without an LM head)."""
@@ -298,19 +307,22 @@ def _pass_rows(model, sp: NormSpec, fn, target, Lpass: int, grid: list[int], win
     """The rows of one swapped pass at length Lpass: one per L of the grid (a causal model's prefixes) or Lpass."""
     t0 = time.perf_counter()
     full, drift_tok, loss = _swapped_pass(model, fn, target, Lpass, win, text_sha256)      # drift [n, Lpass]
-    weights = row_weights(full)                                  # [layer, head, Lpass] per row
+    subs = by_kind_groups(full)                                  # one per layer kind (full-only: the trace itself)
+    weights = [row_weights(sub) for sub in subs]                 # [layer, head, Lpass] per row
     pass_seconds = time.perf_counter() - t0
     rows = []
     for L in (grid if model.causal else [Lpass]):
-        t1 = time.perf_counter()
-        trace = full if L == full.n_tokens else full.prefix(L)
-        row = _metric_row(sp, trace, L, {k: w[..., :L] for k, w in weights.items()}, **metric_opts, seed=seed + L)
-        row["swap"] = target
-        row["drift"] = float(drift_tok[:, :L].mean())
-        row.update(_loss_fields(loss, win.native[Lpass][1], L))
-        share = pass_seconds / (len(grid) if model.causal else 1)
-        row["seconds"] = round(time.perf_counter() - t1 + share, 3)
-        rows.append(row)
+        for sub, w in zip(subs, weights):
+            t1 = time.perf_counter()
+            trace = sub if L == sub.n_tokens else sub.prefix(L)
+            row = _metric_row(sp, trace, L, {k: v[..., :L] for k, v in w.items()}, **metric_opts, seed=seed + L)
+            row["swap"] = target
+            row.update(kind_tag(model, sub))
+            row["drift"] = float(drift_tok[:, :L].mean())
+            row.update(_loss_fields(loss, win.native[Lpass][1], L))
+            share = pass_seconds / ((len(grid) if model.causal else 1) * len(subs))
+            row["seconds"] = round(time.perf_counter() - t1 + share, 3)
+            rows.append(row)
     return rows
 
 
@@ -360,8 +372,11 @@ def compare_normalizers(model, text=None, *, lengths: Optional[Sequence[int]] = 
     params, swap, L, max_weight, entropy, entropy_norm, weight_sum, dtilde, ns_frac, critical_n,
     critical_n_frac, critical_n_censored, jac_norm_mean, jac_norm_max, jac_rows, jac_method, drift,
     loss, loss_native, loss_delta, seconds.
-    A model with sliding-window layers is refused (`refuse_sliding`): the metrics pool every layer's heads under
-    one mask and one L (not split by layer kind yet).
+    A model with sliding-window layers (Gemma 3): one row per layer kind (columns layer_kind, sliding_window), its
+    metrics over that kind's heads and the keys each row sees in its layer, its critical N scanned up to a fraction
+    of its longest row (min(L, w), which critical_n_frac divides by), `jac_rows` Jacobian rows of that kind; the
+    cost columns (drift, loss) are the whole swapped model's, the same on each kind's row; `seconds` shares the
+    pass's time between them.
     """
     t_start = time.perf_counter()
     if swap not in ("all", "each"):
@@ -373,7 +388,6 @@ def compare_normalizers(model, text=None, *, lengths: Optional[Sequence[int]] = 
         lengths = lengths or (32, 64)
         n_windows, max_rows, jac_rows = 1, min(max_rows or 16, 16), min(jac_rows, 4)
     model = as_attn_model(model, device)
-    refuse_sliding(model, "the normalizer comparison's metrics")
     text, tprov = resolve_text(text)
     tprov = {**tprov, **(text_info or {})}
     grid = check_lengths(model, text, lengths, min_length=max(n_top, n_sep))
@@ -406,11 +420,13 @@ def compare_normalizers(model, text=None, *, lengths: Optional[Sequence[int]] = 
 
 def _metric_row(sp: NormSpec, trace, L: int, weights: dict, *, n_top, n_sep, max_rows, jac_rows, alpha,
                 crit_max_frac, crit_step_frac, seed) -> dict:
-    """Model-level (mean over the trace's heads) metrics of one swapped trace at length L; weights: its
-    `row_weights` [layer, head, L]."""
-    ns = critical_grid(L, n_top=n_top, max_frac=crit_max_frac, step_frac=crit_step_frac)
-    ps, vs = sample_view(trace.probs, trace.visible(), row_sample(L, max_rows))
-    crit, d = grid_critical_n(ps, trace.v, vs, ns, n_top, L, alpha)
+    """Model-level (mean over the trace's heads) metrics of one swapped trace at length L (its layers of one kind);
+    weights: its `row_weights` [layer, head, L]."""
+    vis = trace.visible()
+    longest = int(vis[L - 1].sum())                      # L; min(L, w) in a sliding layer
+    ns = critical_grid(longest, n_top=n_top, max_frac=crit_max_frac, step_frac=crit_step_frac)
+    ps, vs = sample_view(trace.probs, vis, row_sample(L, max_rows))
+    crit, d = grid_critical_n(ps, trace.v, vs, ns, n_top, longest, alpha)
     jn, method = jacobian_norms(sp, trace, jacobian_sample(trace, jac_rows, seed))
     return {
         "normalizer": sp.label,

@@ -41,6 +41,12 @@ The paper's numbers (N_s/N 0.70-0.85, critical N < 0.06 L) are kept as columns (
 comparison; they measure GPT-2 and do not flag. Expensive per-row metrics (N_s/N, d~, critical N,
 Jacobian, references) use ``max_rows`` evenly spaced query rows per head (all rows when L <= max_rows);
 entropy and max weight use every row. Every choice is recorded in the Result's provenance.
+
+Sliding-window layers (Gemma 3: window 512 on 15 of 18 layers): every statistic above runs over the keys each row
+sees in its layer (`Trace.visible`: L_t = min(t + 1, w)), and the layer kinds are diagnosed apart (`kind_rows`): the
+"model" critical N is one KS test per kind, over that kind's heads, on the grid of its longest row (min(L, w)); rows
+carry `layer_kind` and `sliding_window`. A window of no more keys than n_top or n_sep is refused (`check_windows`):
+no row of such a layer has more than N keys.
 """
 from __future__ import annotations
 
@@ -52,12 +58,13 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from attnlab.core.capture import Trace, refuse_sliding
+from attnlab.core.capture import Trace, visible_mask
 from attnlab.core.models import as_attn_model
 from attnlab.core.result import Result, provenance
 from attnlab.core.text import resolve_text
 from attnlab.core.util import progress as progress_bar
 from attnlab.normalization import paper
+from attnlab.normalization.experiments import by_kind_groups, kind_of
 from attnlab.normalization.metrics.critical_n import ks_first_indistinguishable
 from attnlab.normalization.metrics.distance import distance_stats
 from attnlab.normalization.metrics.engine import row_mean
@@ -112,7 +119,9 @@ def text_window(model, text: str, L: int, offset: int = 0) -> torch.Tensor:
 
 def check_lengths(model, text: str, lengths: Optional[Sequence[int]], *, min_length: int) -> list[int]:
     """Sorted distinct L. Requested lengths must fit the model and exceed `min_length` (the largest N);
-    without `lengths`, DEFAULT_LENGTHS that fit the model and the text (ValueError if none does)."""
+    without `lengths`, DEFAULT_LENGTHS that fit the model and the text (ValueError if none does). A model's
+    layer kinds must have a visibility mask (`visible_mask`) and its sliding windows exceed `min_length` too."""
+    check_windows(model, min_length)
     if lengths is not None:
         grid = sorted({int(L) for L in lengths})
         if not grid:
@@ -135,6 +144,17 @@ def check_lengths(model, text: str, lengths: Optional[Sequence[int]], *, min_len
             f"L is {DEFAULT_LENGTHS[0]}; pass a longer text or explicit lengths > {min_length}"
         )
     return grid
+
+
+def check_windows(model, min_length: int) -> None:
+    """ValueError, one line, where a layer kind of `model` (`layer_kinds`) has no [query, key] mask (`visible_mask`:
+    a bidirectional or chunked window) or a sliding window of at most `min_length` keys (the largest N: no row of
+    such a layer has more than N keys, so its N_s/N, d~ and critical N would have no rows)."""
+    for kind, window in sorted(set(getattr(model, "layer_kinds", None) or ()), key=str):
+        visible_mask(1, model.causal, kind, window)
+        if window is not None and window <= min_length:
+            raise ValueError(f"{model.name}'s {kind} layers see at most {window} keys, not more than the largest "
+                             f"top-N ({min_length}): pass --n-top and --n-sep below {window}")
 
 
 # ------------------------------------------------------------------------------------ pure metrics
@@ -435,8 +455,9 @@ PAPER_GUIDELINES_NOTE = (
     f"{PAPER['ns_band'][0]}) and paper_critical_above (N*/L > {PAPER['critical_frac']} or censored), not flags")
 
 
-def _length_rows(trace: Trace, L: int, st: dict, ns: Sequence[int], alpha: float) -> list[dict]:
-    """The rows of one length L: per head (``head_stats`` st, each ``[layer, head]``), per layer, the model."""
+def _length_rows(trace: Trace, L: int, st: dict, ns: Sequence[int], alpha: float, longest: int) -> list[dict]:
+    """The rows of one length L: per head (``head_stats`` st, each ``[layer, head]``), per layer, the model (the
+    trace's heads pooled); critical N / `longest` (the last row's visible keys: L, or min(L, w) in a sliding layer)."""
     rows = []
     for li, layer in enumerate(trace.layers):
         for hi, head in enumerate(trace.heads):
@@ -444,9 +465,28 @@ def _length_rows(trace: Trace, L: int, st: dict, ns: Sequence[int], alpha: float
                  **{k: float(st[k][li, hi]) for k in HEAD_KEYS}, "rows_sampled": st["rows_sampled"]}
             r["paper_ns_below_band"] = bool(r["ns_frac"] < PAPER["ns_band"][0])
             rows.append(r)
-        rows.append({"kind": "layer", "L": L, "layer": int(layer), **critical_rows(st, li, ns, L, alpha)})
-    rows.append({"kind": "model", "L": L, **critical_rows(st, None, ns, L, alpha)})
+        rows.append({"kind": "layer", "L": L, "layer": int(layer), **critical_rows(st, li, ns, longest, alpha)})
+    rows.append({"kind": "model", "L": L, **critical_rows(st, None, ns, longest, alpha)})
     return rows
+
+
+def kind_rows(trace: Trace, L: int, *, n_top: int, n_sep: int, max_rows: Optional[int], alpha: float,
+              crit_max_frac: float, crit_step_frac: float) -> list[dict]:
+    """`_length_rows` of one length L, computed on each group of layers that see the same keys (`by_kind_groups`). A
+    full-only model is one group: its rows as before. A model with sliding-window layers: each kind's statistics over
+    the keys its rows see (`Trace.visible`), its critical N scanned over its own heads on the grid of its longest row
+    (min(L, w), which critical_n_frac divides by), one "model" row per kind; every row carries `layer_kind` and
+    `sliding_window` (the layer and model rows `longest_row`), the head and layer rows in layer order, the model rows
+    last."""
+    subs, rows = by_kind_groups(trace), []
+    for sub in subs:
+        longest = int(sub.visible()[L - 1].sum())              # L; min(L, w) in a sliding layer
+        ns = critical_grid(longest, n_top=n_top, max_frac=crit_max_frac, step_frac=crit_step_frac)
+        st = head_stats(sub, n_top=n_top, n_sep=n_sep, max_rows=max_rows, ns=ns, references=True)
+        tag = kind_of(sub) if sub.kinds else {}
+        rows += [dict(r, **tag, **({"longest_row": longest} if tag and r["kind"] != "head" else {}))
+                 for r in _length_rows(sub, L, st, ns, alpha, longest)]
+    return rows if len(subs) == 1 else sorted(rows, key=lambda r: (r["kind"] == "model", r.get("layer", 0)))
 
 
 def _diagnose_provenance(model, tprov: dict, grid: list[int], thr: Thresholds, *, n_top: int, n_sep: int,
@@ -517,15 +557,16 @@ def diagnose(
 
     model: an AttnModel, a name for `load_model` or a transformers model (+ `tokenizer`); text: None
     (War and Peace), a Corpus, or a string (`text_info` adds provenance, e.g. from `read_text_file`).
+    A model with sliding-window layers (Gemma 3): every statistic over the keys each row sees in its layer, the
+    layer and model rows per layer kind (`kind_rows`: columns layer_kind, sliding_window; one "model" row per kind).
     Raises ValueError before any computation when the text is too short for a requested L, or the model
-    does not use transformers' AttentionInterface, or has sliding-window layers (`refuse_sliding`: the "model"
-    rows pool every layer's heads in one KS test and its flags read one L for every layer; not split by layer kind).
+    does not use transformers' AttentionInterface, or a layer kind has no mask or a window <= the largest N
+    (`check_windows`).
     """
     t0 = time.perf_counter()
     thr = (thresholds or Thresholds()).check()
     check_options(n_top=n_top, n_sep=n_sep, alpha=alpha, max_rows=max_rows, lengths=lengths)
     model = as_attn_model(model, device, tokenizer)
-    refuse_sliding(model, "diagnose's statistics")
     text, tprov = resolve_text(text)
     tprov = {**tprov, **(text_info or {})}
     grid = check_lengths(model, text, lengths, min_length=max(n_top, n_sep))
@@ -541,9 +582,8 @@ def diagnose(
             trace = full if L == Lmax else full.prefix(L)
         else:
             trace = model.capture(ids[L], keep=("probs", "v"), text_sha256=tprov.get("text_sha256"))
-        ns = critical_grid(L, n_top=n_top, max_frac=crit_max_frac, step_frac=crit_step_frac)
-        st = head_stats(trace, n_top=n_top, n_sep=n_sep, max_rows=max_rows, ns=ns, references=True)
-        rows += _length_rows(trace, L, st, ns, alpha)
+        rows += kind_rows(trace, L, n_top=n_top, n_sep=n_sep, max_rows=max_rows, alpha=alpha,
+                          crit_max_frac=crit_max_frac, crit_step_frac=crit_step_frac)
         del trace
     add_flags(rows, thr)
     prov = _diagnose_provenance(model, tprov, grid, thr, n_top=n_top, n_sep=n_sep, max_rows=max_rows, alpha=alpha,

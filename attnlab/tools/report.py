@@ -50,28 +50,77 @@ def _names(rs: list[dict]) -> str:
     return f"{len(rs)} heads" + (f" [{s}{', ...' if len(rs) > 12 else ''}]" if rs else "")
 
 
+def _longest(r: dict, L: int) -> int:
+    """The keys of the longest row of a layer/model row: its `longest_row` (a model with sliding-window layers:
+    min(L, w) in a sliding layer), else L."""
+    v = r.get("longest_row")
+    return L if v in (None, "", "None") or (isinstance(v, float) and math.isnan(v)) else int(float(v))
+
+
+def all_label(r: dict) -> str:
+    """The label of a pooled "model" row: "all", or "all sliding 512" / "all full" for one layer kind's."""
+    if "layer_kind" not in r:
+        return "all"
+    w = r.get("sliding_window")
+    return f"all {r['layer_kind']}" + ("" if w in (None, "", "None") else f" {int(float(w))}")
+
+
 def critical_text(r: dict, L: int, key: str = "critical_n") -> str:
-    """A layer/model row's critical N (or, key="critical_n_uniform", that of its uniform reference) in words."""
+    """A layer/model row's critical N (or, key="critical_n_uniform", that of its uniform reference) in words: a
+    share of L, or of the row's `longest_row` (a sliding layer's min(L, w) keys) where it has one below L."""
+    n = _longest(r, L)
+    of = "L" if n == L else f"the longest row's {n} keys"
     if r.get(f"{key}_testable") in (False, "False"):
         return "not testable (too few heads)"
     if _truthy(r.get(f"{key}_censored")):
-        return f"> {r.get('critical_n_max')} (no N up to {100 * r['critical_n_max'] / L:.0f}% of L passed)"
-    return f"{int(r[key])} ({100 * r[f'{key}_frac']:.1f}% of L)"
+        return f"> {r.get('critical_n_max')} (no N up to {100 * r['critical_n_max'] / n:.0f}% of {of} passed)"
+    return f"{int(r[key])} ({100 * r[f'{key}_frac']:.1f}% of {of})"
 
 
 def summary(result: Result) -> str:
     """A few lines for the terminal: model, text, how many heads are flagged and for what, and what the
-    paper's numbers would say as fixed cuts (for comparison; they do not flag)."""
+    paper's numbers would say as fixed cuts (for comparison; they do not flag). A model with sliding-window layers:
+    the layer kinds, then one block of verdicts per kind (its heads, its layers, its pooled "model" row)."""
     p = result.provenance
     L = flag_length(result)
-    heads = result.select(kind="head", L=L)
+    lines = [
+        f"attnlab diagnose: {p.get('model')} ({p.get('n_layers')} layers x {p.get('n_heads')} heads, "
+        f"{'causal' if p.get('causal') else 'bidirectional'}) on {p.get('text')} "
+        f"(sha256 {str(p.get('text_sha256'))[:12]}...), L = {p.get('lengths')}",
+    ]
+    layer_rows = result.select(kind="layer", L=L)
+    if not any("layer_kind" in r for r in layer_rows):
+        return "\n".join(lines + _verdict_lines(result.select(kind="head", L=L), layer_rows,
+                                                (result.select(kind="model", L=L) or [{}])[0], L, p))
+    from attnlab.core.capture import layer_kinds_text
+
+    kinds = [(r["layer_kind"], None if r["sliding_window"] in ("", "None") else r["sliding_window"])
+             for r in sorted(layer_rows, key=lambda r: r["layer"])]
+    lines.append(f"layer kinds: {layer_kinds_text(kinds)}; each kind's statistics over the keys its rows see, one "
+                 "block each")
+    for kind, window in dict.fromkeys(kinds):
+        where = {"layer_kind": kind, "sliding_window": window}
+        layers = [r for r in layer_rows if _same(r, where)]
+        model_row = next((r for r in result.select(kind="model", L=L) if _same(r, where)), {})
+        lines.append(f"{kind} layers{'' if window is None else f' (window {window})'}: "
+                     f"{', '.join(str(r['layer']) for r in layers)}; longest row {model_row.get('longest_row')} keys")
+        heads = [r for r in result.select(kind="head", L=L) if _same(r, where)]
+        lines += ["  " + line for line in _verdict_lines(heads, layers, model_row, L, p)]
+    return "\n".join(lines)
+
+
+def _same(r: dict, where: dict) -> bool:
+    """Whether row r has where's values (a CSV's None for a full layer's window: '' or None alike)."""
+    return all(r.get(k) == v or (v is None and r.get(k) in ("", "None")) for k, v in where.items())
+
+
+def _verdict_lines(heads: list[dict], layer_rows: list[dict], model_row: dict, L: int, p: dict) -> list[str]:
+    """The flag lines of `summary` for these head, layer and (pooled) model rows at L."""
     low = [r for r in heads if _truthy(r.get("flag_low_separability"))]
     uni = [r for r in heads if _truthy(r.get("flag_near_uniform"))]
     any_ = [r for r in heads if _truthy(r.get("flagged"))]
     paper_low = [r for r in heads if _truthy(r.get("paper_ns_below_band"))]
     thr = p.get("thresholds", {})
-    model_row = (result.select(kind="model", L=L) or [{}])[0]
-    layer_rows = result.select(kind="layer", L=L)
     layers = [r for r in layer_rows if _truthy(r.get("flag_critical_n"))]
     undecided = [r for r in layer_rows if r.get("flag_critical_n") in (None, "", "None")]
     paper_layers = [r for r in layer_rows if _truthy(r.get("paper_critical_above"))]
@@ -81,10 +130,7 @@ def summary(result: Result) -> str:
         verdict = model_row.get("flag_critical_n")
         verdict = "undecidable" if verdict in (None, "", "None") else "flagged" if _truthy(verdict) else "not flagged"
         model_crit = f"{critical_text(model_row, L)}, uniform attention {ref}: {verdict}"
-    lines = [
-        f"attnlab diagnose: {p.get('model')} ({p.get('n_layers')} layers x {p.get('n_heads')} heads, "
-        f"{'causal' if p.get('causal') else 'bidirectional'}) on {p.get('text')} "
-        f"(sha256 {str(p.get('text_sha256'))[:12]}...), L = {p.get('lengths')}",
+    return [
         f"at L={L}: {len(any_)} of {len(heads)} heads flagged (a flag fires at score >= its cut; score 0 = the "
         "unsaturated end, 1 = uniform attention over the head's own rows)",
         f"  near uniform, entropy score >= {thr.get('entropy')}: {_names(uni)}",
@@ -95,7 +141,6 @@ def summary(result: Result) -> str:
         f"  the paper's GPT-2 numbers as fixed cuts (not flags): N_s/N < {PAPER['ns_band'][0]}: {len(paper_low)} "
         f"heads; critical N > {PAPER['critical_frac']} L: {len(paper_layers)} of {len(layer_rows)} layers",
     ]
-    return "\n".join(lines)
 
 
 def _png_data_uri(fig) -> str:
@@ -217,21 +262,22 @@ def _critical_panel(ax, result: Result, L: int, cut: float) -> None:
     for i, r in enumerate(rows):
         if r.get("critical_n_testable") in (False, "False"):
             continue
-        n_max, cens = float(r["critical_n_max"]), _truthy(r.get("critical_n_censored"))
-        ax.scatter([n_max / L if cens else float(r["critical_n_frac"])], [i], marker=">" if cens else "o", s=22,
+        n_max, cens, n = float(r["critical_n_max"]), _truthy(r.get("critical_n_censored")), _longest(r, L)
+        ax.scatter([n_max / n if cens else float(r["critical_n_frac"])], [i], marker=">" if cens else "o", s=22,
                    color="C3" if _truthy(r.get("flag_critical_n")) else "C0", zorder=3,
                    label=once("censored: > scan end" if cens else "critical N / L"))
         if r.get("critical_n_uniform") is not None and not _truthy(r.get("critical_n_uniform_censored")):
             nu = float(r["critical_n_uniform"])
-            ax.scatter([nu / L], [i], marker="x", color="0.55", s=18, zorder=2, label=once("uniform reference"))
-            ax.plot([(n_max - cut * (n_max - nu)) / L] * 2, [i - 0.3, i + 0.3], color="C3", lw=1.2,
+            ax.scatter([nu / n], [i], marker="x", color="0.55", s=18, zorder=2, label=once("uniform reference"))
+            ax.plot([(n_max - cut * (n_max - nu)) / n] * 2, [i - 0.3, i + 0.3], color="C3", lw=1.2,
                     label=once(f"cut: critical-N score {cut:g}"))
     ax.axvline(PAPER["critical_frac"], color="C1", ls="--", lw=1, label=f"paper (GPT-2) {PAPER['critical_frac']}")
-    ax.set_yticks(range(len(rows)), [str(r["layer"]) if r["kind"] == "layer" else "all" for r in rows])
+    ax.set_yticks(range(len(rows)), [str(r["layer"]) if r["kind"] == "layer" else all_label(r) for r in rows])
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlim(0, None)
     ax.set_ylabel("layer")
-    ax.set_xlabel("critical N / L")
+    kinds = any("layer_kind" in r for r in rows)
+    ax.set_xlabel("critical N / L" + (" (sliding: / min(L, w))" if kinds else ""))
     ax.set_title("critical N (KS test)", pad=14)
 
 
@@ -331,9 +377,10 @@ def report_html(result: Result) -> str:
     heads = result.select(kind="head", L=L)
     flagged = [r for r in heads if _truthy(r.get("flagged"))]
     crit_rows = sorted(
-        ({"layer": "all", **r} for r in result.select(kind="model") + result.select(kind="layer")),
-        key=lambda r: (r["L"], -1 if r["layer"] == "all" else r["layer"]),
+        ({"layer": all_label(r), **r} for r in result.select(kind="model") + result.select(kind="layer")),
+        key=lambda r: (r["L"], -1 if r["kind"] == "model" else r["layer"]),
     )
+    kinds = ("layer_kind", "sliding_window") if any("layer_kind" in r for r in heads) else ()
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
@@ -349,11 +396,11 @@ def report_html(result: Result) -> str:
         f"<h2>Heads at L = {L}</h2><img alt='heat maps' src='{_png_data_uri(heatmap_figure(result, L))}'>",
         f"<h2>Against L</h2><img alt='curves' src='{_png_data_uri(curves_figure(result))}'>",
         "<h2>Critical N (KS test pooling heads)</h2>",
-        _table(crit_rows, CRIT_COLS),
+        _table(crit_rows, CRIT_COLS + kinds),
         f"<h2>Flagged heads at L = {L} ({len(flagged)})</h2>",
-        _table(flagged, HEAD_COLS) if flagged else "<p>none</p>",
+        _table(flagged, HEAD_COLS + kinds) if flagged else "<p>none</p>",
         f"<h2>All heads at L = {L}</h2>",
-        _table(heads, HEAD_COLS),
+        _table(heads, HEAD_COLS + kinds),
         "<p>Every length is in the CSV (<code>diagnose.csv</code>); provenance in <code>diagnose.json</code>.</p>",
         "</body></html>",
     ]
@@ -416,9 +463,23 @@ def _values(result: Result, key: str, **where) -> np.ndarray:
     return np.array([np.nan if r.get(key) is None else float(r[key]) for r in result.select(**where)])
 
 
-def comparison_figure(result: Result, L: int, keys: Optional[Sequence[str]] = None):
+def one_kind(result: Result, layer_kind: Optional[str]) -> Result:
+    """The rows of one layer kind of a comparison whose rows come per layer kind (a model with sliding-window
+    layers: `compare_normalizers`), else `result` itself; ValueError (one line) where it has kinds and `layer_kind`
+    is not one of them: one bar or line per normalizer must not mix the kinds' rows."""
+    kinds = sorted({r["layer_kind"] for r in result.rows if r.get("layer_kind") not in (None, "")})
+    if not kinds:
+        return result
+    if layer_kind not in kinds:
+        raise ValueError(f"this comparison has rows per layer kind ({', '.join(kinds)}): pass layer_kind= one of them")
+    return Result(result.name, result.select(layer_kind=layer_kind), result.provenance)
+
+
+def comparison_figure(result: Result, L: int, keys: Optional[Sequence[str]] = None, layer_kind: Optional[str] = None):
     """Bars per normalizer at length L for `keys` (default: max weight, entropy / log L, N_s/N, cost);
-    axis limits are shared by every L, so frames of a slider over L compare."""
+    axis limits are shared by every L, so frames of a slider over L compare. layer_kind: which kind's rows, for a
+    comparison with rows per layer kind (`one_kind`)."""
+    result = one_kind(result, layer_kind)
     keys = list(keys or ("max_weight", "entropy_norm", "ns_frac", cost_key(result)))
     names = result.unique("normalizer")
     fig, axes = figure_grid(len(keys), 3.4, 0.32 * len(names) + 1.0)
@@ -445,9 +506,11 @@ def comparison_figure(result: Result, L: int, keys: Optional[Sequence[str]] = No
 
 
 def length_figure(
-    result: Result, keys: Optional[Sequence[str]] = None, log_keys: Sequence[str] = ("max_weight", "jac_norm_mean")
+    result: Result, keys: Optional[Sequence[str]] = None, log_keys: Sequence[str] = ("max_weight", "jac_norm_mean"),
+    layer_kind: Optional[str] = None,
 ):
-    """Each key against L, one line per normalizer (swap = "all" rows)."""
+    """Each key against L, one line per normalizer (swap = "all" rows; of one layer kind: `one_kind`)."""
+    result = one_kind(result, layer_kind)
     keys = list(keys or ("max_weight", "entropy_norm", "jac_norm_mean", cost_key(result)))
     fig, axes = figure_grid(len(keys), 3.4, 3.0)
     for ax, key in zip(axes, keys):

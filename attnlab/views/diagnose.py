@@ -8,7 +8,7 @@ import numpy as np
 
 from attnlab.book import markup
 from attnlab.core.util import figure_grid
-from attnlab.tools import diagnose
+from attnlab.tools import diagnose, report
 
 
 def _count(rows: Sequence[dict], key: str) -> int:
@@ -34,8 +34,8 @@ def critical_text(r: dict, key: str = "critical_n") -> str:
     """'412 (40.2%)', '> 1023 (> 100%)' (no N rejected) or 'too few heads' for one row of the Result."""
     if r.get(f"{key}_testable") is False:
         return "too few heads"
-    if r[f"{key}_censored"]:
-        return f"> {r['critical_n_max']} (> {r['critical_n_max'] / r['L']:.0%})"
+    if r[f"{key}_censored"]:               # a share of the longest row: L, or min(L, w) in a sliding layer
+        return f"> {r['critical_n_max']} (> {r['critical_n_max'] / (r.get('longest_row') or r['L']):.0%})"
     return f"{int(r[key])} ({r[f'{key}_frac']:.1%})"
 
 
@@ -49,12 +49,15 @@ def _per_layer(res, L: int) -> str:
 
 
 def critical_table(res, Ls: Sequence[int]):
-    """HTML table per L: the critical N of the whole model and of each layer, with the uniform reference."""
+    """HTML table per L: the critical N of the whole model (of each layer kind, where the rows come per kind) and of
+    each layer, with the uniform reference."""
     def whole(r):
         flag = " (flagged)" if r["flag_critical_n"] else ""
         return f"{critical_text(r)}; uniform: {critical_text(r, 'critical_n_uniform')}" + flag
-    return markup.table(["L", "whole model", "per layer"],
-                      [[L, whole(res.select(kind="model", L=L)[0]), _per_layer(res, L)] for L in Ls])
+    def pooled(L):                        # one KS test per layer kind where the rows come per kind
+        rows = res.select(kind="model", L=L)
+        return whole(rows[0]) if len(rows) == 1 else "; ".join(f"{report.all_label(r)}: {whole(r)}" for r in rows)
+    return markup.table(["L", "whole model", "per layer"], [[L, pooled(L), _per_layer(res, L)] for L in Ls])
 
 
 def temperature_path_figure(path: dict, Ts: Sequence[float], uniform_ref: np.ndarray, model_name: str, L: int):

@@ -22,13 +22,22 @@ def cell(r: dict, key: str, cost: str) -> str:
     return f"{v:.3g}"
 
 
+def name(r: dict) -> str:
+    """The normalizer, and where the comparison's rows come per layer kind, which kind: 'sparsemax, sliding 512'."""
+    if r.get("layer_kind") in (None, ""):
+        return r["normalizer"]
+    w = r.get("sliding_window")
+    return f"{r['normalizer']}, {r['layer_kind']}" + ("" if w in (None, "") else f" {w}")
+
+
 def comparison_table(res):
-    """HTML table: each normalizer at the longest L, its weights' statistics, Jacobian norm and cost."""
+    """HTML table: each normalizer at the longest L, its weights' statistics, Jacobian norm and cost (one row per
+    layer kind where the comparison has them)."""
     cost = report.cost_key(res)
     keys = [*KEYS, cost]
     longest = res.select(L=max(res.unique("L")))
     return markup.table(["normalizer"] + [report.LABELS[k] for k in keys],
-                      [[r["normalizer"]] + [cell(r, k, cost) for k in keys] for r in longest])
+                      [[name(r)] + [cell(r, k, cost) for k in keys] for r in longest])
 
 
 # ------------------------------------------------------------------ the chapter's Results (book.result, by name)
