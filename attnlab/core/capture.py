@@ -359,11 +359,7 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
         mask = _pick(attention_mask, b, hs, rows)
         lo, hi = 0, shape[-1]
         if swap is None and mask is not None and query.device.type == "cpu":   # (normalizers see every key)
-            part = (min(b, attention_mask.shape[0] - 1), (hs.start, hs.stop) if attention_mask.shape[1] > 1 else None,
-                    (rows.start, rows.stop))
-            if part not in spans:
-                spans[part] = (first_seen_key(mask), seen_keys(mask))
-            lo, hi = spans[part]
+            lo, hi = _keys_seen(spans, attention_mask, mask, b, hs, rows)
         kept = _part(scores_out, scores, b, at, hs, rows)
         kept = None if kept is None else kept[..., lo:hi]
         s = torch.matmul(query[b, hs, rows], key[b, hs, lo:hi].transpose(-1, -2), out=kept)
@@ -392,6 +388,17 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
     if discovering and swap is None:
         check_against_eager(module, originals, dict(kwargs, scaling=scaling, dropout=dropout), result, weights)
     return result, weights
+
+
+def _keys_seen(spans: dict, attention_mask: torch.Tensor, mask: torch.Tensor, b: int, hs: slice,
+               rows: slice) -> tuple[int, int]:
+    """(lo, hi): the keys that the block (b, hs, rows) of `attention_mask` lets its rows see (`mask`, that block:
+    `first_seen_key`, `seen_keys`), found once per part of the mask and kept in `spans` (`mask_spans`)."""
+    part = (min(b, attention_mask.shape[0] - 1), (hs.start, hs.stop) if attention_mask.shape[1] > 1 else None,
+            (rows.start, rows.stop))
+    if part not in spans:
+        spans[part] = (first_seen_key(mask), seen_keys(mask))
+    return spans[part]
 
 
 _SPANS: list = []      # (weak reference to a mask, key length, its spans): the last few masks' `mask_spans`
