@@ -15,7 +15,8 @@ MEASURED = [("smollm2", 1024, 3.95, "Long context: fig1 + fig2a", False),
             ("smollm2", 8192, 6.52, "Long context: fig1 + fig2a (fig2c and fig4 refuse L = 8192)", True),
             ("gpt2-random", 1024, 2.60, "Long context: fig1 + fig2a", False),
             ("smollm2", 2048, 9.9, "fig2c (pooled), L = 2048", True),
-            ("smollm2", 1024, 5.49, "the six paper-1 figures, L <= 1024", True)]
+            ("smollm2", 1024, 5.49, "the six paper-1 figures, L <= 1024", True),
+            ("gemma3", 8192, 7.06, "Long context: fig1 + fig2a, streamed (sliding and full layers)", True)]
 
 
 @pytest.mark.parametrize("model,L,peak,what,dearest", MEASURED)
