@@ -182,7 +182,8 @@ class Result:
             raise CorruptResult(f"{out}/{name}.csv: the table differs from the one saved (sha256)")
         reader = csv.reader(io.StringIO(table.decode(), newline=""))
         columns, cells = next(reader, []), list(reader)
-        rows = [dict(zip(columns, map(_parse, r))) for r in cells]
+        parsed = _ParsedCells()                   # each distinct cell text parsed once: most cells repeat
+        rows = [dict(zip(columns, map(parsed.__getitem__, r))) for r in cells]
         if (len(rows) != meta["n_rows"] or (rows and columns != meta["columns"])
                 or any(len(r) != len(columns) for r in cells)):
             raise CorruptResult(f"{out}/{name}.csv: {len(rows)} rows / columns differ from the "
@@ -191,6 +192,15 @@ class Result:
 
     def extend(self, rows: Iterable[dict]) -> None:
         self.rows.extend(rows)
+
+
+class _ParsedCells(dict):
+    """{cell text: `_parse(text)`}, filled on first lookup (a table's empty cells, flags, layers and repeated values
+    are parsed once, not once per row)."""
+
+    def __missing__(self, text: str) -> Any:
+        value = self[text] = _parse(text)
+        return value
 
 
 def _parse(text: str) -> Any:
