@@ -87,10 +87,14 @@ def plan(models: Sequence[str], windows: Optional[int] = None, device: str = "cp
 # the task's dearest capture: scores and probabilities, [layers x heads, L, L] float32 each, held whole by the
 # pooled figures (fig2c, fig4: every head, up to `streaming.POOLED_LIMIT`; longer windows they refuse), and above
 # that one streamed block (`streaming.CAPTURE_BUDGET`) and its working copies (1.5 blocks), times a margin.
-# tests/test_cluster.py checks it against BENCHMARKS.md's measured peaks (e.g. SmolLM2 at L = 8,192: 6.52 GB).
+# tests/test_cluster_plan.py checks it against the measured peaks (`core.costs`; e.g. SmolLM2 at L = 8,192: 6.52 GB).
 RUNTIME_BYTES = 3 << 29                 # 1.5 GiB: a worker that imported torch and transformers, before any model
 MEMORY_MARGIN = 1.25
 DEFAULT_WORKER_BYTES = 6 << 30          # a model outside the model table (a folder, a hub id): its size is unknown
+# a model with sliding-window layers (two layer kinds) holds each kind's cut of the whole-window tensors beside them
+# (`Trace` cut per kind, each with its visible-key mask): Gemma 3's six figures at L = 1,024 peaked at 5.35 GB where one
+# copy predicts 4.1 GB (`core.costs`); three copies cover it. Streamed (L = 8,192: 7.06 GB), one block's estimate does.
+KINDS_COPIES = 3
 
 
 def worker_memory(model: str, length: int) -> int:
@@ -104,7 +108,8 @@ def worker_memory(model: str, length: int) -> int:
         return DEFAULT_WORKER_BYTES
     L = min(length, entry.max_positions)
     attention = 2 * entry.n_layers * entry.n_heads * L * L * 4
-    held = attention if attention <= POOLED_LIMIT else 1.5 * CAPTURE_BUDGET
+    copies = KINDS_COPIES if entry.sliding_window else 1
+    held = attention * copies if attention <= POOLED_LIMIT else 1.5 * CAPTURE_BUDGET
     return int(MEMORY_MARGIN * (RUNTIME_BYTES + 4 * entry.n_params + held))
 
 

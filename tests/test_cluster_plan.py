@@ -5,25 +5,17 @@ import pytest
 
 from attnlab import results
 from attnlab.cli import main
+from attnlab.core.costs import COSTS
 
 GB = 1e9
-# Peaks measured on this machine (BENCHMARKS.md): (model, L, peak resident GB, what ran, whether it was the dearest
-# figure of a task at that L: the pooled fig2c where it runs, the streamed ones where the pooled ones refuse L)
-MEASURED = [("smollm2", 1024, 3.95, "Long context: fig1 + fig2a", False),
-            ("smollm2", 2048, 4.89, "Long context: fig1 + fig2a", False),
-            ("smollm2", 4096, 4.58, "Long context: fig1 + fig2a", False),
-            ("smollm2", 8192, 6.52, "Long context: fig1 + fig2a (fig2c and fig4 refuse L = 8192)", True),
-            ("gpt2-random", 1024, 2.60, "Long context: fig1 + fig2a", False),
-            ("smollm2", 2048, 9.9, "fig2c (pooled), L = 2048", True),
-            ("smollm2", 1024, 5.49, "the six paper-1 figures, L <= 1024", True),
-            ("gemma3", 8192, 7.06, "Long context: fig1 + fig2a, streamed (sliding and full layers)", True)]
-
-
-@pytest.mark.parametrize("model,L,peak,what,dearest", MEASURED)
-def test_the_memory_estimate_covers_each_measured_peak_and_the_dearest_closely(model, L, peak, what, dearest):
-    estimate = results.worker_memory(model, L) / GB
-    assert peak <= estimate, f"{model} at L = {L} ({what}): estimate {estimate:.2f} GB < peak {peak} GB"
-    assert not dearest or estimate <= 1.5 * peak, f"{model} at L = {L} ({what}): {estimate:.2f} GB for {peak} GB"
+# the peaks measured on this machine (`core.costs`, BENCHMARKS.md); `dearest`: the dearest figure of a task at that
+# L (the pooled fig2c where it runs, the streamed ones where the pooled ones refuse L)
+@pytest.mark.parametrize("cost", COSTS, ids=lambda c: f"{c.model}-{c.length}-{c.what.replace(' ', '+')}")
+def test_the_memory_estimate_covers_each_measured_peak_and_the_dearest_closely(cost):
+    estimate = results.worker_memory(cost.model, cost.length) / GB
+    what = f"{cost.model} at L = {cost.length} ({cost.what})"
+    assert cost.peak_gb <= estimate, f"{what}: estimate {estimate:.2f} GB < peak {cost.peak_gb} GB"
+    assert not cost.dearest or estimate <= 1.5 * cost.peak_gb, f"{what}: {estimate:.2f} GB for {cost.peak_gb} GB"
 
 
 def test_an_unsized_model_gets_the_default_and_a_plan_its_dearest_task(tmp_path):

@@ -53,6 +53,8 @@ class ModelEntry:
     n_layers: int = 0
     n_heads: int = 0
     max_positions: int = 0
+    sliding_window: int = 0         # keys a sliding-window layer sees (0: every layer is full); such a model's layers
+                                    # have two kinds, and its figures hold each kind's cut of the attention tensors
 
     @property
     def offline(self) -> bool:
@@ -135,7 +137,7 @@ MODELS: tuple[ModelEntry, ...] = (
         note=("Gemma 3 270M, 4-bit (Q4_K_M) weights de-quantized to float32; five of every six layers attend to a "
               "sliding window of 512 tokens"),
         help="gemma3 (Gemma 3 270M, causal, 4-bit weights, sliding-window layers)", bos=True,
-        n_params=268_098_176, n_layers=18, n_heads=4, max_positions=32768),
+        n_params=268_098_176, n_layers=18, n_heads=4, max_positions=32768, sliding_window=512),
     ModelEntry(
         name="tiny-gpt2", display="tiny-gpt2 (a 2-layer test model)", family="GPT-2", causal=True, kind=RANDOM,
         source="random init", licence="none (random weights; GPT-2's tokenizer: MIT)", help="tiny-gpt2",
