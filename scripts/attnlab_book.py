@@ -32,6 +32,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import glob
 import hashlib
 import json
@@ -360,7 +361,6 @@ def _execute_into_cache(stale: list, nb_config, jobs: int, root: Path) -> None:
     starts and as it ends (`_say`). A chapter that fails is not stored: myst-nb runs it again as it reads the page,
     and reports its error there."""
     import asyncio
-    import contextlib
     import tempfile
     import time
     import traceback
@@ -403,7 +403,27 @@ def _execute_into_cache(stale: list, nb_config, jobs: int, root: Path) -> None:
         slots = asyncio.Semaphore(jobs)
         await asyncio.gather(*(one(path, notebook, read_fmt, slots) for path, notebook, read_fmt in stale))
 
-    asyncio.run(run_all())
+    with _kernel_threads(jobs):
+        asyncio.run(run_all())
+
+
+#: the thread counts of kernels that run side by side (`_kernel_threads`)
+SIDE_BY_SIDE_THREADS = {"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+
+
+@contextlib.contextmanager
+def _kernel_threads(jobs: int):
+    """With `jobs` > 1, the kernels started inside run torch and numba on one thread each (SIDE_BY_SIDE_THREADS, as
+    the user's own OMP_NUM_THREADS / NUMBA_NUM_THREADS where set): what a chapter still computes (`book.heavy`, e.g.
+    chapter 10's solutions) would else take two threads beside another kernel's two, and OpenMP's spinning waits on 2
+    cores made it 3x slower than one thread each (BENCHMARKS.md). The build's own environment is restored after."""
+    chosen = {k: v for k, v in SIDE_BY_SIDE_THREADS.items() if jobs > 1 and not os.environ.get(k)}
+    os.environ.update(chosen)
+    try:
+        yield
+    finally:
+        for k in chosen:
+            os.environ.pop(k, None)
 
 
 #: how the build fills the chapters' Results before it executes them (`_fill_results`): off, serial, auto, local:N
