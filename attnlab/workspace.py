@@ -14,6 +14,30 @@ from typing import Optional
 
 #: `with_window`'s marker for "keep this workspace's value" (None is a value: max_length None is the paper's 1024)
 _SAME = object()
+#: {(name asked, device): AttnModel} loaded in this process once `share_models()` was called; None: off
+_SHARED: Optional[dict] = None
+
+
+def share_models() -> None:
+    """From now on every workspace of this process loads each model once (by the name asked, and by the loaded
+    model's own name: "auto" then "smollm2" is one load). The book's chapters turn it on (`book.inputs`): a chapter
+    reached SmolLM2 through four workspaces (its own, the windows' claims, a figure's key, its trace), each loading
+    and verifying the de-quantized copy again. Off by default: elsewhere two loads give two models."""
+    global _SHARED
+    if _SHARED is None:
+        _SHARED = {}
+
+
+def _load(name: str, device: str):
+    """`core.models.load_model(name, device)`, or the model loaded before under that name (`share_models`)."""
+    from attnlab.core.models import load_model
+
+    if _SHARED is None:
+        return load_model(name, device)
+    if (name, device) not in _SHARED:
+        model = load_model(name, device)
+        _SHARED[(name, device)] = _SHARED.setdefault((model.name, device), model)
+    return _SHARED[(name, device)]
 
 
 class Workspace:
@@ -60,9 +84,7 @@ class Workspace:
     @property
     def model(self):
         """The `AttnModel` (its tokenizer: `model.window`), loaded on first use."""
-        from attnlab.core.models import load_model
-
-        return self._get("model", lambda: load_model(self.model_name, self.device))
+        return self._get("model", lambda: _load(self.model_name, self.device))
 
     @property
     def corpus(self):
@@ -74,9 +96,7 @@ class Workspace:
     @property
     def encoder(self):
         """The model itself when it is an encoder; else MiniLM (the sample-complexity protocol is an encoder's)."""
-        from attnlab.core.models import load_model
-
-        return self._get("encoder", lambda: self.model if not self.model.causal else load_model("minilm", self.device))
+        return self._get("encoder", lambda: self.model if not self.model.causal else _load("minilm", self.device))
 
     @property
     def window_length(self) -> int:

@@ -56,6 +56,14 @@ def _no_warning_noise():
         yield
 
 
+@pytest.fixture(autouse=True)
+def _models_not_shared_between_tests(monkeypatch):
+    """A test that calls `book.inputs()` turns on `workspace.share_models` for its process: not for the next test."""
+    from attnlab import workspace
+
+    monkeypatch.setattr(workspace, "_SHARED", None)
+
+
 @pytest.fixture
 def no_model_loads(monkeypatch):
     """Loading any model fails the test: for checks that must answer before a model is loaded."""

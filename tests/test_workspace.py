@@ -39,3 +39,22 @@ def test_siblings_keep_the_checks_and_the_thread_count(tiny):
         ws.with_window(max_length=8)
     with pytest.raises(ValueError, match="--threads"):
         Workspace("tiny-gpt2", "cpu", threads=0)
+
+
+def test_shared_models_load_once_per_name_only_once_turned_on(monkeypatch):
+    """`share_models` (the book's chapters): every workspace of the process gets the one model, by the name asked or
+    the model's own; off (the default) each workspace loads its own."""
+    from attnlab import workspace
+    from attnlab.core import models
+
+    loads = []
+    real = models.load_model
+    monkeypatch.setattr(models, "load_model", lambda name, device="cpu": loads.append(name) or real(name, device))
+    monkeypatch.setattr(workspace, "_SHARED", None)
+    a, b = Workspace("tiny-gpt2", "cpu").model, Workspace("tiny-gpt2", "cpu").model
+    assert a is not b and loads == ["tiny-gpt2", "tiny-gpt2"]
+    workspace.share_models()
+    c = Workspace("tiny-gpt2", "cpu").model
+    assert Workspace("tiny-gpt2", "cpu", max_length=64).model is c and loads == ["tiny-gpt2"] * 3
+    workspace.share_models()                                 # a second call keeps what is loaded
+    assert Workspace("tiny-gpt2", "cpu").with_window(start=5).model is c and len(loads) == 3

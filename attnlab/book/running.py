@@ -11,6 +11,7 @@ from attnlab.core import settings, util
 from attnlab.core.cache import cached, model_key
 from attnlab.core.result import Result
 from attnlab.figures import Inputs, cached_figures
+from attnlab.workspace import share_models
 
 
 class ChapterThreads:
@@ -64,6 +65,7 @@ def inputs(model: Optional[str] = None, device: Optional[str] = None) -> Inputs:
     import warnings
 
     CHAPTER_THREADS.for_views()
+    share_models()                       # each model loaded once per chapter, whichever workspace asks
 
     inp = Inputs(model or settings.get("ATTNLAB_MODEL"), device or settings.get("ATTNLAB_DEVICE"))
     with warnings.catch_warnings():      # the chapter's admonition says which model ran, and why
