@@ -8,7 +8,6 @@ import contextlib
 import functools
 import math
 import sys
-import weakref
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -186,6 +185,17 @@ class CaptureState:
         self.storage: Optional[dict[str, torch.Tensor]] = None   # name -> flat memory the buffers may reuse
         self.stop_after: Optional[int] = None        # raise StopCapture once this layer is recorded
         self.weights_unused = False                  # the pass reads no attention weights: return None for them
+        self.spans: dict = {}                        # this forward pass's `mask_spans`: emptied as each pass starts
+
+    def new_pass(self, *_) -> None:
+        """A forward pass of the model starts (its pre-hook, `AttnModel`): the masks of the last one are gone."""
+        self.spans = {}
+
+    def mask_spans(self, mask: Optional[torch.Tensor], k_len: int) -> dict:
+        """The dict `attnlab_attention` fills with the keys (lo, hi) each part of `mask` (cut to k_len keys) lets
+        through, one per mask of this forward pass: its layers get the same mask object (one per layer kind), so
+        each part's keys are found once per pass. The masks live until the pass ends, so their ids are theirs."""
+        return {} if mask is None else self.spans.setdefault((id(mask), k_len), {})
 
     def start(self, keep: set[str], layers: list[int], heads: Optional[list[int]],
               storage: Optional[dict[str, torch.Tensor]] = None) -> None:
@@ -354,7 +364,7 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
         probs = query.new_empty(shape)
     output = None if last else query.new_empty((*shape[:-1], value.shape[-1]))   # [batch, head, query, d_head]
     visible = visible_from_mask(attention_mask, shape[-2], shape[-1]) if swap is not None else None
-    spans = mask_spans(full_mask, key.shape[-2])    # a part of the mask -> its keys (lo, hi): heads, layers share it
+    spans = state.mask_spans(full_mask, key.shape[-2]) if state is not None else {}   # a part -> its keys (lo, hi)
     for b, at, hs, rows in attention_blocks(shape, heads, query.device):
         mask = _pick(attention_mask, b, hs, rows)
         lo, hi = 0, shape[-1]
@@ -393,28 +403,12 @@ def attnlab_attention(module, query, key, value, attention_mask, scaling=None, d
 def _keys_seen(spans: dict, attention_mask: torch.Tensor, mask: torch.Tensor, b: int, hs: slice,
                rows: slice) -> tuple[int, int]:
     """(lo, hi): the keys that the block (b, hs, rows) of `attention_mask` lets its rows see (`mask`, that block:
-    `first_seen_key`, `seen_keys`), found once per part of the mask and kept in `spans` (`mask_spans`)."""
+    `first_seen_key`, `seen_keys`), found once per part of the mask and kept in `spans` (`CaptureState.mask_spans`)."""
     part = (min(b, attention_mask.shape[0] - 1), (hs.start, hs.stop) if attention_mask.shape[1] > 1 else None,
             (rows.start, rows.stop))
     if part not in spans:
         spans[part] = (first_seen_key(mask), seen_keys(mask))
     return spans[part]
-
-
-_SPANS: list = []      # (weak reference to a mask, key length, its spans): the last few masks' `mask_spans`
-
-
-def mask_spans(mask: Optional[torch.Tensor], k_len: int) -> dict:
-    """The dict `attnlab_attention` fills with the keys (lo, hi) each part of `mask` (cut to k_len keys) lets through:
-    one per mask object, so the layers of a forward pass, which get the same mask, find each part's keys once."""
-    if mask is None:
-        return {}
-    for ref, k, spans in _SPANS:
-        if ref() is mask and k == k_len:
-            return spans
-    spans = {}
-    _SPANS[:] = [e for e in _SPANS[-3:] if e[0]() is not None] + [(weakref.ref(mask), k_len, spans)]
-    return spans
 
 
 def sink_softmax(logits: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:

@@ -110,6 +110,7 @@ class AttnModel:
         self.hf.to(self.device)
         self.hf.set_attn_implementation(cap.IMPLEMENTATION)
         self.state = CaptureState()
+        self.hf.register_forward_pre_hook(self.state.new_pass)     # each pass finds its masks' key spans anew
         vocab = int(getattr(hf.config, "vocab_size", None) or 3)
         if vocab < 3:                         # `_discover` runs 3 different tokens
             raise ModelFolderError(f"{name}: a vocabulary of {vocab} token(s): attnlab needs at least 3 (its check "
