@@ -98,7 +98,9 @@ def start(spec: str, memory_per_worker_gib: float = 6.0):
 def _workers_ignore_ctrl_c():
     """Ctrl-C ignored while the block starts worker processes, which inherit that: a terminal sends Ctrl-C to the
     whole process group, and only this process should act on it (`compute` shuts the cluster down), not each
-    worker logging its own broken connections. Off the main thread (where signals cannot be set): nothing."""
+    worker logging its own broken connections. Off the main thread (where signals cannot be set): nothing.
+    Known limit: a press during the block is lost (the run goes on). Blocking it in this thread instead is not
+    enough: the process's other threads (torch's, numba's) take a process-wide signal and ignore it."""
     import signal
     import threading
 

@@ -417,7 +417,9 @@ def _kernel_threads(jobs: int):
     the user's own OMP_NUM_THREADS / NUMBA_NUM_THREADS where set): what a chapter still computes (`book.heavy`, e.g.
     chapter 10's solutions) would else take two threads beside another kernel's two, and OpenMP's spinning waits on 2
     cores made it 3x slower than one thread each (BENCHMARKS.md). The build's own environment is restored after."""
-    chosen = {k: v for k, v in SIDE_BY_SIDE_THREADS.items() if jobs > 1 and not os.environ.get(k)}
+    users = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+             "NUMBA_NUM_THREADS": os.environ.get("NUMBA_NUM_THREADS")}
+    chosen = {k: v for k, v in SIDE_BY_SIDE_THREADS.items() if jobs > 1 and not users[k]}
     os.environ.update(chosen)
     try:
         yield

@@ -102,7 +102,8 @@ def test_a_task_that_raises_is_one_line_and_the_others_go_on(tmp_path, monkeypat
 
 def test_ctrl_c_stops_the_cluster_with_one_line_and_no_orphans(tmp_path):
     """Ctrl-C in a terminal (SIGINT to the whole foreground process group) while the workers compute: the command
-    says "interrupted" in one line, exits 130, and no process it started (scheduler, nannies, workers) outlives it."""
+    says "interrupted" in one line, exits 130, and no process it started (scheduler, nannies, workers) outlives it.
+    (Not while the cluster starts: a press then is lost, the workers' start ignores Ctrl-C; see cluster.py.)"""
     import subprocess
     import sys
 
@@ -116,7 +117,8 @@ def test_ctrl_c_stops_the_cluster_with_one_line_and_no_orphans(tmp_path):
     try:
         started = psutil.Process(run.pid)
         for _ in range(1200):                                       # until both workers have begun a task
-            if len(list(tmp_path.glob("*/"))) >= 1 and len(started.children(recursive=True)) >= 2:
+            computing = any(not p.name.startswith(".") for p in tmp_path.glob("*/"))     # a Result's folder
+            if computing and len(started.children(recursive=True)) >= 2:
                 break
             assert run.poll() is None, run.communicate()[1][-2000:]
             time.sleep(0.1)
