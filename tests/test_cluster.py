@@ -112,8 +112,10 @@ def test_ctrl_c_stops_the_cluster_with_one_line_and_no_orphans(tmp_path):
     env = {**os.environ, "ATTNLAB_RESULTS_DIR": str(tmp_path), "TQDM_DISABLE": "1"}
     cmd = [sys.executable, "-m", "attnlab", "results", "compute", "--models", "tiny-gpt2", "--windows", "8",
            "--cluster", "local:2"]
+    # its own process group, as a shell job is, with Ctrl-C's default action: a pytest worker may ignore it (an
+    # in-process `main` that was interrupted leaves it ignored), and an ignored signal is inherited (the press was lost)
     run = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)                 # its own process group, as a shell job is
+                           start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         started = psutil.Process(run.pid)
         for _ in range(1200):                                       # until both workers have begun a task
