@@ -171,7 +171,6 @@ def _gather(client, futures: list, tasks: Sequence[Task], progress: bool) -> lis
     """Wait for every future; a failed one gives one line on stderr and an "error" row."""
     from distributed import as_completed
 
-    from attnlab.core.interrupt import check as check_interrupted
     from attnlab.core.util import progress as progress_bar
 
     index = {f.key: i for i, f in enumerate(futures)}
@@ -188,7 +187,6 @@ def _gather(client, futures: list, tasks: Sequence[Task], progress: bool) -> lis
                       file=sys.stderr)
                 out[index[fut.key]] = {"model": t.model, "label": t.label, "error": str(exc).splitlines()[0]}
             done[t.model] = done.get(t.model, 0) + 1
-            check_interrupted()            # a Ctrl-C whose KeyboardInterrupt was swallowed on its way stops here
             if hasattr(bar, "set_postfix_str"):
                 bar.set_postfix_str(", ".join(f"{m} {n}" for m, n in done.items()))
     except KeyboardInterrupt:      # not cancelled one by one (each worker would log each): `compute` closes the

@@ -14,9 +14,6 @@ import signal
 import sys
 import warnings
 
-from attnlab.core.interrupt import PRESSED
-from attnlab.core.interrupt import check as check_interrupted
-
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse's parser whose errors are one line, as every other error of the CLI ("attnlab figures: error: ...",
@@ -105,7 +102,6 @@ def _stop_once(signum, frame):
     """Ctrl-C: ignore every later press from now on, then stop. A second press while the first unwinds (a
     progress bar closing, a generator finalised) would otherwise print an 'Exception ignored' traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    PRESSED.set()                   # for loops that check (`core.interrupt`): this raise may be swallowed on its way
     raise KeyboardInterrupt
 
 
@@ -120,7 +116,7 @@ def interrupts_held():
         yield                                                                              # block's
         return
     pressed = []
-    signal.signal(signal.SIGINT, lambda *_: pressed.append(True) or PRESSED.set())
+    signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
     try:
         yield
     finally:
@@ -147,7 +143,6 @@ def main(argv=None) -> int:
     name = "attnlab"                                        # + the subcommand, once parsed
     handler = signal.getsignal(signal.SIGINT)               # restored on return (main called in-process)
     shown = warnings.showwarning                            # as well
-    PRESSED.clear()
     try:
         with interrupts_held():
             from attnlab.core.style import use_figure_style
@@ -164,9 +159,7 @@ def main(argv=None) -> int:
         keep_freed_memory()
         use_figure_style()
         with quiet_stderr(getattr(args, "quiet", False)):
-            code = int(args.func(args) or 0)
-        check_interrupted()            # a press whose KeyboardInterrupt a library swallowed is still an interrupt
-        return code
+            return int(args.func(args) or 0)
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"{name}: error: {error_line(exc)}", file=sys.stderr)
         return 2
