@@ -281,3 +281,40 @@ def test_full_only_models_rows_keep_their_columns(tiny):
     out = ex.run_figures(tiny, ids, quick=True, progress=False, figures=["fig1", "fig2c"])
     assert all("layer_kind" not in r and "sliding_window" not in r for res in out.values() for r in res.rows)
     assert {r["uniform"] for r in out["fig1"].rows} == {1 / L for L in {r["L"] for r in out["fig1"].rows}}
+
+
+def test_readings_skip_head_slices_a_model_does_not_have():
+    """Gemma 3 270M's hidden width (640) is not heads x d_head (4 x 256): no slice of it belongs to a head, so the
+    readings leave out "hidden_head" (and its unit reading), say why in their provenance and claim rows, and refuse
+    it by name in one line; every other reading is computed."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from attnlab.normalization import readings
+    from attnlab.normalization.readings.theorem1 import thm1_readings
+    from attnlab.normalization.readings.theorem2 import reading_claims, separability_readings
+
+    config = Gemma3TextConfig(vocab_size=128, hidden_size=24, intermediate_size=48, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=1, head_dim=8, sliding_window=W,
+                              layer_types=["sliding_attention", "full_attention"], max_position_embeddings=64,
+                              pad_token_id=0, bos_token_id=1, eos_token_id=2, attn_implementation="eager")
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = AttnModel("tiny-gemma3-narrow", Gemma3ForCausalLM(config).eval(), None, source="random init (tests)",
+                          random_weights=True)
+    ids = torch.randint(3, 128, (L,), generator=torch.Generator().manual_seed(3))
+    skipped = {"hidden_head", "hidden_head_unit"}
+    assert set(readings.undefined_vectors(model)) == skipped
+    assert readings.undefined_vectors(mixed_gemma()) == {}                     # 32 = 4 x 8: every reading
+    res = thm1_readings(model, ids, quick=True, progress=False, pairs=[("E1", "b")], lengths=[L], curve_lengths=[L],
+                        samples=2)
+    assert {r["vectors"] for r in res.rows} == set(readings.VECTORS) - skipped
+    assert set(res.provenance["vectors_not_defined"]) == skipped
+    sep = separability_readings(model, ids, quick=True, progress=False)
+    assert {r["vectors"] for r in sep.rows} == set(readings.VECTORS) - skipped
+    why = [r["measured"] for r in reading_claims({"separability_readings": sep})
+           if "/ hidden_head_unit /" in r["reading"]]
+    assert why and all("hidden_head_unit not defined on this model: hidden width 24 is not heads x d_head = 4 x 8"
+                       in m for m in why)
+    with pytest.raises(ValueError, match=r"^vectors hidden_head are not defined on tiny-gemma3-narrow: hidden width "
+                                         r"24 is not heads x d_head = 4 x 8"):
+        thm1_readings(model, ids, quick=True, progress=False, vectors=["hidden_head"])

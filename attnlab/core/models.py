@@ -120,8 +120,8 @@ class AttnModel:
         self.blocks = cap.find_blocks(self.hf, self._modules)   # layer blocks, for `reuse` (None: not found)
         cfg = hf.config
         self.n_heads = int(getattr(cfg, "num_attention_heads", getattr(cfg, "n_head", 0)))
-        self.d_head = int(getattr(cfg, "head_dim", None)
-                          or int(getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0))) // max(self.n_heads, 1))
+        self.d_model = int(getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0)))     # the hidden state's width
+        self.d_head = int(getattr(cfg, "head_dim", None) or self.d_model // max(self.n_heads, 1))
         self.max_positions = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
                                  or 10**9)
         self.layer_kinds = layer_kinds(cfg, self.n_layers)     # (kind, window) per layer: "sliding" / "full"

@@ -245,3 +245,28 @@ def check_names(what: str, names, registry: dict) -> None:
     bad = [n for n in names if n not in registry]
     if bad:
         raise ValueError(f"unknown {what} {bad}; choose from {', '.join(registry)}")
+
+
+def undefined_vectors(model) -> dict[str, str]:
+    """{vectors name: why `model` has no such vectors}: the head slices of the hidden state ("hidden_head" and its
+    unit reading) where the hidden width is not heads x d_head (Gemma 3 270M: 640 against 4 x 256), so that no slice
+    of it belongs to one head. Every other reading is defined on every model."""
+    d_model, H, d = getattr(model, "d_model", None), int(model.n_heads), int(model.d_head)
+    if not d_model or d_model == H * d:
+        return {}
+    why = f"hidden width {d_model} is not heads x d_head = {H} x {d}: no slice of it belongs to one head"
+    return {n: why for n in VECTORS if n.removesuffix("_unit") == "hidden_head"}
+
+
+def model_vectors(model, names=None) -> list[str]:
+    """The vectors readings to compute on `model`: `names` (None: every reading of VECTORS that `model` defines,
+    `undefined_vectors`), checked: one ValueError for an unknown name or one `model` does not define."""
+    missing = undefined_vectors(model)
+    if names is None:
+        return [n for n in VECTORS if n not in missing]
+    names = list(names)
+    check_names("vectors", names, VECTORS)
+    bad = [n for n in names if n in missing]
+    if bad:
+        raise ValueError(f"vectors {', '.join(bad)} are not defined on {model.name}: {missing[bad[0]]}")
+    return names

@@ -152,12 +152,12 @@ def thm1_readings(model, ids, *, quick: bool = False, progress: bool = True, cap
                   curve_lengths: Optional[Sequence[int]] = None, seed: int = 0, samples: int = DEFAULT_SAMPLES,
                   alpha: float = KS_ALPHA, text: Optional[dict] = None, threads: Optional[int] = None) -> Result:
     """Fig. 2a's curves and Fig. 2c's critical N under every reading (module docstring): Result "thm1_readings".
-    `vectors` (default every `readings.VECTORS`), `pairs` (default every (E, d~) pair), `lengths` (critical N;
-    default 64, 128, 256, 512 capped by the model), `curve_lengths` (Fig. 2a; default 32, 64, ... up to the
-    model and `readings.MAX_LENGTH`), `seed`/`samples` (E4's random subsets), `alpha` (KS level)."""
+    `vectors` (default every `readings.VECTORS` the model defines: `readings.model_vectors`), `pairs` (default
+    every (E, d~) pair), `lengths` (critical N; default 64, 128, 256, 512 capped by the model), `curve_lengths`
+    (Fig. 2a; default 32, 64, ... up to the model and `readings.MAX_LENGTH`), `seed`/`samples` (E4's random
+    subsets), `alpha` (KS level)."""
     t0 = time.perf_counter()
-    vectors = list(vectors or R.VECTORS)
-    R.check_names("vectors", vectors, R.VECTORS)
+    vectors = R.model_vectors(model, vectors or None)      # (default: every reading the model defines)
     pairs = check_pairs(pairs)
     if not 0 < float(alpha) < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
@@ -197,6 +197,7 @@ def thm1_readings(model, ids, *, quick: bool = False, progress: bool = True, cap
         text_sha256=text.get("text_sha256") or (first.text_sha256 if first is not None else None), text_meta=text,
         n_windows=len(caps), window_tokens=n_tokens, vectors=vectors,
         vectors_meaning={v: R.describe(R.VECTORS, v) for v in vectors},
+        **({"vectors_not_defined": R.undefined_vectors(model)} if R.undefined_vectors(model) else {}),
         pairs=[list(p) for p in pairs], e_readings={e: R.describe(R.E_READINGS, e) for e in R.E_READINGS},
         d_readings={d: R.describe(R.D_READINGS, d) for d in R.D_READINGS},
         keys="visible keys only; rows with L_t <= N skipped", alpha=alpha, seed=seed, samples=samples,

@@ -85,16 +85,15 @@ def separability_readings(model, ids, *, quick: bool = False, progress: bool = T
     on the unit readings (Assumption 1: the sphere of radius M) the Theorem 2 bounds of each spread estimator
     (`XI_READINGS`) and upper form (`UPPER_FORMS`), and the fraction of rows where each holds.
 
-    ids: one window of token ids [L_max]. Protocol: `vectors` (names, default all), `ns`, `M` (1.0), `L`
-    (default len(ids) up to `readings.MAX_LENGTH`), `text` (provenance dict), `chunk`, `threads`. Rows: vectors,
-    radius, rows, N, layer, head, L, ns_frac, n_rows, n_r0 (rows with r = 0); rows "positive_r" add r; on the unit
-    readings the rows "nearest" / "positive_r" add delta, xi_*, lower_* / upper_B_* / upper_R_* (token means) and
-    *_holds (the fraction of rows where the bound holds against the strict count; the closed ball differs only at
-    ties)."""
+    ids: one window of token ids [L_max]. Protocol: `vectors` (names, default every one the model defines), `ns`,
+    `M` (1.0), `L` (default len(ids) up to `readings.MAX_LENGTH`), `text` (provenance dict), `chunk`, `threads`.
+    Rows: vectors, radius, rows, N, layer, head, L, ns_frac, n_rows, n_r0 (rows with r = 0); rows "positive_r" add
+    r; on the unit readings the rows "nearest" / "positive_r" add delta, xi_*, lower_* / upper_B_* / upper_R_*
+    (token means) and *_holds (the fraction of rows where the bound holds against the strict count; the closed ball
+    differs only at ties)."""
     t0 = time.perf_counter()
     p = with_defaults(SEP_PROTOCOL, protocol)
-    names = list(p["vectors"] or readings.VECTORS)
-    readings.check_names("vectors", names, readings.VECTORS)
+    names = readings.model_vectors(model, p["vectors"] or None)   # (default: every reading the model defines)
     trace, L, cap_s = capture_window(model, ids, quick, p["L"], {"probs"} | readings.needs(names))
     ns = [n for n in (p["ns"] or range(1, (8 if quick else FIG3_NMAX) + 1)) if n < L]
     rows = []
@@ -116,24 +115,39 @@ def separability_readings(model, ids, *, quick: bool = False, progress: bool = T
                                             f"{p['M']}); the rows reading 'positive_r' (Theorem 2 needs r > 0)",
              "hold_tolerance": {"rtol": RTOL, "atol": RTOL, "rule": "value <= bound + rtol * max(|value|, |bound|, 1)"},
              "default_reading": " / ".join(SEP_DEFAULT)}
+    if readings.undefined_vectors(model):
+        extra["vectors_not_defined"] = readings.undefined_vectors(model)
     return reading_result(SEP_NAME, model, trace, L, p, extra, rows, t0, cap_s, quick)
 
 
 def sep_table(result: Result, key: str = "ns_frac") -> dict[tuple, tuple[np.ndarray, np.ndarray]]:
     """{(vectors, radius, rows): (N [n], values [n, heads])} of `key` from a `separability_readings` Result, in
-    one pass over its rows (heads in row order)."""
+    one pass over its rows (heads in row order; NaN after the last where an N has fewer heads: a sliding layer's N
+    stop below its window)."""
     acc: dict[tuple, dict] = {}
     for r in result.rows:
         if r.get(key) is None:
             continue
         acc.setdefault((r["vectors"], r["radius"], r["rows"]), {}).setdefault(r["N"], []).append(r[key])
-    return {k: (np.array(sorted(d), float), np.array([d[n] for n in sorted(d)], float)) for k, d in acc.items()}
+    out = {}
+    for k, d in acc.items():
+        ns = sorted(d)
+        width = max(len(d[n]) for n in ns)
+        out[k] = (np.array(ns, float), np.array([d[n] + [np.nan] * (width - len(d[n])) for n in ns], float))
+    return out
 
 
 def sep_curve(table: dict, vectors: str, radius: str, rows: str, aggregate: str) -> tuple[np.ndarray, np.ndarray]:
     """N and the aggregate over heads (`readings.SEP_AGGREGATES`) of the token-mean N_s/N, from `sep_table`."""
     ns, vals = table[(vectors, radius, rows)]
     return ns, _AGG[aggregate](vals, axis=1)
+
+
+def _not_computed(res, vectors: str) -> str:
+    """Why a reading has no rows: its vectors are not defined on the model (`readings.undefined_vectors`), or it
+    was not computed."""
+    why = ({} if res is None else res.provenance.get("vectors_not_defined") or {}).get(vectors)
+    return f"{vectors} not defined on this model: {why}" if why else f"{SEP_NAME} not computed for this reading"
 
 
 def _sep_claims(res) -> list[dict]:
@@ -151,8 +165,7 @@ def _sep_claims(res) -> list[dict]:
                 for rows in readings.ROW_SETS:
                     reading = f"{agg} / {name} / {radius} / {rows}"
                     if (name, radius, rows) not in table:
-                        out.append(claim_row(cid, claim, paper, f"{SEP_NAME} not computed for this reading",
-                                             "not applicable", reading))
+                        out.append(claim_row(cid, claim, paper, _not_computed(res, name), "not applicable", reading))
                         continue
                     ns, v = sep_curve(table, name, radius, rows, agg)
                     big = ns >= SATURATION_N
@@ -183,8 +196,7 @@ def _thm2_claims(res) -> list[dict]:
                                               SEP_DEFAULT[2] and r["rows"] == SEP_DEFAULT[3]]
                 vals = np.array([r.get(f"{b}_{xi}_holds") for r in sel], float)
                 if not np.isfinite(vals).any():
-                    out.append(claim_row(ids[b], claim, paper, f"{SEP_NAME} not computed for this reading",
-                                         "not applicable", reading))
+                    out.append(claim_row(ids[b], claim, paper, _not_computed(res, name), "not applicable", reading))
                     continue
                 frac, worst = float(np.nanmean(vals)), float(np.nanmin(vals))
                 note = notes.get((b, xi), "heuristic (Hoeffding-type)" if b != "lower" else "not a theorem row by "
