@@ -250,17 +250,24 @@ def plot_thm1_readings(result: Result, vectors: str = "v"):
     (d~ reading b solid, a dashed) with 0.06 L; right, Fig. 2a's head-mean curves at N = 5 (d~ b and every E)."""
     from attnlab.normalization.readings import E_READINGS
 
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
     fig, (a1, a2) = _figure(2, 3.4, 3.2)
     crit = [r for r in result.rows if r["kind"] == "critical" and r["vectors"] == vectors]
     colors = dict(zip(E_READINGS, ("tab:blue", "tab:orange", "tab:purple", "tab:cyan", "tab:brown")))
+    kinds = sorted({r.get("layer_kind") for r in crit}, key=str)       # [None]: every layer full
+    markers = {None: "o", "full": "o", "sliding": "^"}
     for e in E_READINGS:
         for d, ls in (("b", "-"), ("a", "--")):
-            rs = sorted((r for r in crit if r["e"] == e and r["d"] == d), key=lambda r: r["L"])
-            if rs:
-                a1.plot([r["L"] for r in rs], [r["critical_frac"] for r in rs], ls=ls, marker="o", ms=3,
-                        color=colors[e], label=f"{e}" if d == "b" else None)
+            for kind in kinds:                  # a model with sliding layers: one line per kind, over its own keys
+                rs = sorted((r for r in crit if r["e"] == e and r["d"] == d and r.get("layer_kind") == kind),
+                            key=lambda r: r["L"])
+                if rs:
+                    a1.plot([r["L"] for r in rs], [r["critical_frac"] for r in rs], ls=ls, marker=markers[kind],
+                            ms=3, color=colors[e], label=f"{e}" if d == "b" and kind == kinds[0] else None)
     a1.axhline(CRITICAL_FRAC, color="k", ls=":", lw=1, label="0.06 (paper)")
-    a1.set(xscale="log", ylim=(0, 1.02), xlabel="L", ylabel="critical N / L", title="critical N (b solid, a dashed)")
+    what = "critical N (b solid, a dashed" + ("; full o, sliding ^)" if len(kinds) > 1 else ")")
+    a1.set(xscale="log", ylim=(0, 1.02), xlabel="L", ylabel="critical N / L", title=what)
     a1.legend(ncol=2, loc="center right")
     curve = result.select(kind="curve", vectors=vectors, N=5)
     for key, color, label in [("d_b", "tab:green", "true d~ (b)")] + [
@@ -269,6 +276,11 @@ def plot_thm1_readings(result: Result, vectors: str = "v"):
         a2.plot(x, c, marker="o", ms=3, color=color, label=label, lw=2.2 if key == "d_b" else 1.2)
     a2.set(xscale="log", yscale="log", xlabel="L", ylabel="head mean at N = 5", title="Fig. 2a, every reading of E")
     a2.legend(ncol=2)
+    for axis in (a1.xaxis, a2.xaxis, a2.yaxis):                          # plain labels, none on the minor ticks
+        if axis is not a2.yaxis:
+            axis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(NullFormatter())
     fig.suptitle(title(result, f"Theorem 1 under every reading (x = {vectors})"))
     return fig
 
