@@ -248,9 +248,9 @@ def plot_fig4(result: Result):
 def plot_thm1_readings(result: Result, vectors: str = "v"):
     """Theorem 1 under every reading (`readings.theorem1`): left, the critical N / L against L for every E reading
     (d~ reading b solid, a dashed) with 0.06 L; right, Fig. 2a's head-mean curves at N = 5 (d~ b and every E)."""
-    from attnlab.normalization.readings import E_READINGS
-
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    from attnlab.normalization.readings import E_READINGS
 
     fig, (a1, a2) = _figure(2, 3.4, 3.2)
     crit = [r for r in result.rows if r["kind"] == "critical" and r["vectors"] == vectors]
