@@ -114,6 +114,10 @@ COMPUTATIONS: dict[str, Computation] = {c.name: c for c in (
        "attnlab.normalization.layer_kinds:layer_kind_rows", "minutes",
        ("01_vanishing", "06_what_holds", "07_beyond_softmax"), "attnlab/views/layer_kinds.py kinds",
        recompute="layer_kinds"),
+    _c("critical_by_kind", 1, ("window", "lengths", "max_rows", "max_frac", "step_frac", "device", "model", "identity",
+                               "text"),
+       "attnlab.tools.critical_by_kind:critical_by_kind", "minutes", ("03_six_percent", "06_what_holds"),
+       "attnlab/views/layer_kinds.py critical", recompute="critical_by_kind"),
     # chapter 7's (book.result through attnlab/views/normalizers.py)
     _c("compare_normalizers", 1, CHAPTER_KEY + ("lengths",), "attnlab.tools.compare:compare_normalizers", "minutes",
        ("07_beyond_softmax",), "attnlab/views/normalizers.py comparison, peers", ("crit50",), recompute="compare"),

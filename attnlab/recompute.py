@@ -60,7 +60,7 @@ def result(name: str, key: dict, *, model=None, corpus=None, refresh: bool = Fal
 
 
 # the recipes that take the model and text a caller has loaded (`result`)
-WITH_LOADED = ("tsc_real", "compare", "compare_each", "bench", "diagnose", "layer_kinds")
+WITH_LOADED = ("tsc_real", "compare", "compare_each", "bench", "diagnose", "layer_kinds", "critical_by_kind")
 
 
 def _model(key: dict, model=None):
@@ -229,6 +229,24 @@ def _layer_kinds(key: dict, model=None, corpus=None):
         return None
     ids = model.window(corpus.text, max(key["lengths"]))
     return layer_kind_rows(model, ids, lengths=key["lengths"], text=sinks.window_text(corpus))
+
+
+def _critical_by_kind(key: dict, model=None, corpus=None):
+    """The critical N of each layer kind on the book's sink window (War and Peace from its start, BOS first where the
+    model table says bos), L = key["lengths"], `max_rows` rows per head, the grid in steps of `step_frac` up to
+    `max_frac` of a kind's longest row."""
+    from attnlab.tools import sinks
+    from attnlab.tools.critical_by_kind import critical_by_kind
+
+    if key.get("window") != sinks.BOOK_WINDOW:
+        return None
+    model, corpus = _model(key, model), _corpus(key["text"], corpus)
+    if corpus.name != "war_and_peace":
+        return None
+    ids = model.window(corpus.text, max(key["lengths"]))
+    return critical_by_kind(model, ids, lengths=key["lengths"], max_rows=key["max_rows"],
+                            crit_max_frac=key["max_frac"], crit_step_frac=key["step_frac"],
+                            text=sinks.window_text(corpus))
 
 
 def _compare(key: dict, model=None, corpus=None):

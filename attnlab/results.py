@@ -172,8 +172,9 @@ BOOK_NOT_PLANNED = {
 
 #: the parts of the chapters' own Results (`_chapter_results`, `describe_chapters`): "build" the build's model's
 #: (chapters 3 and 7) and chapter 9's synthetic ones, "in_book" each in-book model's (chapters 3, 5-7),
-#: "long_context" chapter 1's long window (`book.models.LONG_CONTEXT`), "layer_kinds" Gemma 3's layer kinds
-#: (chapters 1, 6, 7; planned where it is installed, else those chapters say in one line which rows are missing)
+#: "long_context" chapter 1's long window (`book.models.LONG_CONTEXT`), "layer_kinds" Gemma 3's layer kinds and its
+#: critical N by kind (chapters 1, 3, 6, 7; planned where it is installed, else those chapters say in one line which
+#: rows are missing)
 CHAPTER_PARTS = ("build", "in_book", "long_context", "layer_kinds")
 
 
@@ -281,7 +282,7 @@ def describe_chapters(model: str, parts: Sequence[str]) -> set[tuple]:
     if "long_context" in parts:
         out.add(("fig1", model, "war_and_peace", 0, LONG_CONTEXT[1], None))
     if "layer_kinds" in parts:
-        out.add(("layer_kinds", model, None, None, None, None))
+        out |= {("layer_kinds", model, None, None, None, None), ("critical_by_kind", model, None, None, None, None)}
     return out
 
 
@@ -359,6 +360,6 @@ def _chapter_results(inp, parts: Sequence[str]) -> list[Result]:
         out += [sinks.shares(inp), sinks.claims(inp)]
     if "long_context" in parts:                                  # chapter 1
         out += list(long_context(inp.model.name, device=inp.device).values())
-    if "layer_kinds" in parts:                                   # chapters 1, 6 and 7
-        out.append(layer_kinds.kinds(inp))
+    if "layer_kinds" in parts:                                   # chapters 1, 3, 6 and 7
+        out += [layer_kinds.kinds(inp), layer_kinds.critical(inp)]
     return out

@@ -71,7 +71,7 @@ def _compare_with_a_build(read: set, build_model: str, whole: bool = True) -> No
 
 def test_the_book_plan_is_what_a_recorded_build_read(monkeypatch):
     """tests/book_reads.json: the record of a build (ATTNLAB_MODEL=auto, which was SmolLM2 there; Gemma 3 installed)
-    as `describe_key` describes each Result; 132 of its 135 Results are `book_plan`'s, the rest `BOOK_NOT_PLANNED`."""
+    as `describe_key` describes each Result; 133 of its 136 Results are `book_plan`'s, the rest `BOOK_NOT_PLANNED`."""
     import json
     from pathlib import Path
 
@@ -82,7 +82,7 @@ def test_the_book_plan_is_what_a_recorded_build_read(monkeypatch):
     read = {tuple(d) for d in snapshot["read"]}
     _compare_with_a_build(read, snapshot["build_model"])
     planned = results.describe_planned(results.book_plan("auto", "cpu"), auto=snapshot["build_model"])
-    assert len(planned) == 132 and len(read) == 135
+    assert len(planned) == 133 and len(read) == 136
 
 
 def test_the_book_plan_is_what_this_machines_last_build_read():
@@ -153,12 +153,14 @@ def test_the_plan_describes_each_chapter_result(monkeypatch):
     assert ("compare_normalizers", "smollm2", None, None, None, "peers") in planned
     assert ("fig1", "smollm2", "war_and_peace", 0, 4096, None) in planned
     assert {(tokens.EXPERIMENTS[e][0], e) for e, _ in tokens.CHAPTER_RUNS} <= {(d[0], d[5]) for d in planned}
-    assert not any(d[0] == "layer_kinds" for d in planned)
+    assert not any(d[0] in ("layer_kinds", "critical_by_kind") for d in planned)
     monkeypatch.setattr(model_table, "installed", lambda name: name == "gemma3")
     tasks = results.book_plan("auto", "cpu")
     assert (tasks[-1].model, tasks[-1].chapters, tasks[-1].length) == ("gemma3", ("layer_kinds",), 8192)
     assert results.plan_memory(tasks[-1:]) == results.worker_memory("gemma3", 8192)     # its longest window
-    assert ("layer_kinds", "gemma3", None, None, None, None) in results.describe_planned(tasks, auto="smollm2")
+    planned_kinds = results.describe_planned(tasks, auto="smollm2")
+    assert {("layer_kinds", "gemma3", None, None, None, None),
+            ("critical_by_kind", "gemma3", None, None, None, None)} <= planned_kinds
     assert set(results.BOOK_NOT_PLANNED) <= set(COMPUTATIONS) and all(results.BOOK_NOT_PLANNED.values())
 
 

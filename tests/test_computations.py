@@ -28,7 +28,8 @@ BEFORE = {"fig1": 2, "fig2a": 2, "fig2b": 2, "fig2c": 1, "fig3": 2, "fig4": 2, "
           "pooled_ks": 1, "reading_windows": 1, "fig4_without_repeats": 1, "head_separability": 1, "fig2c_ratio": 1,
           "sink_shares": 1, "sink_claims": 1, "compare_normalizers": 1, "compare_normalizers_each": 1,
           "bench_normalizers": 1, "diagnose": 1,
-          "layer_kinds": 1}              # (declared in the registry from the start: Gemma 3's rows by layer kind)
+          "layer_kinds": 1,              # (declared in the registry from the start: Gemma 3's rows by layer kind)
+          "critical_by_kind": 1}         # (likewise: Gemma 3's critical N by layer kind)
 
 
 def _calls(tree: ast.AST, where: str):
@@ -87,7 +88,7 @@ def test_every_cached_computation_is_declared_in_the_registry():
 
 
 def test_the_registry_is_well_formed():
-    assert len(COMPUTATIONS) == 28
+    assert len(COMPUTATIONS) == 29
     chapters = {p.stem for p in (ROOT / "book").glob("*.ip*")} | {p.stem for p in (ROOT / "book").glob("*.md")}
     for name, c in COMPUTATIONS.items():
         assert c.name == name and isinstance(c.version, int) and c.version >= 1
@@ -101,7 +102,7 @@ def test_the_registry_is_well_formed():
     from attnlab import recompute
 
     assert all(callable(getattr(recompute, f"_{c.recompute}")) for c in COMPUTATIONS.values() if c.recompute)
-    assert [n for n, c in COMPUTATIONS.items() if not c.recompute] == []       # 28 of 28 have a recipe
+    assert [n for n, c in COMPUTATIONS.items() if not c.recompute] == []       # 29 of 29 have a recipe
 
 
 def test_every_version_is_the_one_before_the_registry():

@@ -163,6 +163,7 @@ def _probe(name: str) -> Result:
         "head_separability": lambda: _head_separability(),
         "fig2c_ratio": lambda: _fig2c_ratio(),
         "layer_kinds": lambda: _layer_kinds(),
+        "critical_by_kind": lambda: _critical_by_kind(),
     }
     if name in probes:
         return probes[name]()
@@ -193,6 +194,15 @@ def _layer_kinds() -> Result:
     return layer_kind_rows(_tiny(), ids, lengths=(32, 64))
 
 
+def _critical_by_kind() -> Result:
+    """The critical N of each layer kind on tiny-gpt2's first 64 tokens (every layer full: one kind; sliding layers
+    are checked against a whole capture in tests/test_critical_by_kind.py)."""
+    from attnlab.tools.critical_by_kind import critical_by_kind
+
+    ids = figures.Inputs("tiny-gpt2", "cpu", max_length=64).ids()
+    return critical_by_kind(_tiny(), ids, lengths=(32, 64), max_rows=16)
+
+
 @lru_cache(maxsize=1)
 def _minilm():
     from attnlab.core.models import load_model
@@ -203,7 +213,8 @@ def _minilm():
 PROBED = sorted(set(figures.FIGURES) | {"tsc_sample_reference_effect", "tsc_authors_sphere_reference",
                                         "compare_normalizers", "compare_normalizers_each", "bench_normalizers",
                                         "diagnose", "perplexity", "pooled_ks", "reading_windows",
-                                        "fig4_without_repeats", "head_separability", "fig2c_ratio", "layer_kinds"})
+                                        "fig4_without_repeats", "head_separability", "fig2c_ratio", "layer_kinds",
+                                        "critical_by_kind"})
 
 
 # A probe's golden file is <name>@v<version>.json, or <name>@v<version>.<label>.json for a labelled probe. Golden files
@@ -283,6 +294,9 @@ CONSTANT_OK = {
     "tsc_sample_reference_effect.beta_ref": "the reference's fitted exponent, one per experiment",
     "compare_normalizers_each.critical_n": "one layer swapped into tiny-gpt2: no critical N below 0.9 L at L <= 64",
     "compare_normalizers_each.critical_n_frac": "as critical_n",
+    "critical_by_kind.critical_n_pvalue": "8 heads against 8: the first p above 0.01 a KS test of two 8-samples gives",
+    "critical_by_kind.n_layers": "tiny-gpt2's layers are of one kind: both, at every L",
+    "critical_by_kind.n_pooled_heads": "as n_layers: its 8 heads",
     **{f"diagnose.{s}_sharp": "the one-hot reference: 0, 1 and 1/n_sep by construction"
        for s in ("entropy_norm", "max_weight", "ns_frac")},
 }

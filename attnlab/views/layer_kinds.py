@@ -30,13 +30,47 @@ def kinds(inp=None, device: Optional[str] = None) -> Result:
     """The "layer_kinds" Result of Gemma 3 270M on WINDOW at LENGTHS (`book.result`: from the results cache, else
     computed once). `inp`: the chapter's Inputs when they hold Gemma 3 (loaded once), else Gemma 3 is loaded.
     ModelUnavailable where its wheels are not installed."""
-    if inp is None or inp.model.name != MODEL:
-        from attnlab.core import settings
-        from attnlab.figures import Inputs
-
-        inp = Inputs(MODEL, device or settings.get("ATTNLAB_DEVICE"))      # War and Peace
+    inp = _gemma_inputs(inp, device)                                      # War and Peace
     key = {"window": WINDOW, "lengths": list(LENGTHS), "device": inp.device}
     return running.result("layer_kinds", key, model=inp.model, corpus=inp.corpus)
+
+
+CRITICAL_LENGTHS = (512, 1024, 2048, 4096, 8192)   # critical N by kind: from the window's length to the longest
+CRITICAL_ROWS = 64                                 # query rows per head (`tools.critical_by_kind`, diagnose's default)
+CRITICAL_MAX_FRAC = 0.95                           # the scan's grid goes to 0.95 L_t (diagnose's 0.5 finds none here)
+CRITICAL_STEP_FRAC = 0.02                          # in steps of 0.02 L_t past N = 8 (diagnose's 0.01: twice the time)
+CRITICAL_MISSING = (f"Gemma 3 270M's critical N by layer kind (sliding 512 / full) at L = {CRITICAL_LENGTHS[0]} … "
+                    f"{CRITICAL_LENGTHS[-1]:,} on War and Peace")
+
+
+def _gemma_inputs(inp, device):
+    """`inp` when it holds Gemma 3 (loaded once), else Gemma 3 on War and Peace."""
+    if inp is not None and inp.model.name == MODEL:
+        return inp
+    from attnlab.core import settings
+    from attnlab.figures import Inputs
+
+    return Inputs(MODEL, device or settings.get("ATTNLAB_DEVICE"))
+
+
+def critical(inp=None, device: Optional[str] = None) -> Result:
+    """The "critical_by_kind" Result of Gemma 3 270M on WINDOW at CRITICAL_LENGTHS, CRITICAL_ROWS rows per head, the
+    grid in steps of CRITICAL_STEP_FRAC up to CRITICAL_MAX_FRAC of each kind's longest row (`book.result`: from the
+    results cache, else computed once). ModelUnavailable where it is not installed."""
+    inp = _gemma_inputs(inp, device)
+    key = {"window": WINDOW, "lengths": list(CRITICAL_LENGTHS), "max_rows": CRITICAL_ROWS,
+           "max_frac": CRITICAL_MAX_FRAC, "step_frac": CRITICAL_STEP_FRAC, "device": inp.device}
+    return running.result("critical_by_kind", key, model=inp.model, corpus=inp.corpus)
+
+
+def critical_or_missing(inp=None):
+    """`critical(inp)`, or, where Gemma 3 is not installed, one line (HTML) saying which rows are missing and why."""
+    from attnlab.core.model_files import ModelUnavailable
+
+    try:
+        return critical(inp)
+    except ModelUnavailable as exc:
+        return markup.prose(f"<p>Not computed in this build: {escape(CRITICAL_MISSING)}. {escape(str(exc))}.</p>")
 
 
 def kinds_or_missing(inp=None):
@@ -194,3 +228,73 @@ def sink_prose(res):
         f"at L = {L1:,}; in the sliding layers {s0:.3f} and {s1:.3f}. Past L = {window} a sliding layer's rows no "
         f"longer see the first token at all (it left their window), so it cannot serve them as a sink: only the "
         f"first {window} rows of {L1:,} can put weight on it there. {source(res)}.</p>")
+
+
+# ------------------------------------------------------------------ critical N by layer kind (chapters 3 and 6)
+
+def _critical_cell(r: dict) -> str:
+    if not r["critical_n_testable"]:
+        return f"not testable ({r['n_pooled_heads']} heads)"
+    if r["critical_n_censored"]:
+        return f"none up to {r['critical_n_max']:,} (p = {r['critical_n_pvalue']:.2g} there)"
+    return f"{int(r['critical_n']):,} = {r['critical_n_frac']:.3f} L_t ({r['critical_n'] / r['L']:.4f} L)"
+
+
+def critical_table(res):
+    """HTML table: per L, each kind's critical N (its fraction of the kind's longest row L_t = min(L, w), and of L);
+    the line itself where the Result is missing."""
+    if _missing(res):
+        return res
+    by = {(r["L"], r["kind"]): r for r in res.rows}
+    Ls = sorted({L for L, _ in by})
+    kinds = [k for k in ("full", "sliding") if any(kk == k for _, kk in by)]
+    head = ["L"] + [f"{k} layers" + (f" (L_t = min(L, {by[(Ls[0], k)]['window']}))" if by[(Ls[0], k)]["window"]
+                                     else " (L_t = L)") for k in kinds]
+    rows = [[f"{L:,}"] + [_critical_cell(by[(L, k)]) for k in kinds] for L in Ls]
+    p = res.provenance
+    return markup.table(head, rows, caption=(
+        f"Critical N by layer kind. {source(res)}: the KS scan of Fig. 2c (alpha = {p['alpha']}) on each kind's heads pooled, {p['max_rows']} "
+        f"evenly spaced rows a head ([R] rows sampled), N on a grid: every N to 8, then steps of "
+        f"{p['crit_step_frac']:g} L_t to {p['crit_max_frac']:g} L_t (the first grid N not rejected)"))
+
+
+def critical_prose(res):
+    """HTML: what the 6% rule becomes in each kind of layer, read from the rows: each kind's critical N / L_t at the
+    shortest and the longest L, how many lengths keep it below the paper's 0.06, and the sliding kind's N against L."""
+    if _missing(res):
+        return res
+    from attnlab.normalization.paper import CRITICAL_FRAC
+
+    by = {(r["L"], r["kind"]): r for r in res.rows}
+    Ls = sorted({L for L, _ in by})
+    L0, L1 = Ls[0], Ls[-1]
+
+    def frac(r):
+        if not r["critical_n_testable"]:
+            return f"not testable ({r['n_pooled_heads']} heads)"
+        if r["critical_n_censored"]:
+            return f"not found up to N = {r['critical_n_max']:,} ({r['critical_n_max'] / r['longest_row']:.2f} L_t)"
+        return f"{r['critical_n_frac']:.3f} L_t"
+
+    parts = []
+    for kind in ("full", "sliding"):
+        if (L0, kind) not in by:
+            continue
+        rs = [by[(L, kind)] for L in Ls]
+        below = sum(r["critical_n_testable"] and not r["critical_n_censored"]
+                    and r["critical_n_frac"] <= CRITICAL_FRAC for r in rs)
+        parts.append(f"In the {kind} layers critical N is {frac(rs[0])} at L = {L0:,} and {frac(rs[-1])} at "
+                     f"L = {L1:,}; it is at most {CRITICAL_FRAC} of L_t at {below} of {len(Ls)} lengths.")
+    s1 = by.get((L1, "sliding"))
+    tail = ""
+    if s1 is not None and s1["critical_n_testable"] and not s1["critical_n_censored"]:
+        tail = (f" A sliding layer's rows see at most {s1['window']} keys, so its critical N is a fraction of "
+                f"{s1['window']}, not of L: {int(s1['critical_n']):,} at L = {L1:,} is {s1['critical_n'] / L1:.4f} L.")
+        under = [L for L in Ls if by[(L, "sliding")]["critical_n_testable"]
+                 and not by[(L, "sliding")]["critical_n_censored"]
+                 and by[(L, "sliding")]["critical_n"] <= CRITICAL_FRAC * L]
+        tail += (" Measured against L, as the paper states the rule, the sliding layers meet it at "
+                 + (f"L = {', '.join(f'{L:,}' for L in under)} only, because their rows stop growing, not because "
+                    "their top-N tokens became indistinguishable sooner." if under else "no length of the grid."))
+    return markup.prose("<p>" + " ".join(parts) + tail + f" {source(res)}; {res.provenance['max_rows']} "
+                        "rows a head, the heads of each kind pooled.</p>")
