@@ -253,8 +253,9 @@ def critical_table(res):
     rows = [[f"{L:,}"] + [_critical_cell(by[(L, k)]) for k in kinds] for L in Ls]
     p = res.provenance
     return markup.table(head, rows, caption=(
-        f"Critical N by layer kind. {source(res)}: the KS scan of Fig. 2c (alpha = {p['alpha']}) on each kind's heads pooled, {p['max_rows']} "
-        f"evenly spaced rows a head ([R] rows sampled), N on a grid: every N to 8, then steps of "
+        f"Critical N by layer kind. {source(res)}: the KS scan of Fig. 2c (alpha = {p['alpha']}) on each kind's "
+        f"heads pooled, {p['max_rows']} evenly spaced rows a head ([R] rows sampled), N on a grid: every N to 8, then "
+        f"steps of "
         f"{p['crit_step_frac']:g} L_t to {p['crit_max_frac']:g} L_t (the first grid N not rejected)"))
 
 
