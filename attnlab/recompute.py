@@ -216,10 +216,9 @@ def _sink_claims(key: dict):
                              text=sinks.window_text(inp.corpus))
 
 
-def _layer_kinds(key: dict, model=None, corpus=None):
-    """Vanishing attention by layer kind on the book's sink window (War and Peace from its start, BOS first where
-    the model table says bos), L = key["lengths"]."""
-    from attnlab.normalization.layer_kinds import layer_kind_rows
+def _sink_window(key: dict, model=None, corpus=None):
+    """(model, ids, text provenance) of the book's sink window (War and Peace from its start, BOS first where the
+    model table says bos), max(key["lengths"]) tokens; None where the key names another window or text."""
     from attnlab.tools import sinks
 
     if key.get("window") != sinks.BOOK_WINDOW:
@@ -227,26 +226,31 @@ def _layer_kinds(key: dict, model=None, corpus=None):
     model, corpus = _model(key, model), _corpus(key["text"], corpus)
     if corpus.name != "war_and_peace":
         return None
-    ids = model.window(corpus.text, max(key["lengths"]))
-    return layer_kind_rows(model, ids, lengths=key["lengths"], text=sinks.window_text(corpus))
+    return model, model.window(corpus.text, max(key["lengths"])), sinks.window_text(corpus)
+
+
+def _layer_kinds(key: dict, model=None, corpus=None):
+    """Vanishing attention by layer kind on the book's sink window (`_sink_window`), L = key["lengths"]."""
+    from attnlab.normalization.layer_kinds import layer_kind_rows
+
+    window = _sink_window(key, model, corpus)
+    if window is None:
+        return None
+    model, ids, text = window
+    return layer_kind_rows(model, ids, lengths=key["lengths"], text=text)
 
 
 def _critical_by_kind(key: dict, model=None, corpus=None):
-    """The critical N of each layer kind on the book's sink window (War and Peace from its start, BOS first where the
-    model table says bos), L = key["lengths"], `max_rows` rows per head, the grid in steps of `step_frac` up to
-    `max_frac` of a kind's longest row."""
-    from attnlab.tools import sinks
+    """The critical N of each layer kind on the book's sink window (`_sink_window`), L = key["lengths"], `max_rows`
+    rows per head, the grid in steps of `step_frac` up to `max_frac` of a kind's longest row."""
     from attnlab.tools.critical_by_kind import critical_by_kind
 
-    if key.get("window") != sinks.BOOK_WINDOW:
+    window = _sink_window(key, model, corpus)
+    if window is None:
         return None
-    model, corpus = _model(key, model), _corpus(key["text"], corpus)
-    if corpus.name != "war_and_peace":
-        return None
-    ids = model.window(corpus.text, max(key["lengths"]))
+    model, ids, text = window
     return critical_by_kind(model, ids, lengths=key["lengths"], max_rows=key["max_rows"],
-                            crit_max_frac=key["max_frac"], crit_step_frac=key["step_frac"],
-                            text=sinks.window_text(corpus))
+                            crit_max_frac=key["max_frac"], crit_step_frac=key["step_frac"], text=text)
 
 
 def _compare(key: dict, model=None, corpus=None):
