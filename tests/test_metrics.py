@@ -540,3 +540,25 @@ def test_temperature_row_stats_against_softmax(causal):
             assert bool(inside.all())
     with pytest.raises(ValueError):
         rows.temperature_row_stats(scores, q, k, scaling, 0.0, vis)
+
+
+def test_d1s_exact_fallback_over_a_sliding_band_equals_it_over_every_key(monkeypatch):
+    """A sliding-window row's d1 falls back to the exact max over keys (its farthest keys lie outside its window):
+    over its band of keys only (`distance.key_span`), one product per head, the numbers are those of the fallback
+    over every key, bit for bit (Gemma 3's Fig. 2b: 53.9 s -> 17.2 s, the same rows)."""
+    g = torch.Generator().manual_seed(11)
+    L, D, w = 96, 8, 16
+    x = torch.randn(3, L, D, generator=g, dtype=torch.float64)
+    scores = torch.randn(3, L, L, generator=g)
+    vis = (torch.arange(L)[:, None] - torch.arange(L)[None, :]).clamp_min(0).lt(w) & torch.ones(L, L).tril().bool()
+    probs = torch.softmax(scores.masked_fill(~vis, float("-inf")), -1)
+    stats = ("dmax_B", "dmax_R")
+    assert distance.key_span(vis[40:48]) == (25, 48)
+    spans, key_span = [], distance.key_span
+    monkeypatch.setattr(distance, "key_span", lambda v: spans.append(key_span(v)) or spans[-1])
+    banded = distance.distance_stats(probs, x, [1, 5, 12], vis, stats=stats)
+    assert any(hi - lo < L for lo, hi in spans), spans             # the fallback ran, over bands
+    monkeypatch.setattr(distance, "key_span", lambda v: (0, v.shape[-1]))
+    every = distance.distance_stats(probs, x, [1, 5, 12], vis, stats=stats)
+    for k in stats:
+        assert torch.equal(banded[k].nan_to_num(-1.0), every[k].nan_to_num(-1.0)), k

@@ -132,7 +132,7 @@ def _d1(rows: RowBlock, N: int, tables: dict, ok: torch.Tensor, chunk: int) -> t
         best = torch.where(valid, dist, float("-inf")).view(b, q, N, m).amax(-1)  # [b, q, N]
     d1 = best.amax(-1)
     redo = (best == float("-inf")).any(-1) & ok
-    if bool(redo.any()):                                                 # exact, over all keys
+    if bool(redo.any()):                                                 # exact, over the rows' visible keys
         bb, tt = redo.nonzero(as_tuple=True)
         jj = j[bb, tt]                                                   # [r, N]
         sel = torch.zeros(len(bb), K, dtype=torch.bool, device=jj.device).scatter_(-1, jj, True)
@@ -140,21 +140,35 @@ def _d1(rows: RowBlock, N: int, tables: dict, ok: torch.Tensor, chunk: int) -> t
         step = max(1, chunk // max(1, N * K))
         for c0 in range(0, len(bb), step):
             cs = slice(c0, c0 + step)
-            d2 = torch.where(allowed[cs], _exact_d2(rows, tables, bb[cs], jj[cs], K).view(-1, N, K), float("-inf"))
+            lo, hi = key_span(rows.vis[tt[cs]])                          # a sliding layer's rows: their band only
+            d2 = _exact_d2(rows, tables, bb[cs], jj[cs], lo, hi).view(-1, N, hi - lo)
+            d2 = torch.where(allowed[cs][..., lo:hi], d2, float("-inf"))
             d1[bb[cs], tt[cs]] = d2.flatten(1).amax(-1).clamp_min(0).sqrt()
     return d1
 
 
-def _exact_d2(rows: RowBlock, tables: dict, bb: torch.Tensor, jj: torch.Tensor, K: int) -> torch.Tensor:
-    """Squared distances [r, n, K] from each selected key jj [r, n] of head bb [r] of the block to its first K keys:
-    rows of the "small" tables' H where there are any, else from the block's x (d1's exact fallback)."""
+def key_span(vis: torch.Tensor) -> tuple[int, int]:
+    """(first, last + 1) of the keys any row of vis [r, K] sees: all K for full rows, a sliding layer's band (w keys
+    of rows that see the same window) for its rows."""
+    seen = vis.any(0).nonzero()
+    return (int(seen[0]), int(seen[-1]) + 1) if len(seen) else (0, vis.shape[-1])
+
+
+def _exact_d2(rows: RowBlock, tables: dict, bb: torch.Tensor, jj: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """Squared distances [r, n, hi - lo] from each selected key jj [r, n] of head bb [r] of the block to its keys
+    lo..hi-1: rows of the "small" tables' H where there are any, else from the block's x (d1's exact fallback)."""
     if "small" in tables:                                                # rows of the H table
         H, xn2, _, _ = tables["small"]
         uj = (rows.inv[bb].unsqueeze(-1), jj)                            # [r, n] each
-        return H[uj][..., :K] + xn2[uj].unsqueeze(-1)
+        return H[uj][..., lo:hi] + xn2[uj].unsqueeze(-1)
     xj = rows.X[bb.unsqueeze(-1), jj]                                    # [r, n, D]
-    d2 = torch.einsum("rnd,rkd->rnk", xj, rows.X[bb]).mul_(-2)
-    return d2.add_(rows.xn2[bb.unsqueeze(-1), jj].unsqueeze(-1) + rows.xn2[bb].unsqueeze(1))
+    band = rows.X[:, lo:hi]                                              # [u, k, D], a view: nothing copied
+    d2 = torch.empty(*xj.shape[:2], hi - lo, dtype=xj.dtype, device=xj.device)
+    for u in bb.unique().tolist():                                       # one product per head, its rows together
+        at = (bb == u).nonzero().squeeze(-1)
+        d2[at] = torch.bmm(xj[at], band[u].transpose(0, 1).expand(len(at), -1, -1))
+    d2.mul_(-2)
+    return d2.add_(rows.xn2[bb.unsqueeze(-1), jj].unsqueeze(-1) + rows.xn2[:, lo:hi][bb].unsqueeze(1))
 
 
 def _check_order(order: Optional[torch.Tensor], probs: torch.Tensor, ns: list[int], stats: list[str], B: int,
@@ -514,7 +528,7 @@ def _over_selected(best: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor,
 
 def _tile_d1_exact(rows: RowBlock, ns: list[int], tables: dict, rank: torch.Tensor, redo: torch.Tensor,
                    d1: torch.Tensor, budget: int) -> None:
-    """d1 [b, q, n] recomputed in place over all keys where redo [b, q, n] (as `_d1`'s fallback), in chunks of at
+    """d1 [b, q, n] recomputed in place over the rows' keys where redo [b, q, n] (as `_d1`'s fallback), in chunks of at
     most `budget` [pairs, selected, keys] elements."""
     b, q, K = rows.a.shape
     bb, tt, cc = redo.nonzero(as_tuple=True)
@@ -526,8 +540,9 @@ def _tile_d1_exact(rows: RowBlock, ns: list[int], tables: dict, rank: torch.Tens
     step = max(1, budget // (n * K))
     for c0 in range(0, len(bb), step):
         cs = slice(c0, c0 + step)
-        d2 = _exact_d2(rows, tables, bb[cs], jj[cs], K)
-        d2 = torch.where(jsel[cs].unsqueeze(-1) & allowed[cs].unsqueeze(1), d2, float("-inf"))
+        lo, hi = key_span(allowed[cs])                                   # a sliding layer's rows: their band only
+        d2 = _exact_d2(rows, tables, bb[cs], jj[cs], lo, hi)
+        d2 = torch.where(jsel[cs].unsqueeze(-1) & allowed[cs, lo:hi].unsqueeze(1), d2, float("-inf"))
         d1[bb[cs], tt[cs], cc[cs]] = d2.flatten(1).amax(-1).clamp_min(0).sqrt()
 
 
