@@ -195,7 +195,23 @@ def book_plan(model: Optional[str] = None, device: Optional[str] = None) -> list
     device = device or settings.get("ATTNLAB_DEVICE")
     own = [replace(t, perplexity=BOOK_PERPLEXITY) for t in plan([model], None, device)]
     in_book = list(model_table.offline_in_book())
-    return own + plan(in_book, BOOK_WINDOWS, device) + _chapter_tasks(model, in_book, device)
+    return (own + plan(in_book, BOOK_WINDOWS, device) + _claims_windows(model, in_book, device)
+            + _chapter_tasks(model, in_book, device))
+
+
+def _claims_windows(model: str, in_book: Sequence[str], device: str) -> list[Task]:
+    """The figures each other in-book model's claims read (`book.claims_per_model`: the book's window, at the paper's
+    L where its positions allow) when that window is not one of `windows.BOOK_WINDOWS`' (L = 512): a task each."""
+    from attnlab.core import model_table
+    from attnlab.windows import BOOK_MAX_LENGTH
+
+    out = []
+    for m in in_book:
+        entry = model_table.entry(m)
+        L = min(entry.max_positions or PAPER_LENGTH, PAPER_LENGTH)
+        if m != model and L > BOOK_MAX_LENGTH:
+            out.append(Task(m, ("war_and_peace", 0), f"the book's window, L = {L}", device, length=L))
+    return out
 
 
 def _chapter_tasks(model: str, in_book: Sequence[str], device: str) -> list[Task]:

@@ -210,3 +210,21 @@ def test_the_cli_book_fill_stores_the_chapters_results_it_describes(tmp_path, mo
     assert main(["results", "compute", "--book", "--model", "tiny-gpt2", "--quiet"]) == 0
     again = capsys.readouterr().out.splitlines()[-1]
     assert again.startswith("tiny-gpt2, the chapters' Results: ") and again.endswith(" stored, 0 computed")
+
+
+def test_other_in_book_models_claims_window_is_planned_at_the_papers_length(monkeypatch):
+    """Chapter 6 and the chapter map read each other in-book model's claims on the book's window at the paper's L
+    (`book.claims_per_model`); the windows of `windows.BOOK_WINDOWS` stop at L = 512, so a model with more positions
+    gets that window as a task of its own (a build on MiniLM once computed SmolLM2's inside chapter 6); MiniLM (512
+    positions) needs none."""
+    from attnlab.core import model_table
+
+    monkeypatch.setattr(model_table, "installed", lambda name: False)
+    tasks = results.book_plan("minilm", "cpu")
+    extra = [t for t in tasks if t.label.startswith("the book's window, L =")]
+    assert [(t.model, t.window, t.length) for t in extra] == [("smollm2", ("war_and_peace", 0), 1024)]
+    planned = results.describe_planned(tasks, auto="minilm")
+    assert {(f, "smollm2", "war_and_peace", 0, 1024, None) for f in ("fig1", "fig2b", "fig3", "fig4")} <= planned
+    monkeypatch.setattr(model_table, "offline_in_book", lambda: ("minilm", "smollm2", "gemma3"))
+    extra = [t for t in results.book_plan("smollm2", "cpu") if t.label.startswith("the book's window, L =")]
+    assert [(t.model, t.length) for t in extra] == [("gemma3", 1024)]
