@@ -429,3 +429,26 @@ def test_layer_kind_sections_say_in_one_line_which_rows_are_missing(monkeypatch)
     for view in (kind_views.vanishing_figure, kind_views.vanishing_prose, kind_views.verdict_prose,
                  kind_views.sink_table, kind_views.sink_prose):
         assert view(line) is line
+
+
+def test_the_peers_page_reads_both_kind_results_or_says_in_one_line_which_are_missing(monkeypatch):
+    """The peers page: `peers_summary` is chapter 6's and chapter 3's sentences of the two stored Results (the same
+    views, so the same numbers), and without Gemma 3 one line naming both missing Results and why."""
+    from attnlab.core import gguf
+    from attnlab.core.model_files import ModelUnavailable
+    from attnlab.views import layer_kinds as kind_views
+
+    res, crit = _kind_result(), object()
+    monkeypatch.setattr(kind_views, "_gemma_inputs", lambda inp, device: "inputs")
+    monkeypatch.setattr(kind_views, "kinds", lambda inp: res)
+    monkeypatch.setattr(kind_views, "critical", lambda inp: crit)
+    monkeypatch.setattr(kind_views, "critical_prose", lambda r: ("critical of", r))
+    verdict, critical = kind_views.peers_summary()
+    assert verdict.data == kind_views.verdict_prose(res).data and critical == ("critical of", crit)
+    monkeypatch.undo()
+    found = gguf.package_file
+    monkeypatch.setattr(gguf, "package_file", lambda e: found(e) if e.name != "gemma3" else (_ for _ in ()).throw(
+        ModelUnavailable(f"Gemma 3 270M is not installed: {GEMMA3.pip_line}")))
+    (line,) = kind_views.peers_summary()
+    assert line.data.count("<p>") == 1 and "rows by layer kind" in line.data and "critical N by layer kind" in line.data
+    assert "is not installed" in line.data

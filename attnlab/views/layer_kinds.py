@@ -83,6 +83,20 @@ def kinds_or_missing(inp=None):
         return markup.prose(f"<p>Not computed in this build: {escape(MISSING)}. {escape(str(exc))}.</p>")
 
 
+def peers_summary(inp=None):
+    """HTML for the peers page: `verdict_prose` (the largest weight and 1/L_t by kind) and `critical_prose` (the 6%
+    rule by kind) of the stored "layer_kinds" and "critical_by_kind" Results, Gemma 3 loaded once; or, where it is
+    not installed, one line saying which rows are missing and why."""
+    from attnlab.core.model_files import ModelUnavailable
+
+    try:
+        inp = _gemma_inputs(inp, None)
+        return verdict_prose(kinds(inp)), critical_prose(critical(inp))
+    except ModelUnavailable as exc:
+        return (markup.prose(f"<p>Not computed in this build: {escape(MISSING)} and {escape(CRITICAL_MISSING)}. "
+                             f"{escape(str(exc))}.</p>"),)
+
+
 def _missing(res) -> bool:
     return not isinstance(res, Result)
 
