@@ -282,3 +282,27 @@ def test_a_tokenizer_that_cannot_encode_is_one_line(tiny):
 
     with pytest.raises(ModelUnavailable, match="cannot encode a plain sentence .Unk token"):
         models.check_tokenizer(broken, tiny.hf, "broken")
+
+
+def test_a_tokenizers_digest_is_kept_by_its_serialized_state_and_is_the_same(minilm, tmp_path, monkeypatch):
+    """`tokenizer_digest` keeps a fast tokenizer's digest in the cache folder under a hash of its class, special ids
+    and serialized state: the next load reads it (Gemma 3: 2 s less a load), the digest is the one computed, and a
+    damaged memo is computed again."""
+    from attnlab.core import model_files
+
+    monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path))
+    first = models.tokenizer_digest(minilm.tokenizer)
+    memos = list((tmp_path / "tokenizer-digests").iterdir())
+    assert len(memos) == 1 and memos[0].read_text() == first
+    state = json.loads(minilm.tokenizer.backend_tokenizer.to_str())
+    state.pop("truncation", None)
+    state.pop("padding", None)
+    special = {n: getattr(minilm.tokenizer, f"{n}_token_id", None) for n in ("bos", "eos", "unk", "sep", "cls", "pad")}
+    assert model_files._state_digest(type(minilm.tokenizer).__name__, special, state) == first
+    computed = []
+    real = model_files._state_digest
+    monkeypatch.setattr(model_files, "_state_digest", lambda *a: computed.append(1) or real(*a))
+    assert models.tokenizer_digest(minilm.tokenizer) == first and not computed          # read from the memo
+    memos[0].write_text("not a digest")
+    assert models.tokenizer_digest(minilm.tokenizer) == first and computed == [1]
+    assert memos[0].read_text() == first

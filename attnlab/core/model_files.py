@@ -235,17 +235,47 @@ def config_digest(config) -> str:
 def tokenizer_digest(tok) -> str:
     """sha256 of what a tokenizer does: a fast tokenizer's full state (vocabulary, merges, normalizer,
     pre-tokenizer, post-processor, added tokens; not its current truncation and padding, which calls change),
-    else its sorted vocabulary; with its class and special token ids."""
+    else its sorted vocabulary; with its class and special token ids. A fast tokenizer's digest is kept in the cache
+    folder under a hash of its serialized state (`_digest_memo`): the same digest, without the 2 s of Gemma 3's."""
     backend = getattr(tok, "backend_tokenizer", None)
-    if backend is not None:
-        state = json.loads(backend.to_str())
-        state.pop("truncation", None)
-        state.pop("padding", None)
-    else:
-        state = sorted(tok.get_vocab().items())
     special = {name: getattr(tok, f"{name}_token_id", None) for name in ("bos", "eos", "unk", "sep", "cls", "pad")}
-    text = json.dumps([type(tok).__name__, special, state], sort_keys=True, ensure_ascii=False)
+    if backend is None:
+        return _state_digest(type(tok).__name__, special, sorted(tok.get_vocab().items()))
+    raw = backend.to_str()
+    memo = _digest_memo(hashlib.sha256(json.dumps([type(tok).__name__, special], sort_keys=True).encode()
+                                       + b"\n" + raw.encode()).hexdigest())
+    if memo is not None and memo.is_file():
+        known = memo.read_text().strip()
+        if re.fullmatch(r"[0-9a-f]{64}", known):
+            return known
+    state = json.loads(raw)
+    state.pop("truncation", None)
+    state.pop("padding", None)
+    digest = _state_digest(type(tok).__name__, special, state)
+    if memo is not None:
+        with contextlib.suppress(OSError):
+            memo.parent.mkdir(parents=True, exist_ok=True)
+            tmp = memo.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(digest)
+            tmp.replace(memo)
+    return digest
+
+
+def _state_digest(name: str, special: dict, state) -> str:
+    text = json.dumps([name, special, state], sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _digest_memo(key: str) -> Optional[Path]:
+    """Where `tokenizer_digest` keeps the digest of a fast tokenizer's serialized state (`key`: sha256 of its class,
+    special ids and `to_str()`): Gemma 3's 262,144-word state took 2 s to canonicalize at each load. None without a
+    cache folder."""
+    from attnlab.core.text import cache_dir
+
+    try:
+        return Path(cache_dir()) / "tokenizer-digests" / key
+    except (OSError, ValueError):
+        return None
 
 
 def one_line(exc: BaseException, limit: int = 300) -> str:
