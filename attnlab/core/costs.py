@@ -36,6 +36,7 @@ COSTS: tuple[Cost, ...] = (
     Cost("smollm2", "fig2c", 2048, 9.9, 135.0, None, True, "2026-11-26, SmolLM2 (causal, 270 heads)", dearest=True),
     Cost("smollm2", SIX, 1024, 5.49, 183.5, None, True, "2026-11-26, SmolLM2 (causal, 270 heads)", dearest=True),
     Cost("gemma3", SIX, 1024, 5.35, 491.0, 246.5, False, "2026-11-29, Gemma 3 270M ... measured again"),
+    Cost("gemma3", SIX, 1024, 5.56, 70.1, 124.9, True, "2026-11-29, Seventeenth session (d1's band)"),
     Cost("gemma3", FIG12A, 4096, 11.82, 656.0, 414.3, False, "2026-11-29, Gemma 3 270M ... measured again"),
     Cost("gemma3", FIG12A, 8192, 7.06, 1162.0, 2123.7, True, "2026-11-29, Gemma 3 270M ... measured again",
          dearest=True),
