@@ -18,18 +18,8 @@ W = 8          # the window of `kinds_model`
 def kinds_model() -> AttnModel:
     """A seeded random Gemma 3 text model with 8 heads a layer (a pooled KS test of 16 heads can reject at 0.01),
     layers sliding (window 8), full, full, sliding."""
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    config = Gemma3TextConfig(vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
-                              num_attention_heads=8, num_key_value_heads=2, head_dim=8, sliding_window=W,
-                              layer_types=["sliding_attention", "full_attention", "full_attention",
-                                           "sliding_attention"],
-                              max_position_embeddings=128, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-                              attn_implementation="eager")
-    with torch.random.fork_rng():
-        torch.manual_seed(1)
-        hf = Gemma3ForCausalLM(config).eval()
-    return AttnModel("tiny-gemma3-kinds", hf, None, source="random init (tests)", random_weights=True)
+    return mixed_gemma(kinds=("sliding", "full", "full", "sliding"), window=W, heads=8, kv_heads=2, hidden=64,
+                       positions=128, seed=1, name="tiny-gemma3-kinds")
 
 
 def test_each_kind_pools_its_layers_heads_as_a_whole_capture_does():

@@ -17,20 +17,23 @@ W = 4
 L = 16
 
 
-def mixed_gemma(vocab_size: int = 128, tokenizer=None) -> AttnModel:
-    """A seeded random Gemma 3 text model: layers sliding (window 4), full, sliding; 4 query heads, 1 key/value head
-    (tests/test_sliding_tools.py: GPT-2's tokenizer and vocabulary, to read a text)."""
+def mixed_gemma(vocab_size: int = 128, tokenizer=None, *, kinds=("sliding", "full", "sliding"), window: int = W,
+                heads: int = 4, kv_heads: int = 1, hidden: int = 32, positions: int = 64, seed: int = 0,
+                name: str = "tiny-gemma3-mixed") -> AttnModel:
+    """A seeded random Gemma 3 text model: one layer per entry of `kinds` ("sliding": a window of `window` keys, or
+    "full"), `heads` query heads of dim 8 sharing `kv_heads` key/value heads (tests/test_sliding_tools.py: GPT-2's
+    tokenizer and vocabulary, to read a text)."""
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-    config = Gemma3TextConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                              num_attention_heads=4, num_key_value_heads=1, head_dim=8, sliding_window=W,
-                              layer_types=["sliding_attention", "full_attention", "sliding_attention"],
-                              max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    config = Gemma3TextConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=64,
+                              num_hidden_layers=len(kinds), num_attention_heads=heads, num_key_value_heads=kv_heads,
+                              head_dim=8, sliding_window=window, layer_types=[f"{k}_attention" for k in kinds],
+                              max_position_embeddings=positions, pad_token_id=0, bos_token_id=1, eos_token_id=2,
                               attn_implementation="eager")
     with torch.random.fork_rng():
-        torch.manual_seed(0)
+        torch.manual_seed(seed)
         hf = Gemma3ForCausalLM(config).eval()
-    return AttnModel("tiny-gemma3-mixed", hf, tokenizer, source="random init (tests)", random_weights=True)
+    return AttnModel(name, hf, tokenizer, source="random init (tests)", random_weights=True)
 
 
 @pytest.fixture(scope="module")
