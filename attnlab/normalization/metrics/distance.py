@@ -160,7 +160,7 @@ def _exact_d2(rows: RowBlock, tables: dict, bb: torch.Tensor, jj: torch.Tensor, 
     if "small" in tables:                                                # rows of the H table
         H, xn2, _, _ = tables["small"]
         uj = (rows.inv[bb].unsqueeze(-1), jj)                            # [r, n] each
-        return H[uj][..., lo:hi] + xn2[uj].unsqueeze(-1)
+        return H[:, :, lo:hi][uj] + xn2[uj].unsqueeze(-1)                   # (only the band is copied)
     xj = rows.X[bb.unsqueeze(-1), jj]                                    # [r, n, D]
     band = rows.X[:, lo:hi]                                              # [u, k, D], a view: nothing copied
     d2 = torch.empty(*xj.shape[:2], hi - lo, dtype=xj.dtype, device=xj.device)
