@@ -70,7 +70,7 @@ def critical_or_missing(inp=None):
     try:
         return critical(inp)
     except ModelUnavailable as exc:
-        return markup.prose(f"<p>Not computed in this build: {escape(CRITICAL_MISSING)}. {escape(str(exc))}.</p>")
+        return _not_computed(exc, CRITICAL_MISSING)
 
 
 def kinds_or_missing(inp=None):
@@ -80,7 +80,7 @@ def kinds_or_missing(inp=None):
     try:
         return kinds(inp)
     except ModelUnavailable as exc:
-        return markup.prose(f"<p>Not computed in this build: {escape(MISSING)}. {escape(str(exc))}.</p>")
+        return _not_computed(exc, MISSING)
 
 
 def peers_summary(inp=None):
@@ -93,8 +93,13 @@ def peers_summary(inp=None):
         inp = _gemma_inputs(inp, None)
         return verdict_prose(kinds(inp)), critical_prose(critical(inp))
     except ModelUnavailable as exc:
-        return (markup.prose(f"<p>Not computed in this build: {escape(MISSING)} and {escape(CRITICAL_MISSING)}. "
-                             f"{escape(str(exc))}.</p>"),)
+        return (_not_computed(exc, MISSING, CRITICAL_MISSING),)
+
+
+def _not_computed(exc: Exception, *missing: str):
+    """The one line a build without Gemma 3 shows instead: which rows are missing (`missing`) and why (`exc`)."""
+    return markup.prose(f"<p>Not computed in this build: {' and '.join(escape(m) for m in missing)}. "
+                        f"{escape(str(exc))}.</p>")
 
 
 def _missing(res) -> bool:
