@@ -143,6 +143,7 @@ def test_the_cli_refuses_a_fifo_in_a_model_folder_with_one_line(tmp_path):
     ({"attention.head_count_kv": 0}, "llama.attention.head_count_kv is 0"),                 # was: ZeroDivisionError
     ({"block_count": None}, "lacks llama.block_count"),          # was: loaded as 32 layers, 30 of them random
     ({"rope.dimension_count": 0}, "llama.rope.dimension_count is 0"),                      # was: ZeroDivisionError
+    ({"rope.freq_base": float("nan")}, "llama.rope.freq_base is nan in the GGUF metadata: the file is corrupt"),
     ({"attention.head_count": 8, "attention.head_count_kv": 8, "embedding_length": 36},
      "The hidden size (36) is not a multiple of the number of attention heads (8)"),       # was: cut off at ':'
     (None, "NaN or inf (tensor model.layers.1.self_attn.k_proj.weight)"),                 # was: loaded, NaN scores

@@ -5,6 +5,7 @@ from the GGUF when one differs; MiniLM's tokenizer and config files are checked 
 every tokenizer must give a probe text back; the identity (weights, source files, config and tokenizer as
 loaded) is in every Result key and provenance; a cache that cannot be written keeps the model in memory.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -306,3 +307,29 @@ def test_a_tokenizers_digest_is_kept_by_its_serialized_state_and_is_the_same(min
     memos[0].write_text("not a digest")
     assert models.tokenizer_digest(minilm.tokenizer) == first and computed == [1]
     assert memos[0].read_text() == first
+
+
+def test_de_quantizing_parses_the_gguf_metadata_once_into_the_same_copy(gguf_file, tmp_path, monkeypatch):
+    """`gguf.metadata_read_once`: the config, the model and the tokenizer each ask transformers for the file's
+    metadata (8 s a time on Gemma 3's vocabulary); it is parsed once, and the copy is the same, file by file, as
+    the one made when each asks on its own."""
+    from transformers import modeling_gguf_pytorch_utils as loader
+
+    original, asked = loader.load_gguf_checkpoint, []
+
+    def counting(path, return_tensors=False, **kwargs):
+        asked.append(bool(return_tensors))
+        return original(path, return_tensors=return_tensors, **kwargs)
+
+    records = {}
+    for how in ("once", "each"):
+        monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path / how))
+        monkeypatch.setattr(loader, "load_gguf_checkpoint", counting)
+        if how == "each":
+            monkeypatch.setattr(gguf, "metadata_read_once", contextlib.nullcontext)
+        asked.clear()
+        gguf.read_gguf(gguf_file, progress=False)
+        records[how] = (json.loads((copy_of(gguf_file) / gguf.COPY_RECORD).read_text())["files"], list(asked))
+    assert records["once"][1].count(False) == 1 < records["each"][1].count(False)
+    assert records["once"][0] == records["each"][0]
+    assert loader.load_gguf_checkpoint is counting                   # the context put back what it found

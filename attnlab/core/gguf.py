@@ -11,6 +11,7 @@ holds no code; the copy is read with trust_remote_code=False like every model.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -152,18 +153,15 @@ def check_gguf_metadata(gguf: Path) -> None:
     otherwise turn into a ZeroDivisionError, a cut-off validation error or a model built on its defaults."""
     import math
 
-    from gguf import GGUFReader
-
     try:
-        fields = GGUFReader(str(gguf)).fields
-        arch = str(fields["general.architecture"].contents())
+        fields = gguf_metadata(gguf)
+        arch = str(fields["general.architecture"])
     except Exception as exc:  # noqa: BLE001 - any failure to read the header
         raise ModelUnavailable(f"{gguf}: not a GGUF model that transformers reads (its header: "
                                f"{type(exc).__name__}: {one_line(exc)})") from None
 
     def value(key: str):
-        field = fields.get(f"{arch}.{key}")
-        return None if field is None else field.contents()
+        return fields.get(f"{arch}.{key}")
 
     for key in GGUF_SHAPE_KEYS + GGUF_OPTIONAL_SHAPE_KEYS:
         if value(key) is None and key in GGUF_SHAPE_KEYS:
@@ -175,10 +173,50 @@ def check_gguf_metadata(gguf: Path) -> None:
     if kv is not None and (not isinstance(kv, int) or kv <= 0 or heads % kv):
         raise ModelUnavailable(f"{gguf}: {arch}.attention.head_count_kv is {kv!r} in the GGUF metadata: it must be "
                                f"a count > 0 that divides {arch}.attention.head_count ({heads})")
-    for name, field in fields.items():
-        number = field.contents() if name.startswith(f"{arch}.") else None
+    for name, number in fields.items():
+        number = number if name.startswith(f"{arch}.") else None
         if isinstance(number, float) and not math.isfinite(number):
             raise ModelUnavailable(f"{gguf}: {name} is {number} in the GGUF metadata: the file is corrupt")
+
+
+def gguf_metadata(gguf: Path) -> dict:
+    """{key: value} of a GGUF file's metadata (arrays of strings, such as the vocabulary, as their length): read by
+    transformers' own header reader where it has one (0.04 s on Gemma 3), else by `gguf.GGUFReader`, which parses
+    every string of the 262,144-word vocabulary first (8 s)."""
+    try:
+        from transformers.integrations.gguf.reader import read_gguf_metadata
+    except ImportError:                                   # a transformers without it
+        from gguf import GGUFReader
+
+        return {name: field.contents() for name, field in GGUFReader(str(gguf)).fields.items()}
+    return read_gguf_metadata(str(gguf))[0]
+
+
+@contextlib.contextmanager
+def metadata_read_once():
+    """Inside: transformers' `load_gguf_checkpoint(path)` without tensors parses a file once, not once per caller
+    (the config, the model's config and the tokenizer each ask: 8 s a time on Gemma 3); each caller gets its own
+    copy of the same dict. Only where transformers imports it when called (else it is just slower, not wrong)."""
+    import copy
+
+    from transformers import modeling_gguf_pytorch_utils as loader
+
+    original, memo = loader.load_gguf_checkpoint, {}
+
+    def once(path, return_tensors=False, **kwargs):
+        if return_tensors or kwargs:
+            return original(path, return_tensors=return_tensors, **kwargs)
+        stat = os.stat(path)
+        key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+        if key not in memo:
+            memo[key] = original(path, return_tensors=False)
+        return copy.deepcopy(memo[key])
+
+    loader.load_gguf_checkpoint = once
+    try:
+        yield
+    finally:
+        loader.load_gguf_checkpoint = original
 
 
 def _read_gguf(gguf: Path):
@@ -191,7 +229,7 @@ def _read_gguf(gguf: Path):
 
     where = dict(gguf_file=gguf.name, trust_remote_code=False, local_files_only=True)
     try:
-        with quiet_transformers():
+        with quiet_transformers(), metadata_read_once():
             config = AutoConfig.from_pretrained(str(gguf.parent), **where)
             cls = AutoModelForCausalLM if type(config) in MODEL_FOR_CAUSAL_LM_MAPPING else AutoModel
             model = cls.from_pretrained(str(gguf.parent), attn_implementation="eager", **where)
