@@ -29,14 +29,18 @@ def share_models() -> None:
 
 
 def _load(name: str, device: str):
-    """`core.models.load_model(name, device)`, or the model loaded before under that name (`share_models`)."""
-    from attnlab.core.models import load_model
+    """`core.models.load_model(name, device)` (a model table GGUF model: its `DeferredModel`, de-quantized only when
+    more than its name and identity is asked), or the model loaded before under that name (`share_models`)."""
+    from attnlab.core.models import DeferredModel, deferred_model, load_model
 
     if _SHARED is None:
-        return load_model(name, device)
+        return deferred_model(name, device) or load_model(name, device)
     if (name, device) not in _SHARED:
-        model = load_model(name, device)
-        _SHARED[(name, device)] = _SHARED.setdefault((model.name, device), model)
+        model = deferred_model(name, device) or load_model(name, device)
+        known = _SHARED.setdefault((model.name, device), model)
+        if isinstance(known, DeferredModel) and known._model is None and not isinstance(model, DeferredModel):
+            known.adopt(model)              # "auto" loaded it: the deferred one asked before need not load it again
+        _SHARED[(name, device)] = known
     return _SHARED[(name, device)]
 
 

@@ -161,6 +161,30 @@ def test_gemma3_loads_from_its_wheels_checked_and_labelled(gemma3):
 
 
 @needs_gemma3
+@pytest.mark.parametrize("copy", ["from the copy", "from the GGUF's metadata"])
+def test_a_deferred_gguf_model_knows_its_identity_without_its_weights(gemma3, copy, monkeypatch):
+    """`DeferredModel`: Gemma 3's name, identity and table facts without de-quantizing (a Colab kernel that only
+    fetches its Results), equal to the loaded model's; the first other attribute loads it, checked."""
+    from attnlab import workspace
+    from attnlab.core import gguf, models
+
+    monkeypatch.setattr(workspace, "_SHARED", None)
+    if copy != "from the copy":                      # a fresh machine: no de-quantized copy yet
+        monkeypatch.setattr(gguf, "copy_problem", lambda folder, sha: "no copy yet")
+    monkeypatch.setattr(models, "load_named", lambda e, device: gemma3)     # what loading it would give
+    deferred = workspace.Workspace("gemma3", "cpu").model
+    assert isinstance(deferred, models.DeferredModel) and deferred._model is None
+    assert (deferred.name, deferred.identity, deferred.max_positions, deferred.causal, deferred.n_layers) == \
+        (gemma3.name, gemma3.identity, gemma3.max_positions, gemma3.causal, gemma3.n_layers)
+    assert deferred._model is None                   # nothing above needed the weights
+    assert deferred.hf is gemma3.hf and deferred.d_head == 256 and models.as_attn_model(deferred) is gemma3
+    other = models.DeferredModel(GEMMA3, "cpu")
+    other._identity = "0" * 16                        # a model that is not what its identity said
+    with pytest.raises(models.ModelUnavailable, match=f"identity {gemma3.identity}, not 0{{16}}"):
+        other.loaded
+
+
+@needs_gemma3
 def test_gemma3_capture_equals_eager_past_the_window(gemma3, war_and_peace, one_thread):
     """At L = 600 > 512 the sliding layers cut: layers 0 (sliding) and 5 (full) equal transformers' eager."""
     ids = gemma3.window(war_and_peace.text, 600)

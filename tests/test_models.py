@@ -158,3 +158,17 @@ def test_smollm2_perplexity_is_a_language_models(smollm2, war_and_peace):
                               128, 64)
     ppl, ppl_shuffled = torch.tensor([nll, shuffled]).div(scored).exp().tolist()
     assert ppl < 60 < ppl_shuffled < len(smollm2.tokenizer)
+
+
+def test_auto_after_a_deferred_smollm2_is_one_model(smollm2, monkeypatch):
+    """The book's workspaces share models (`workspace.share_models`): SmolLM2 asked by name is a `DeferredModel`;
+    "auto" then loads SmolLM2 and the deferred one takes it (checked) rather than loading it again."""
+    from attnlab import workspace
+    from attnlab.core import models
+
+    monkeypatch.setattr(workspace, "_SHARED", {})
+    monkeypatch.setattr(models, "load_model", lambda name, device="cpu": smollm2)   # "auto": GPT-2 unreachable
+    by_name = workspace.Workspace("smollm2", "cpu").model
+    assert isinstance(by_name, models.DeferredModel) and by_name._model is None
+    assert workspace.Workspace("auto", "cpu").model is by_name and by_name._model is smollm2
+    assert by_name.identity == smollm2.identity

@@ -389,6 +389,37 @@ def read_gguf(path, *, expected_sha256: Optional[str] = None, progress: bool = T
     return hf, tokenizer, sha256, gguf, [*checks, "de-quantized copy in the cache: every file equals its record"]
 
 
+def config_and_tokenizer(e: model_table.ModelEntry):
+    """(config, tokenizer, sha256) of a model table GGUF entry as `read_gguf` gives them (the config as its copy
+    holds it), without de-quantizing its weights: from the verified copy when there is one, else from the file's
+    metadata, with the architecture `save_pretrained` writes into the copy's config. What a model's identity is
+    made of (`core.models.DeferredModel`); a test holds both ways equal to the loaded model's."""
+    from transformers import AutoConfig, AutoTokenizer
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING, MODEL_MAPPING
+
+    path = package_file(e)
+    sha256 = file_sha256(path)
+    if sha256 != e.weights_sha256:
+        raise ModelUnavailable(f"{path}: sha256 {sha256[:12]}... is not the expected {e.weights_sha256[:12]}...: "
+                               "the file is damaged or another release; reinstall it")
+    folder = _copy_dir(sha256, path.stem)
+    plain = dict(trust_remote_code=False, local_files_only=True)
+    with quiet_transformers():
+        if copy_problem(folder, sha256) is None:
+            return (AutoConfig.from_pretrained(folder, **plain), AutoTokenizer.from_pretrained(folder, **plain),
+                    sha256)
+        check_gguf_metadata(path)
+        where = dict(gguf_file=path.name, **plain)
+        with metadata_read_once():
+            config = AutoConfig.from_pretrained(str(path.parent), **where)
+            tokenizer = AutoTokenizer.from_pretrained(str(path.parent), **where)
+    mapping = MODEL_FOR_CAUSAL_LM_MAPPING if type(config) in MODEL_FOR_CAUSAL_LM_MAPPING else MODEL_MAPPING
+    config.architectures = [mapping[type(config)].__name__]        # as the copy's config.json names its class
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    return config, tokenizer, sha256
+
+
 def _load_copy(folder: Path):
     """(model, tokenizer) from a verified copy."""
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer

@@ -309,10 +309,8 @@ class AttnModel:
         checksum, else a checksum of the state dict), the source files' checksums, and the config and
         tokenizer as loaded (`config_digest`, `tokenizer_digest`). The Results cache keys on it."""
         if self._identity is None:
-            weights = self.weights_sha256 or state_dict_sha256(self.hf)
-            parts = {"weights": weights, "files": self.files, "config": self.config_digest,
-                     "tokenizer": self.tokenizer_digest, **({"bos": True} if self.bos else {})}   # (windows differ)
-            self._identity = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+            self._identity = identity_of(self.weights_sha256 or state_dict_sha256(self.hf), self.files,
+                                         self.config_digest, self.tokenizer_digest, self.bos)
         return self._identity
 
     def provenance(self) -> dict:
@@ -329,6 +327,77 @@ class AttnModel:
     def __repr__(self) -> str:
         return (f"AttnModel({self.name!r}, {self.n_layers} layers x {self.n_heads} heads x {self.d_head}, "
                 f"{'causal' if self.causal else 'bidirectional'}, {self.max_positions} positions, {self.source})")
+
+
+def identity_of(weights: str, files: dict, config: str, tokenizer: Optional[str], bos: bool) -> str:
+    """`AttnModel.identity` from its parts: sha256 (16 hex digits) of the weights' checksum, the source files'
+    checksums, the config's and tokenizer's digests, and whether windows start with BOS (their windows differ)."""
+    parts = {"weights": weights, "files": files, "config": config, "tokenizer": tokenizer,
+             **({"bos": True} if bos else {})}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class DeferredModel:
+    """A model table GGUF model (SmolLM2, Gemma 3) whose name, identity and table facts (`TABLE_FACTS`) are known
+    before its weights are de-quantized: a Result keyed on it (`core.cache.model_key`) is found in the cache or on
+    the site without them (Gemma 3's layer kinds in a fresh Colab kernel: no 37 s de-quantization). Any other
+    attribute loads the model once (`load_named`) and checks that it is the model these answers described.
+    `Workspace` hands these out; `load_model` still returns the loaded `AttnModel`."""
+
+    TABLE_FACTS = ("causal", "max_positions", "n_layers", "n_heads")
+
+    def __init__(self, entry: model_table.ModelEntry, device: str = "cpu"):
+        self._entry, self._device, self._model = entry, check_device(device), None
+        self._identity: Optional[str] = None
+        self.name = entry.name
+        for fact in self.TABLE_FACTS:
+            setattr(self, fact, getattr(entry, fact))
+
+    @property
+    def identity(self) -> str:
+        """The loaded model's `identity`, from the GGUF's checksum and its config and tokenizer alone
+        (`core.gguf.config_and_tokenizer`)."""
+        if self._identity is None and self._model is not None:
+            self._identity = self._model.identity
+        if self._identity is None:
+            from attnlab.core import gguf
+
+            config, tokenizer, sha = gguf.config_and_tokenizer(self._entry)
+            self._identity = identity_of(sha, {"gguf": sha}, config_digest(config), tokenizer_digest(tokenizer),
+                                         self._entry.bos)
+        return self._identity
+
+    @property
+    def loaded(self) -> AttnModel:
+        """The `AttnModel`, loaded on first use; ModelUnavailable if it is not the model this one described."""
+        if self._model is None:
+            self.adopt(load_named(self._entry, self._device))
+        return self._model
+
+    def adopt(self, model: AttnModel) -> None:
+        """Take `model` (this entry's, loaded elsewhere: "auto") as the loaded one, once it is checked to be the model
+        these answers described (table facts, identity); ModelUnavailable otherwise."""
+        said = {f: getattr(self, f) for f in self.TABLE_FACTS} | {"identity": self._identity or model.identity}
+        found = {f: getattr(model, f) for f in said}
+        differ = ", ".join(f"{k} {found[k]}, not {said[k]}" for k in said if said[k] != found[k])
+        if differ:
+            raise ModelUnavailable(f"{self.name}: the loaded model is not the one its table entry and metadata "
+                                   f"described ({differ}): report this with `attnlab info`")
+        self._model = model
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__") or attr in ("_entry", "_device", "_model", "_identity"):
+            raise AttributeError(attr)
+        return getattr(self.loaded, attr)
+
+    def __repr__(self) -> str:
+        return repr(self._model) if self._model is not None else f"DeferredModel({self.name!r}, not loaded yet)"
+
+
+def deferred_model(name: str, device: str = "cpu"):
+    """A `DeferredModel` for a model table GGUF entry, else None (load it: `load_model`)."""
+    e = model_table.entry(name)
+    return DeferredModel(e, device) if e is not None and e.kind == model_table.GGUF else None
 
 
 # --------------------------------------------------------------------------- loaders
@@ -671,6 +740,8 @@ def as_attn_model(model, device: str = "cpu", tokenizer=None):
 
     if isinstance(model, AttnModel):
         return model
+    if isinstance(model, DeferredModel):
+        return model.loaded
     if isinstance(model, str):
         return load_model(model, device)
     from transformers import PreTrainedModel
