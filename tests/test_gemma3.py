@@ -174,8 +174,9 @@ def test_a_deferred_gguf_model_knows_its_identity_without_its_weights(gemma3, co
     monkeypatch.setattr(models, "load_named", lambda e, device: gemma3)     # what loading it would give
     deferred = workspace.Workspace("gemma3", "cpu").model
     assert isinstance(deferred, models.DeferredModel) and deferred._model is None
-    assert (deferred.name, deferred.identity, deferred.max_positions, deferred.causal, deferred.n_layers) == \
-        (gemma3.name, gemma3.identity, gemma3.max_positions, gemma3.causal, gemma3.n_layers)
+    assert (deferred.name, deferred.identity, deferred.max_positions, deferred.causal, deferred.n_layers,
+            deferred.device) == (gemma3.name, gemma3.identity, gemma3.max_positions, gemma3.causal, gemma3.n_layers,
+                                 gemma3.device)
     assert deferred._model is None                   # nothing above needed the weights
     assert deferred.hf is gemma3.hf and deferred.d_head == 256 and models.as_attn_model(deferred) is gemma3
     other = models.DeferredModel(GEMMA3, "cpu")

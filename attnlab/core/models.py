@@ -349,7 +349,7 @@ class DeferredModel:
     def __init__(self, entry: model_table.ModelEntry, device: str = "cpu"):
         self._entry, self._device, self._model = entry, check_device(device), None
         self._identity: Optional[str] = None
-        self.name = entry.name
+        self.name, self.device = entry.name, torch.device(self._device)     # (the device asked: AttnModel's)
         for fact in self.TABLE_FACTS:
             setattr(self, fact, getattr(entry, fact))
 
@@ -377,7 +377,8 @@ class DeferredModel:
     def adopt(self, model: AttnModel) -> None:
         """Take `model` (this entry's, loaded elsewhere: "auto") as the loaded one, once it is checked to be the model
         these answers described (table facts, identity); ModelUnavailable otherwise."""
-        said = {f: getattr(self, f) for f in self.TABLE_FACTS} | {"identity": self._identity or model.identity}
+        said = {f: getattr(self, f) for f in (*self.TABLE_FACTS, "device")} | \
+            {"identity": self._identity or model.identity}
         found = {f: getattr(model, f) for f in said}
         differ = ", ".join(f"{k} {found[k]}, not {said[k]}" for k in said if said[k] != found[k])
         if differ:
