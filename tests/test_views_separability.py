@@ -174,4 +174,5 @@ def test_relation_prose_and_figure_take_the_offline_models_and_the_page_s_own():
     assert all(f"<li><b>{m}</b>: over its" in three for m in models)
     fig = views.relation_figure(models)
     assert [ax.get_title().split(",")[0] for ax in fig.axes if ax.get_title()] == list(models)
-    assert tuple(fig.get_size_inches()) == (3 * 3.4, 3.0)
+    assert tuple(fig.get_size_inches()) == (2 * 3.4, 2 * 3.0)      # two panels a row: the page column's width
+    assert sum(ax.get_visible() and bool(ax.get_title()) for ax in fig.axes) == 3

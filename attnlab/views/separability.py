@@ -245,9 +245,15 @@ def provenance_line(res: Result) -> str:
 def relation_figure(results: dict, N: Optional[int] = None, figsize=None):
     """Figure: one panel per model ({name: head_separability Result}), each head's N_s/N at N (the largest when
     None) against its mean largest weight, coloured by layer, Spearman's rho in the panel's title, the paper's
-    band shaded; the models, window, L and reading underneath. `figsize`: 3.4 x 3.0 inches a panel when None."""
-    figsize = figsize or (3.4 * len(results), 3.0)
-    fig, axes = plt.subplots(1, len(results), figsize=figsize, layout="constrained", squeeze=False)
+    band shaded; the models, window, L and reading underneath. Two panels a row at most (three models: a page's
+    column is 6.9 inches wide). `figsize`: 3.4 x 3.0 inches a panel when None."""
+    cols = min(2, len(results))
+    rows_of_panels = -(-len(results) // cols)
+    figsize = figsize or (3.4 * cols, 3.0 * rows_of_panels)
+    fig, grid = plt.subplots(rows_of_panels, cols, figsize=figsize, layout="constrained", squeeze=False)
+    axes = [grid.ravel()]
+    for ax in axes[0][len(results):]:
+        ax.set_visible(False)
     for ax, (name, res) in zip(axes[0], results.items()):
         rel = relation_at(res, N)
         rows = res.select(N=rel["N"])
