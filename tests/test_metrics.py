@@ -538,8 +538,15 @@ def test_temperature_row_stats_against_softmax(causal):
         assert torch.allclose(hn[..., ok], (H / Lt.log())[..., ok])
         if tau == 1.0:
             assert bool(inside.all())
+        # the scores checked once: bit for bit the numbers of log_weights and entropy, block by block
+        lw = rows.log_weights(scores, tau, vis)
+        assert torch.equal(mw, lw.exp().amax(-1))
+        assert torch.equal(hn[..., ok], (rows.entropy(lw.exp(), vis) / Lt.log())[..., ok])
     with pytest.raises(ValueError):
         rows.temperature_row_stats(scores, q, k, scaling, 0.0, vis)
+    with pytest.raises(ValueError, match="NaN"):
+        rows.temperature_row_stats(scores.masked_fill(torch.eye(Lq, dtype=torch.bool), float("nan")), q, k,
+                                   scaling, 1.0, vis)
 
 
 def test_d1s_exact_fallback_over_a_sliding_band_equals_it_over_every_key(monkeypatch):
