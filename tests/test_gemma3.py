@@ -165,7 +165,7 @@ def test_gemma3_loads_from_its_wheels_checked_and_labelled(gemma3):
 def test_a_deferred_gguf_model_knows_its_identity_without_its_weights(gemma3, copy, monkeypatch):
     """`DeferredModel`: Gemma 3's name, identity and table facts without de-quantizing (a Colab kernel that only
     fetches its Results), equal to the loaded model's; the first other attribute loads it, checked."""
-    from attnlab import workspace
+    from attnlab import figures, workspace
     from attnlab.core import gguf, models
 
     monkeypatch.setattr(workspace, "_SHARED", None)
@@ -177,11 +177,16 @@ def test_a_deferred_gguf_model_knows_its_identity_without_its_weights(gemma3, co
     assert (deferred.name, deferred.identity, deferred.max_positions, deferred.causal, deferred.n_layers,
             deferred.device) == (gemma3.name, gemma3.identity, gemma3.max_positions, gemma3.causal, gemma3.n_layers,
                                  gemma3.device)
+    assert figures.model_kind(deferred) == figures.model_kind(gemma3) == "causal decoder, 4-bit weights"
     assert deferred._model is None                   # nothing above needed the weights
     assert deferred.hf is gemma3.hf and deferred.d_head == 256 and models.as_attn_model(deferred) is gemma3
     other = models.DeferredModel(GEMMA3, "cpu")
     other._identity = "0" * 16                        # a model that is not what its identity said
     with pytest.raises(models.ModelUnavailable, match=f"identity {gemma3.identity}, not 0{{16}}"):
+        other.loaded
+    other = models.DeferredModel(GEMMA3, "cpu")
+    other.note = "another note"                       # nor what its note said
+    with pytest.raises(models.ModelUnavailable, match="note "):
         other.loaded
 
 

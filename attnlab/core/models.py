@@ -342,7 +342,9 @@ class DeferredModel:
     before its weights are de-quantized: a Result keyed on it (`core.cache.model_key`) is found in the cache or on
     the site without them (Gemma 3's layer kinds in a fresh Colab kernel: no 37 s de-quantization). Any other
     attribute loads the model once (`load_named`) and checks that it is the model these answers described.
-    `Workspace` hands these out; `load_model` still returns the loaded `AttnModel`."""
+    `Workspace` hands these out; `load_model` still returns the loaded `AttnModel`. What `figures.model_kind` asks
+    is answered too (`random_weights`, `note`): chapter 1's spread over windows once loaded both models for it, 53 s
+    of a fresh Colab kernel."""
 
     TABLE_FACTS = ("causal", "max_positions", "n_layers", "n_heads")
 
@@ -352,6 +354,10 @@ class DeferredModel:
         self.name, self.device = entry.name, torch.device(self._device)     # (the device asked: AttnModel's)
         for fact in self.TABLE_FACTS:
             setattr(self, fact, getattr(entry, fact))
+        self.random_weights = False                      # a GGUF's weights are the file's
+        self._facts = (*self.TABLE_FACTS, "random_weights")
+        if entry.note:                                   # (the note `load_package_gguf` gives the loaded model)
+            self.note, self._facts = entry.note, (*self._facts, "note")
 
     @property
     def identity(self) -> str:
@@ -377,7 +383,7 @@ class DeferredModel:
     def adopt(self, model: AttnModel) -> None:
         """Take `model` (this entry's, loaded elsewhere: "auto") as the loaded one, once it is checked to be the model
         these answers described (table facts, identity); ModelUnavailable otherwise."""
-        said = {f: getattr(self, f) for f in (*self.TABLE_FACTS, "device")} | \
+        said = {f: getattr(self, f) for f in (*self._facts, "device")} | \
             {"identity": self._identity or model.identity}
         found = {f: getattr(model, f) for f in said}
         differ = ", ".join(f"{k} {found[k]}, not {said[k]}" for k in said if said[k] != found[k])
@@ -387,7 +393,7 @@ class DeferredModel:
         self._model = model
 
     def __getattr__(self, attr: str):
-        if attr.startswith("__") or attr in ("_entry", "_device", "_model", "_identity"):
+        if attr.startswith("__") or attr in ("_entry", "_device", "_model", "_identity", "_facts"):
             raise AttributeError(attr)
         return getattr(self.loaded, attr)
 
