@@ -400,6 +400,23 @@ def test_directions_are_seeded_unit_vectors_on_visible_keys():
     assert bool((v1[:, ~vis] == 0).all())
 
 
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("chunk", [64, 1 << 18])
+def test_top_orders_kept_between_vector_readings_give_the_same_numbers(causal, chunk):
+    """`distance_stats(top_orders=...)`: the row blocks' top orders made by the first call (value vectors) and reused by
+    the next (hidden states, another x on the same weights) give every stat bit for bit as fresh calls do."""
+    _, probs, x, hidden, vis = _inputs(seed=4, L=16, causal=causal)
+    ns, stats = [1, 3, 5, 15], ("dtilde_a", "dtilde_b", "E", "E2", "E3", "E5", "d1", "abar")
+    kept: dict = {}
+    for xv in (x, hidden, x):
+        fresh = distance.distance_stats(probs, xv, ns, vis, stats=stats, chunk=chunk, dtype=torch.float32)
+        again = distance.distance_stats(probs, xv, ns, vis, stats=stats, chunk=chunk, dtype=torch.float32,
+                                        top_orders=kept)
+        for k in stats:
+            torch.testing.assert_close(again[k], fresh[k], rtol=0, atol=0, equal_nan=True)
+    assert kept and all(o.dtype == torch.long for o in kept.values())
+
+
 def test_min_pairwise_distance_prefix_and_general_agree():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 7, 3, generator=g, dtype=torch.float64)

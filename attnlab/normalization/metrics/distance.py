@@ -32,6 +32,7 @@ from attnlab.normalization.metrics.engine import (
     same_x,
     span_blocks,
     tile_elements,
+    top_order,
     unique_x,
 )
 
@@ -281,7 +282,8 @@ def _stats_at(rows: RowBlock, N: int, s: torch.Tensor, sums: dict, need: set, fa
 def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visible: Optional[torch.Tensor] = None,
                    *, stats: Sequence[str] = ("dtilde_b", "dtilde_a", "E", "jensen", "dmax_B", "dmax_R"),
                    chunk: int = DEFAULT_CHUNK, dtype: torch.dtype = torch.float64,
-                   order: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+                   order: Optional[torch.Tensor] = None,
+                   top_orders: Optional[dict] = None) -> dict[str, torch.Tensor]:
     """Theorem-1 quantities of every row for each N in `ns`: dict stat -> float64 [..., Q, len(ns)].
 
     stats (any of `DISTANCE_STATS`):
@@ -295,7 +297,9 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
                 c = N/(L-1), xbar = the plain mean of the row's x (E2), c sum_j a_j x_j (E3), sum_j a_j x_j (E5)
     `order` [..., Q, >= max(ns)] (optional): the selected set of each row is its first N keys in this order
     instead of its top N by weight (e.g. random subsets: `readings.random_orders`); the d1 bounds assume top-N.
-    Rows with L_t <= N are NaN. `ns` are sorted ascending in the output. `dtype` of the weights, vectors
+    Rows with L_t <= N are NaN. `top_orders` (optional, CPU): a dict the caller keeps between calls on the same probs
+    and visible with other x (chapter 2's readings: eight vector choices), where each row block's top order is made
+    once (`engine.top_order`, the same tensor). `ns` are sorted ascending in the output. `dtype` of the weights, vectors
     and matrix products: float64 (default; matches the oracle to ~1e-7, `root_sum`) or float32 (faster;
     d~ and E within 6e-7 relative of float64 on MiniLM's traces, L = 32..512; used by the critical-N
     scan, which only ranks per-head means). The CPU kernels form the squares in float64 either way.
@@ -321,8 +325,14 @@ def distance_stats(probs: torch.Tensor, x: torch.Tensor, ns: Sequence[int], visi
     far_cache: dict = {}                                                 # `_far_tables`' H and far2, per distinct x
     for bs, qs, hi in row_blocks(B, Q, K, chunk, lengths, ns, inp.last):
         Xu, inv, key = unique_x(inp.x, inp.xmap, bs, dtype)              # (keys past hi: seen by no row of the block)
-        rows = RowBlock(P[bs, qs, :hi], vis[qs, :hi], Xu[:, :hi], inv, min(ns[-1], hi), dtype, lengths[qs], inp.prefix,
-                        order=None if order is None else order[bs, qs])
+        k = min(ns[-1], hi)
+        given = None if order is None else order[bs, qs]
+        if order is None and top_orders is not None:                     # the block's top order: made once
+            at = (bs.start, bs.stop, qs.start, qs.stop, hi, k)
+            if at not in top_orders:
+                top_orders[at] = top_order(P[bs, qs, :hi], vis[qs, :hi], k)
+            given = top_orders[at]
+        rows = RowBlock(P[bs, qs, :hi], vis[qs, :hi], Xu[:, :hi], inv, k, dtype, lengths[qs], inp.prefix, order=given)
         far = table = sums = None                                        # (the last block's tables may go first)
         sums = _row_sums(rows, vis[qs, :hi], need)
         far = _far_tables(rows, ns, FAR_CANDIDATES, Xu, key, far_cache) if D1_STATS & need else {}

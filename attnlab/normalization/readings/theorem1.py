@@ -75,13 +75,15 @@ def sample_orders(trace, seed: int, samples: int) -> list[torch.Tensor]:
 
 
 def curve_rows(trace, vectors: str, L: int, ns: Sequence[int], seed: int, samples: int,
-               window: int = 0, orders: Optional[list] = None) -> list[dict]:
+               window: int = 0, orders: Optional[list] = None, top_orders: Optional[dict] = None) -> list[dict]:
     """kind="curve" rows of one trace (L tokens) and vector reading: per (N, layer, head). `orders`: the trace's
-    `sample_orders` (made here when None)."""
+    `sample_orders` (made here when None); `top_orders`: a dict kept for the trace's other vector readings at the same
+    ns (`distance_stats`: each row block's top order made once)."""
     x = R.vectors(trace, vectors)
     vis = trace.visible()
     orders = sample_orders(trace, seed, samples) if orders is None else orders
-    st = distance_stats(trace.probs, x, ns, vis, stats=("dtilde_a", "dtilde_b", *E_STATS.values()), dtype=CURVE_DTYPE)
+    st = distance_stats(trace.probs, x, ns, vis, stats=("dtilde_a", "dtilde_b", *E_STATS.values()), dtype=CURVE_DTYPE,
+                        top_orders=top_orders)
     vals = {"d_a": st["dtilde_a"], "d_b": st["dtilde_b"], **{e: st[k] for e, k in E_STATS.items()}}
     per_sample = [distance_stats(trace.probs, x, ns, vis, stats=("dtilde_a", "dtilde_b"),
                                  order=order, dtype=CURVE_DTYPE)
@@ -178,10 +180,11 @@ def thm1_readings(model, ids, *, quick: bool = False, progress: bool = True, cap
             tag = kind_of(trace) | {"longest_row": longest} if len(subs) > 1 else {}
             e4 = L in curve_L or any(e == "E4" for e, _ in pairs)        # the curves have E4, the scan where asked
             orders = sample_orders(trace, seed, samples) if e4 else None    # (one list for every vector reading)
+            top_orders: dict = {}                        # (the curves' top orders: made once for every vector reading)
             for vec in vectors:
                 ns = [n for n in (cor2_ns(L) if L == curve_L[-1] else [FIG2A_N]) if n < longest]
                 if L in curve_L and ns:                  # (a sliding layer: none where every N >= w)
-                    rows += [r | tag for r in curve_rows(trace, vec, L, ns, seed, samples, w, orders)]
+                    rows += [r | tag for r in curve_rows(trace, vec, L, ns, seed, samples, w, orders, top_orders)]
                 if L in crit_L:
                     rows += [critical_frac(r, longest) | tag
                              for r in critical_rows(trace, vec, L, pairs, alpha, seed, samples, w, orders,
