@@ -29,10 +29,11 @@ $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml attnlab/core
 
 install: $(VENV)/.installed
 
-# Three pytest workers (pytest-xdist) on this 2-core machine: the unit tests also wait (on subprocesses, timeouts,
-# locks), and two workers kept 178% of the 2 CPUs busy: 259 s warm with two, 236 s with three (BENCHMARKS, nineteenth
-# session). Each worker loads the models it needs, so more workers need more memory; TEST_WORKERS=0: one process.
-TEST_WORKERS ?= 3
+# Two pytest workers (pytest-xdist) on this 2-core machine. Warm, three were faster (236 s against 259 s), but with
+# empty caches (`make test-cold`) they took 7 min 31 s against 5 min 27 s: each worker compiles the numba kernels and
+# loads the models it needs (BENCHMARKS, nineteenth session). More workers need more memory; TEST_WORKERS=0: one
+# process, no workers.
+TEST_WORKERS ?= 2
 # The browser tests: two workers (each its own server and Chromium) beside the Colab check (`browser-and-colab`).
 BROWSER_WORKERS ?= 2
 
