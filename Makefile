@@ -30,9 +30,9 @@ $(VENV)/.installed: requirements.txt constraints.txt pyproject.toml attnlab/core
 install: $(VENV)/.installed
 
 # Two pytest workers (pytest-xdist) on this 2-core machine. Warm, three were faster (236 s against 259 s), but with
-# empty caches (`make test-cold`) they took 7 min 31 s against 5 min 27 s: each worker compiles the numba kernels and
-# loads the models it needs (BENCHMARKS, nineteenth session). More workers need more memory; TEST_WORKERS=0: one
-# process, no workers.
+# empty caches (`make test-cold`) three took 7 min 31 s against 5 min 15 s for two: each worker compiles the numba
+# kernels and loads the models it needs (BENCHMARKS, nineteenth session). More workers need more memory;
+# TEST_WORKERS=0: one process, no workers.
 TEST_WORKERS ?= 2
 # The browser tests: two workers (each its own server and Chromium) beside the Colab check (`browser-and-colab`).
 BROWSER_WORKERS ?= 2
