@@ -343,8 +343,8 @@ class DeferredModel:
     the site without them (Gemma 3's layer kinds in a fresh Colab kernel: no 37 s de-quantization). Any other
     attribute loads the model once (`load_named`) and checks that it is the model these answers described.
     `Workspace` hands these out; `load_model` still returns the loaded `AttnModel`. What `figures.model_kind` asks
-    is answered too (`random_weights`, `note`): chapter 1's spread over windows once loaded both models for it, 53 s
-    of a fresh Colab kernel."""
+    is answered too (`random_weights`, `note`): chapter 1's spread over windows once loaded both models for it
+    (py-spy: 39.8 s of a fresh Colab kernel)."""
 
     TABLE_FACTS = ("causal", "max_positions", "n_layers", "n_heads")
 
