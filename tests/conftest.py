@@ -91,3 +91,7 @@ def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true",
                      help="tests/test_golden.py: write the golden file of a computation's version when it is missing "
                           "(never rewrites one that exists)")
+    parser.addoption("--update-golden-cpu", action="store_true",
+                     help="tests/test_golden.py, on a CPU of another class than the golden files' (AVX-512): "
+                          "write <name>@v<version>[.<label>].<class>.json where this CPU's numbers differ from the "
+                          "file's; only on a commit whose numbers the golden CPU verified (never rewrites one)")
