@@ -505,6 +505,26 @@ def test_bench_figures_max_length_and_no_oracle(tiny):
             benchmarks.bench_figures(tiny, ids, figures=["fig1"], max_length=bad)
 
 
+def test_free_cpus_reads_since_its_last_call_without_sleeping_and_its_own_work_is_not_a_neighbours(monkeypatch):
+    """Between a run's figures `free_cpus` measures the machine since its last call (no 0.1 s sleep each time):
+    2 CPUs never idle while this process kept 1.9 busy is 2 free; while it kept 1 busy (a neighbour the other) is 1.
+    The first call, and one after more than CPU_READ_MAX_AGE seconds, sleep `interval` as before."""
+    slept = []
+    monkeypatch.setattr(util.time, "sleep", slept.append)
+    monkeypatch.setattr(util, "allowed_cpus", lambda: 2)
+    monkeypatch.setattr(util.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(util, "_LAST_CPU_READ", [])
+    reads = iter([(0, 0, 0.0, 0.0), (20, 20, 0.0, 0.1),             # first call: sleeps, a quiet machine
+                  (20, 1020, 9.5, 5.1),                               # 5 s later: itself 1.9 CPUs, none idle
+                  (20, 2020, 14.5, 10.1),                             # 5 s later: itself 1 CPU, none idle
+                  (20, 22020, 14.5, 110.1), (20, 22040, 14.5, 110.2)])  # 100 s later: too old, sleeps again
+    monkeypatch.setattr(util, "_cpu_read", lambda: next(reads))
+    assert util.free_cpus(0.1) == 2 and slept == [0.1]
+    assert util.free_cpus(0.1) == 2 and slept == [0.1]
+    assert util.free_cpus(0.1) == 1 and slept == [0.1]
+    assert util.free_cpus(0.1) == 1 and slept == [0.1, 0.1]
+
+
 def test_a_busy_machine_lowers_auto_threads_but_never_a_chosen_count(monkeypatch):
     import torch
 

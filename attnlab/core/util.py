@@ -290,18 +290,35 @@ def _cpu_times() -> tuple[int, int]:
     return fields[3] + fields[4], sum(fields)
 
 
+#: the last `free_cpus` read: (machine idle jiffies, total jiffies, this process's CPU seconds, monotonic seconds)
+_LAST_CPU_READ: list[tuple[float, float, float, float]] = []
+#: the oldest last read `free_cpus` measures from instead of sleeping (seconds)
+CPU_READ_MAX_AGE = 30.0
+
+
+def _cpu_read() -> tuple[float, float, float, float]:
+    return (*_cpu_times(), time.process_time(), time.monotonic())
+
+
 def free_cpus(interval: float = 0.1) -> int:
     """How many CPUs are free now, in [1, allowed_cpus()].
 
-    Linux: the machine's idle time over `interval` seconds (two reads of /proc/stat; this process sleeps
-    meanwhile, so only the others' work counts), in CPUs; a CPU counts when it is at least 80% idle.
-    Elsewhere: allowed CPUs minus the 1-minute load average. Never below 1."""
+    Linux: what the other processes left of the machine since the last call, when that was `interval` to
+    CPU_READ_MAX_AGE seconds ago (between a run's figures: no wait), else over `interval` seconds of sleep: the
+    machine's idle time (two reads of /proc/stat) plus this process's own CPU time (its threads are not a
+    neighbour), in CPUs; a CPU counts when it is at least 80% free. Elsewhere: allowed CPUs minus the 1-minute
+    load average. Never below 1."""
     n = allowed_cpus()
     try:
-        idle0, total0 = _cpu_times()
-        time.sleep(interval)
-        idle1, total1 = _cpu_times()
-        free = (os.cpu_count() or n) * (idle1 - idle0) / max(total1 - total0, 1)
+        now = _cpu_read()
+        last = _LAST_CPU_READ[-1] if _LAST_CPU_READ else None
+        if last is None or not interval <= now[3] - last[3] <= CPU_READ_MAX_AGE:
+            last = now
+            time.sleep(interval)
+            now = _cpu_read()
+        _LAST_CPU_READ[:] = [now]
+        idle, total, own, wall = (b - a for a, b in zip(last, now))
+        free = (os.cpu_count() or n) * idle / max(total, 1) + own / max(wall, 1e-6)
     except (OSError, ValueError, IndexError):
         try:
             free = n - os.getloadavg()[0]
