@@ -306,3 +306,31 @@ def test_load_model_reads_the_gguf_and_keeps_a_safetensors_copy(llama, gguf_file
     assert again.weights_sha256 == first.weights_sha256
     assert torch.equal(again.capture(ids, keep=("probs",)).probs, t.probs)
 
+
+
+def test_two_processes_with_an_empty_cache_de_quantize_a_gguf_once(gguf_file, tmp_path, monkeypatch, capfd):
+    """`read_gguf` makes its de-quantized copy under a file lock: a second reader that comes while the first is
+    making it (two test workers, two chapters) waits, says so in one line, and reads the first's copy. Two
+    threads stand in for the processes (flock conflicts between two opens of the lock file all the same)."""
+    import threading
+    import time
+
+    from attnlab.core import gguf
+
+    monkeypatch.setenv("ATTNLAB_CACHE_DIR", str(tmp_path / "cache"))
+    made, real = [], gguf._plain_model
+
+    def slow_plain_model(path):
+        made.append(path)
+        time.sleep(0.5)                     # the second reader comes meanwhile
+        return real(path)
+    monkeypatch.setattr(gguf, "_plain_model", slow_plain_model)
+    got = []
+    readers = [threading.Thread(target=lambda: got.append(gguf.read_gguf(gguf_file)[2])) for _ in range(2)]
+    for r in readers:
+        r.start()
+        time.sleep(0.1)
+    for r in readers:
+        r.join()
+    assert len(made) == 1 and got == [file_sha256(gguf_file)] * 2
+    assert "waiting for another process de-quantizing tiny-llama.gguf" in capfd.readouterr().err

@@ -140,6 +140,35 @@ def _copy_dir(sha256: str, stem: str) -> Path:
     return cache_dir() / "models" / f"{stem[:60]}-{sha256[:16]}"
 
 
+@contextlib.contextmanager
+def _copy_lock(folder: Path, name: str, progress: bool):
+    """An exclusive lock (`filelock`) on making the de-quantized copy `folder` (<cache>/.locks/models-<folder
+    name>.lock, outside models/, which holds copies only): two processes with an empty cache (a test run's workers,
+    two chapters) de-quantize once, the second waiting and then reading the first's copy. No lock where the cache
+    folder cannot be written (the copy is not kept there either)."""
+    import sys
+
+    from filelock import FileLock, Timeout
+
+    try:
+        locks = folder.parent.parent / ".locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(locks / f"models-{folder.name}.lock"), thread_local=False)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            if progress:
+                print(f"attnlab: waiting for another process de-quantizing {name}", file=sys.stderr)
+            lock.acquire()
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 # the shape fields every architecture's GGUF states ("<arch>.<key>"), each a count > 0: transformers would fill a
 # missing one with its own default (a missing block_count read 2 layers' weights into a 32-layer model)
 GGUF_SHAPE_KEYS = ("context_length", "embedding_length", "block_count", "feed_forward_length", "attention.head_count")
@@ -363,25 +392,29 @@ def read_gguf(path, *, expected_sha256: Optional[str] = None, progress: bool = T
     folder = _copy_dir(sha256, gguf.stem)
     problem = copy_problem(folder, sha256)
     if problem is not None:
-        if progress:
-            print(f"attnlab: de-quantizing {gguf.name} to float32 ({problem}; the copy is kept in {folder})",
-                  file=sys.stderr)
-        try:
-            plain, tokenizer = _plain_model(gguf)
-        except (OSError, MemoryError) as exc:
-            raise ModelUnavailable(f"{gguf}: cannot be de-quantized ({getattr(exc, 'strerror', None) or exc})") \
-                from None
-        try:
-            _save_copy(plain, tokenizer, gguf, sha256, folder)
-        except OSError as exc:
-            warnings.warn(f"attnlab: cannot keep the de-quantized copy of {gguf.name} in {folder.parent} "
-                          f"({exc.strerror or exc}): the model is kept in memory only and de-quantized again "
-                          "next time", UserWarning, stacklevel=2)
-            return plain, tokenizer, sha256, gguf, [*checks, "de-quantized in memory (the cache is not writable)"]
-        problem = copy_problem(folder, sha256)
-        if problem is not None:
-            raise ModelUnavailable(f"{folder}: the de-quantized copy of {gguf.name} could not be stored whole "
-                                   f"({problem})")
+        with _copy_lock(folder, gguf.name, progress):    # a process making the same copy: wait, then read its copy
+            problem = copy_problem(folder, sha256)
+            if problem is not None:
+                if progress:
+                    print(f"attnlab: de-quantizing {gguf.name} to float32 ({problem}; the copy is kept in {folder})",
+                          file=sys.stderr)
+                try:
+                    plain, tokenizer = _plain_model(gguf)
+                except (OSError, MemoryError) as exc:
+                    raise ModelUnavailable(f"{gguf}: cannot be de-quantized "
+                                           f"({getattr(exc, 'strerror', None) or exc})") from None
+                try:
+                    _save_copy(plain, tokenizer, gguf, sha256, folder)
+                except OSError as exc:
+                    warnings.warn(f"attnlab: cannot keep the de-quantized copy of {gguf.name} in {folder.parent} "
+                                  f"({exc.strerror or exc}): the model is kept in memory only and de-quantized "
+                                  "again next time", UserWarning, stacklevel=2)
+                    return plain, tokenizer, sha256, gguf, [*checks,
+                                                            "de-quantized in memory (the cache is not writable)"]
+                problem = copy_problem(folder, sha256)
+                if problem is not None:
+                    raise ModelUnavailable(f"{folder}: the de-quantized copy of {gguf.name} could not be stored "
+                                           f"whole ({problem})")
     try:
         hf, tokenizer = _load_copy(folder)
     except OSError as exc:
