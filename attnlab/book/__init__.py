@@ -65,6 +65,7 @@ from attnlab.book.models import (  # noqa: F401
     beyond_context_prose,
     claims_per_model,
     is_paper_model,
+    missing_models,
     long_context,
     model_admonition,
     model_changes,

