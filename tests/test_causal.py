@@ -325,6 +325,15 @@ def test_two_processes_with_an_empty_cache_de_quantize_a_gguf_once(gguf_file, tm
         time.sleep(0.5)                     # the second reader comes meanwhile
         return real(path)
     monkeypatch.setattr(gguf, "_plain_model", slow_plain_model)
+    # transformers builds a model under process-wide patches (weights on the meta device until loaded): two threads
+    # loading at once can leave them on for the rest of the process, so the loads take turns here (processes, which
+    # the lock is for, do not share them)
+    loading, load_copy = threading.Lock(), gguf._load_copy
+
+    def one_load_at_a_time(folder):
+        with loading:
+            return load_copy(folder)
+    monkeypatch.setattr(gguf, "_load_copy", one_load_at_a_time)
     got = []
     readers = [threading.Thread(target=lambda: got.append(gguf.read_gguf(gguf_file)[2])) for _ in range(2)]
     for r in readers:
