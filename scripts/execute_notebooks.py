@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import nbformat
-from check_outputs import MAX_BYTES, stored
+from check_outputs import MAX_BYTES, META, cpu_class, package_digest, stored
 from nbclient import NotebookClient
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
@@ -32,6 +32,7 @@ def execute(path: Path) -> None:
         store_widget_state=False, resources={"metadata": {"path": str(path.parent)}},
     ).execute()
     nb.metadata.pop("widgets", None)      # no saved widget state (see the docstring)
+    nb.metadata[META] = {"outputs_cpu": cpu_class(), "outputs_package": package_digest()}   # as a refresh records
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = [nbformat.from_dict(out) for out in stored(cell.outputs)]

@@ -137,14 +137,17 @@ def test_refresh_copies_outputs_and_execution_counts_only(tmp_path):
             cell["metadata"] = {"execution": {"iopub.execute_input": "2026-01-01"}}     # not copied
     new.write_text(json.dumps(data))
     before = json.loads(ref.read_text())
-    assert check_outputs.main(["--refresh", str(tmp_path / "_build"), "--book", str(book)]) == 0
+    assert check_outputs.main(["--refresh", str(tmp_path / "_build"), "--book", str(book), "--cpu", "AVX2",
+                               "--package", "p1"]) == 0
     after = json.loads(ref.read_text())
     assert check_outputs.compare(ref, new) == []
     assert [c["execution_count"] for c in after["cells"][1:]] == [11, 12, 13]
     assert "16 of 16" in after["cells"][3]["outputs"][0]["data"]["text/html"]
     assert [(c["source"], c["metadata"], c["id"]) for c in after["cells"]] == \
            [(c["source"], c["metadata"], c["id"]) for c in before["cells"]]
-    assert after["metadata"] == {"kernelspec": {"name": "python3"}}                 # widget state dropped
+    # widget state dropped; what the outputs were made with recorded
+    assert after["metadata"] == {"kernelspec": {"name": "python3"},
+                                 "attnlab": {"outputs_cpu": "AVX2", "outputs_package": "p1"}}
     assert check_outputs.main([str(tmp_path / "_build"), "--book", str(book)]) == 0
 
 
@@ -328,3 +331,65 @@ def test_a_refresh_reports_a_chapter_over_the_size_limit(tmp_path, capsys):
     _chapter(build / "04_separability.ipynb", _html("<td>" + "9" * check_outputs.MAX_BYTES + "</td>"))
     assert check_outputs.main(["--refresh", str(tmp_path / "_build"), "--book", str(book)]) == 1
     assert re.search(r"04_separability.ipynb: 10\d\d KB, over 1000 KB: lighten", capsys.readouterr().out)
+
+
+def test_another_cpu_class_s_last_digits_pass_once_recorded_and_nothing_else_does(tmp_path, capsys):
+    """Chapter 5's Jacobian norm at T = 1e-3 printed 0.0901 on an AVX-512 Xeon and 0.0903 on an AVX2 EPYC, the
+    same code and Results: a build of another CPU class passes once its last digits are recorded (`--cpu-variant`),
+    only for the package the outputs were made with, only for numbers, and only on that class."""
+    book, build = tmp_path / "book", tmp_path / "_build"
+    executed = build / "jupyter_execute" / "book"
+    book.mkdir()
+    executed.mkdir(parents=True)
+    name = "05_gradients.ipynb"
+    variant = tmp_path / "tests" / "outputs" / "05_gradients.avx512.json"
+
+    def build_of(cell_b: str) -> None:
+        _chapter(executed / name, _html(cell_b))
+
+    def run(*args: str) -> int:
+        return check_outputs.main([*args, str(build), "--book", str(book)])
+
+    _chapter(book / name, _html("<td>old</td>"))
+    build_of("<td>||J|| = 0.0903</td><td>12 of 16</td>")                     # the AVX2 machine's build
+    assert run("--refresh", "--cpu", "AVX2", "--package", "p1") == 0
+    build_of("<td>||J|| = 0.0901</td><td>12 of 16</td>")                     # the same package on AVX-512
+    assert run("--cpu", "AVX512", "--package", "p1") == 1
+    assert "--cpu-variant" in capsys.readouterr().out
+    assert run("--cpu-variant", "--cpu", "AVX512", "--package", "p2") == 1   # another package: a change may hide
+    assert "package p1" in capsys.readouterr().out and not variant.exists()
+    assert run("--cpu-variant", "--cpu", "AVX2", "--package", "p1") == 1     # the class the outputs were made on
+    assert not variant.exists()
+    assert run("--cpu-variant", "--cpu", "AVX512", "--package", "p1") == 0
+    assert json.loads(variant.read_text())["cells"].keys() == {"b"}
+    assert run("--cpu", "AVX512") == 0
+    assert run("--cpu", "AVX2") == 1                                          # the variant is AVX-512's alone
+    build_of("<td>||J|| = 0.0901</td><td>13 of 16</td>")                     # a real change on AVX-512
+    assert run("--cpu", "AVX512") == 1
+    build_of("<td>||J|| = 0.0901</td><td>12 of 16 heads</td>")               # text, not a number: never a variant
+    assert run("--cpu-variant", "--cpu", "AVX512", "--package", "p1") == 1
+    assert "not only its numbers" in capsys.readouterr().out
+
+    # a refresh on AVX-512 makes its digits the committed ones and keeps AVX2's as AVX2's variant
+    build_of("<td>||J|| = 0.0901</td><td>12 of 16</td>")
+    assert run("--refresh", "--cpu", "AVX512", "--package", "p1") == 0
+    assert not variant.exists() and run("--cpu", "AVX512") == 0
+    build_of("<td>||J|| = 0.0903</td><td>12 of 16</td>")
+    assert run("--cpu", "AVX2") == 0
+    # a refresh that changes the cell leaves no variant of the old outputs beside it
+    build_of("<td>||J|| = 0.0901</td><td>14 of 16</td>")
+    assert run("--refresh", "--cpu", "AVX512", "--package", "p3") == 0
+    assert not list((tmp_path / "tests" / "outputs").glob("*.json"))
+
+
+def test_every_cpu_variant_stands_beside_the_committed_outputs():
+    """A variant (tests/outputs/NAME.<class>.json) whose `of` no longer matches its chapter's committed outputs is
+    ignored by the check: a refresh prunes such entries, so one found here was edited or left behind."""
+    for path in sorted((ROOT / "tests" / "outputs").glob("*.json")):
+        body = json.loads(path.read_text(encoding="utf-8"))
+        chapter = json.loads((ROOT / "book" / body["notebook"]).read_text(encoding="utf-8"))
+        assert path.name == f"{Path(body['notebook']).stem}.{body['cpu'].lower()}.json"
+        assert body["cpu"] != check_outputs.made_with(chapter)["outputs_cpu"], path.name
+        cells = {c.get("id"): c for c in chapter["cells"] if c["cell_type"] == "code"}
+        for cid, entry in body["cells"].items():
+            assert entry["of"] == check_outputs.digest(check_outputs.normalized(cells[cid]["outputs"])), (path, cid)
