@@ -107,7 +107,9 @@ COMPUTATIONS: dict[str, Computation] = {c.name: c for c in (
     _c("sink_shares", 1, ("window", "lengths", "normalizer", "device", "model", "identity", "text"),
        "attnlab.tools.sinks:sink_shares", "minutes", ("07_beyond_softmax",), "attnlab/views/sinks.py shares",
        recompute="sink_shares"),
-    _c("sink_claims", 1, ("window", "lengths", "fig3_version", "device", "model", "identity", "text"),
+    # v2: critical N of a subset of fewer heads than the KS test needs to reject (`critical_n.fewest_heads`) is NaN,
+    # not 1 / L (Gemma 3's full layers without their sink heads: 2-4 heads)
+    _c("sink_claims", 2, ("window", "lengths", "fig3_version", "device", "model", "identity", "text"),
        "attnlab.tools.sinks:sink_claims", "minutes", ("07_beyond_softmax",), "attnlab/views/sinks.py claims",
        recompute="sink_claims"),
     _c("layer_kinds", 1, ("window", "lengths", "device", "model", "identity", "text"),

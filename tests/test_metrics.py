@@ -612,3 +612,19 @@ def test_d1s_exact_fallback_over_a_sliding_band_equals_it_over_every_key(monkeyp
     every = distance.distance_stats(probs, x, [1, 5, 12], vis, stats=stats)
     for k in stats:
         assert torch.equal(banded[k].nan_to_num(-1.0), every[k].nan_to_num(-1.0)), k
+
+
+def test_fewer_heads_than_fewest_heads_accept_every_N_and_that_many_can_reject():
+    """`fewest_heads`: two samples of 4 entirely apart have KS p = 2/70 > 0.01, so 4 heads accept N = 1 whatever
+    their values (the sink claims of Gemma 3's full layers without their sink heads once read as a tiny critical
+    N); 5 apart reject."""
+    from scipy.stats import ks_2samp
+
+    assert critical_n.fewest_heads(0.01) == 5 and critical_n.fewest_heads(0.05) == 4
+    assert ks_2samp(np.arange(4.0), np.arange(4.0) + 10).pvalue > 0.01
+    assert ks_2samp(np.arange(5.0), np.arange(5.0) + 10).pvalue <= 0.01
+    ns = list(range(1, 5))
+    far = np.full((4, len(ns)), 100.0)                       # d~ far above E at every N, on 4 heads
+    assert critical_n.ks_first_indistinguishable(far, np.zeros_like(far), ns, 0.01)[0] == 1
+    far5 = np.full((5, len(ns)), 100.0) + np.arange(5.0)[:, None]
+    assert critical_n.ks_first_indistinguishable(far5, np.zeros_like(far5), ns, 0.01)[0] == -1

@@ -112,6 +112,29 @@ def test_verdicts_say_which_way_a_claim_moves_and_whether_sinks_explain_it():
     assert "sinks explain it: yes" in views.summary(eq)
 
 
+def test_a_critical_n_on_too_few_heads_is_not_a_verdict():
+    """Gemma 3's full layers keep 2-4 heads without their sink heads, too few for the KS test to reject at alpha
+    0.01 (`fewest_heads`: 5): their critical N is not measured (NaN), and the sentence says so instead of "sinks
+    explain it: yes" (which a critical N of 1 / L once gave)."""
+    rows = []
+    for L, few in ((64, 2), (512, 4)):
+        rows += [{"subset": "all heads", "quantity": "critical_frac", "L": L, "value": 0.5, "n_heads": 12,
+                  "detail": ""},
+                 {"subset": "without sink heads", "quantity": "critical_frac", "L": L, "value": float("nan"),
+                  "n_heads": few, "detail": ""},
+                 {"subset": "sink heads only", "quantity": "critical_frac", "L": L, "value": 0.3,
+                  "n_heads": 12 - few, "detail": ""}]
+    res = Result("sink_claims", rows, {"model": "gemma3"})
+    assert [r["move"] for r in views.verdicts(res)] == ["untested", "untested"]
+    text = views.summary(res)
+    assert "sinks explain it: cannot tell" in text and "2-4 heads are left" in text and "0.50 -> n/a" in text
+    assert "nan" not in text
+    assert "n/a (4)" in views.claims_table(res).data
+    # one length measured, one not: the verdict is the measured one's
+    rows[1] = dict(rows[1], value=0.05, n_heads=5)
+    assert "sinks explain it: yes" in views.summary(Result("sink_claims", rows, {"model": "gemma3"}))
+
+
 def test_a_model_with_sliding_window_layers_gets_a_table_and_a_summary_per_kind():
     """`per_kind`: Gemma 3's claims are measured per kind of layer (rows carrying `layer_kind`); each kind gets its
     own table and sentences, named by its kind and window, and no kind's rows are dropped (a table once showed the

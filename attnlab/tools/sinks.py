@@ -43,7 +43,7 @@ from attnlab.normalization.experiments import (
     length_grid,
     temperature_grid,
 )
-from attnlab.normalization.metrics.critical_n import critical_n
+from attnlab.normalization.metrics.critical_n import critical_n, fewest_heads
 from attnlab.normalization.metrics.engine import row_mean
 from attnlab.normalization.metrics.gradients import fd_grad_norms
 from attnlab.normalization.paper import EPSILONS, KS_ALPHA, SATURATION_N
@@ -204,7 +204,8 @@ def sink_claims(model, ids, *, fig3: Optional[Result] = None, lengths: Optional[
     """Result "sink_claims": the headline claims per head subset (`SUBSETS`; sink heads by `SINK_RULE` at each
     L) on the window ids [L_max]. Rows: subset, quantity, L, value, n_heads, detail, where quantity is
     - "critical_frac": Fig. 2c's critical N / L (KS, alpha 0.01, d~ reading b, value vectors, visible keys,
-      `metrics.critical_n` on the subset's heads); NaN when no N is accepted or the subset has < 2 heads;
+      `metrics.critical_n` on the subset's heads); NaN when no N is accepted or the subset has too few heads for
+      the test to reject at all (`fewest_heads`: 5 at alpha 0.01; with fewer, N = 1 is accepted whatever the heads);
     - "fig3_median_lo" / "fig3_median_hi" (at the longest L): the smallest / largest over N >= 16 of the
       median N_s/N over the subset's heads, from `fig3`'s per-head rows (the fig3 Result of this window at
       this L; left out when None);
@@ -235,7 +236,7 @@ def sink_claims(model, ids, *, fig3: Optional[Result] = None, lengths: Optional[
                 key = m.numpy().tobytes()
                 if key not in done:
                     done[key] = float("nan")
-                    if n >= 2:
+                    if n >= fewest_heads(KS_ALPHA):
                         crit = int(critical_n(_masked(tr.probs, m), _masked(tr.v, m), vis, alpha=KS_ALPHA,
                                               **more)["n"])
                         done[key] = crit / longest if crit > 0 else float("nan")

@@ -12,7 +12,8 @@ from attnlab.book import markup, models, running
 from attnlab.core.result import Result
 from attnlab.figures import FIGURES, Inputs
 from attnlab.normalization.claims import SLOPE_TOL
-from attnlab.normalization.paper import CRITICAL_FRAC, SEPARABILITY_BAND
+from attnlab.normalization.metrics.critical_n import fewest_heads
+from attnlab.normalization.paper import CRITICAL_FRAC, KS_ALPHA, SEPARABILITY_BAND
 from attnlab.tools import sinks
 
 MODELS = models.OFFLINE_MODELS                   # the model table's offline models of the book
@@ -115,14 +116,16 @@ QUANTITIES = {"critical_frac": "critical N / L", "fig3_median_lo": "Fig. 3: medi
 
 
 def claims_rows(res: Result) -> list[list]:
-    """One row per (quantity, L): the value for each subset of heads (count of heads in brackets)."""
+    """One row per (quantity, L): the value for each subset of heads (count of heads in brackets; "n/a" where
+    it was not measured: no heads, or too few for the KS test)."""
     out = []
     for q, label in QUANTITIES.items():
         for L in sorted({r["L"] for r in res.select(quantity=q)}):
             cells = []
             for s in sinks.SUBSETS:
                 r = res.select(quantity=q, L=L, subset=s)[0]
-                cells.append("" if not np.isfinite(r["value"]) else f"{r['value']:.3f} ({r['n_heads']})")
+                value = f"{r['value']:.3f}" if np.isfinite(r["value"]) else "n/a"
+                cells.append(f"{value} ({r['n_heads']})")
             out.append([label, L, *cells])
     return out
 
@@ -141,7 +144,7 @@ def per_kind(res: Result) -> list[Result]:
 
 
 def _title(res: Result) -> str:
-    """'gemma3, sliding-window layers (w = 512), W&P #1' for one kind of a `per_kind` split; 'minilm, W&P #1'."""
+    """'gemma3, sliding layers (w = 512), W&P #1' for one kind of a `per_kind` split; 'minilm, W&P #1'."""
     p = res.provenance
     kind = p.get("layer_kind")
     where = ("" if kind is None else f", {kind} layers" if not p.get("sliding_window") else
@@ -151,7 +154,9 @@ def _title(res: Result) -> str:
 
 def claims_table(res: Result):
     return markup.table(["quantity", "L", *sinks.SUBSETS], claims_rows(res),
-                        caption=f"{_title(res)}: the claims on each subset of heads (number of heads)")
+                        caption=f"{_title(res)}: the claims on each subset of heads (number of heads; n/a: no "
+                                f"heads, or for the critical N fewer than {fewest_heads(KS_ALPHA)}, with which the KS "
+                                f"test cannot reject at alpha = {KS_ALPHA})")
 
 
 # --------------------------------------------------------------------------------- the sentences
@@ -175,8 +180,10 @@ def distance_to_paper(q: str, v: float) -> float:
 
 def verdicts(res: Result) -> list[dict]:
     """Per claim: the values with all heads and without the sink heads (critical N: every L; the others: the
-    longest L), whether removing the sink heads moves it toward the paper's number ("toward", "away",
-    "unchanged"), and whether it reaches it ("explains": the claim holds without them but not with them)."""
+    longest L), the heads left without them, whether removing the sink heads moves it toward the paper's number
+    ("toward", "away", "unchanged"; "untested" where a value is not measured: a critical N on fewer heads than the
+    KS test needs to reject at all), and whether it reaches it ("explains": the claim holds without them but not
+    with them)."""
     out = []
     Ls = sorted({r["L"] for r in res.select(quantity="critical_frac")})
     groups = [("critical N / L", "critical_frac", Ls), ("Fig. 3's band", "fig3_median_lo", None),
@@ -187,17 +194,38 @@ def verdicts(res: Result) -> list[dict]:
         for L in (lengths or [None]):
             a, w = _value(res, q, "all heads", L), _value(res, q, "without sink heads", L)
             da, dw = distance_to_paper(q, a), distance_to_paper(q, w)
-            move = "unchanged" if abs(w - a) < 1e-9 else ("toward" if dw < da else "away")
-            out.append({"claim": label, "quantity": q, "L": L or max(r["L"] for r in res.select(quantity=q)),
-                        "all": a, "without": w, "move": move, "explains": bool(da > 0 and dw == 0)})
+            move = ("untested" if not (np.isfinite(a) and np.isfinite(w)) else
+                    "unchanged" if abs(w - a) < 1e-9 else "toward" if dw < da else "away")
+            L = L or max(r["L"] for r in res.select(quantity=q))
+            out.append({"claim": label, "quantity": q, "L": L, "all": a, "without": w, "move": move,
+                        "heads_without": res.select(quantity=q, subset="without sink heads", L=L)[0]["n_heads"],
+                        "explains": bool(move != "untested" and da > 0 and dw == 0)})
     return out
 
 
-MOVES = {"toward": "moves toward", "away": "moves away from", "unchanged": "does not move relative to"}
+MOVES = {"toward": "moves toward", "away": "moves away from", "unchanged": "does not move relative to",
+         "untested": "leaves too few heads to test against"}
 
 
 def _explained(rows: list[dict]) -> str:
-    return "yes" if all(r["explains"] for r in rows) else "no"
+    """'yes' / 'no' over the rows measured; 'cannot tell' when none is."""
+    tested = [r for r in rows if r["move"] != "untested"]
+    return "cannot tell" if not tested else "yes" if all(r["explains"] for r in tested) else "no"
+
+
+def _few(rows: list[dict]) -> str:
+    """The caveat of critical-N rows not measured: too few heads left for the KS test."""
+    k = fewest_heads(KS_ALPHA)
+    few = sorted({r["heads_without"] for r in rows if r["move"] == "untested" and r["heads_without"] < k})
+    if not few:
+        return ""
+    n = str(few[0]) if few[0] == few[-1] else f"{few[0]}-{few[-1]}"
+    return (f" (without the sink heads {n} heads are left: with fewer than {k} the KS test "
+            f"cannot reject at alpha = {KS_ALPHA}, so every N would pass)")
+
+
+def _num(x: float) -> str:
+    return f"{x:.2f}" if np.isfinite(x) else "n/a"
 
 
 def summary(res: Result) -> str:
@@ -207,23 +235,24 @@ def summary(res: Result) -> str:
     lines = []
     crit = [r for r in v if r["quantity"] == "critical_frac"]
     if crit:
-        per_L = "; ".join(f"L = {r['L']}: {r['all']:.2f} -> {r['without']:.2f}" for r in crit)
+        per_L = "; ".join(f"L = {r['L']}: {_num(r['all'])} -> {_num(r['without'])}" for r in crit)
         counts = {m: sum(r["move"] == m for r in crit) for m in MOVES}
         moved = ", ".join(f"{MOVES[m]} the paper's {CRITICAL_FRAC} L at {n} of {len(crit)} lengths"
                           for m, n in counts.items() if n)
         lines.append(f"critical N / L, all heads -> without the sink heads: {per_L}. Removing the sink heads "
-                     f"{moved}; sinks explain it: {_explained(crit)}")
+                     f"{moved}{_few(crit)}; sinks explain it: {_explained(crit)}")
     band = [r for r in v if r["quantity"].startswith("fig3")]
     if band:
         moves = sorted({r["move"] for r in band})
-        lines.append(f"Fig. 3 (L = {band[0]['L']}): median N_s/N {band[0]['all']:.2f}..{band[1]['all']:.2f} with all "
-                     f"heads, {band[0]['without']:.2f}..{band[1]['without']:.2f} without the sink heads: removing "
-                     f"them {' / '.join(MOVES[m] for m in moves)} the paper's band {SEPARABILITY_BAND[0]}-"
+        lo, hi = band[0], band[1]
+        lines.append(f"Fig. 3 (L = {lo['L']}): median N_s/N {_num(lo['all'])}..{_num(hi['all'])} with all heads, "
+                     f"{_num(lo['without'])}..{_num(hi['without'])} without the sink heads: removing them "
+                     f"{' / '.join(MOVES[m] for m in moves)} the paper's band {SEPARABILITY_BAND[0]}-"
                      f"{SEPARABILITY_BAND[1]}; sinks explain it: {_explained(band)}")
     slope = [r for r in v if r["quantity"] == "fig4_slope"]
     if slope:
         r = slope[0]
-        lines.append(f"Fig. 4 (L = {r['L']}): log-log slope {r['all']:.2f} with all heads, {r['without']:.2f} without "
-                     f"the sink heads: removing them {MOVES[r['move']]} the paper's -1; sinks explain it: "
+        lines.append(f"Fig. 4 (L = {r['L']}): log-log slope {_num(r['all'])} with all heads, {_num(r['without'])} "
+                     f"without the sink heads: removing them {MOVES[r['move']]} the paper's -1; sinks explain it: "
                      f"{_explained(slope)}")
     return f"<b>{_title(res)}</b><ul>" + "".join(f"<li>{s}</li>" for s in lines) + "</ul>"

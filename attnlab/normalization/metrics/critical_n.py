@@ -85,6 +85,18 @@ def ks_columns(d: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, ...]:
     return c1[loc, cols], c2[loc, cols], n, m
 
 
+@functools.lru_cache(maxsize=None)
+def fewest_heads(alpha: float) -> int:
+    """The fewest heads (one token-mean d~ and one E each) at which the KS test can reject at level alpha at all:
+    two samples of n entirely apart (statistic 1) have scipy's exact p-value 2 / C(2n, n), the smallest there is.
+    With fewer heads every N is accepted, so `critical_n` answers N = 1 whatever the heads: 5 at alpha = 0.01
+    (4 heads: p >= 2/70 = 0.029)."""
+    n = 1
+    while ks_2samp_counts(n, 0, n, n)[1] > alpha:
+        n += 1
+    return n
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def ks_2samp_counts(i: int, j: int, n: int, m: int) -> tuple[float, float]:
     """(statistic, p-value) of `scipy.stats.ks_2samp` for samples of sizes n and m whose statistic is |i/n - j/m|
