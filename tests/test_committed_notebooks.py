@@ -35,6 +35,15 @@ def test_no_cell_has_outputs_without_an_execution_count(path):
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_stored_outputs_say_which_cpu_class_and_package_made_them(path):
+    """scripts/check_outputs.py reads another CPU class's last digits (tests/outputs/) only beside outputs that say
+    what made them, and `--cpu-variant` only for the same package: a refresh records both."""
+    made = json.loads(path.read_text(encoding="utf-8")).get("metadata", {}).get("attnlab", {})
+    assert made.get("outputs_cpu") and made.get("outputs_package"), \
+        f"{path.name}: no record of what made its outputs (make refresh-outputs)"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_checked_cells_print_only_claims_that_hold_on_any_model(path):
     """nbval (`make nbval`, on GPT-2 in the publishing workflow) compares a checked cell's output with the
     stored one, which came from another model: so a checked cell prints only lines `claim: True` (or

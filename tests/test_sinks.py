@@ -106,6 +106,11 @@ def test_verdicts_say_which_way_a_claim_moves_and_whether_sinks_explain_it():
     assert v["critical_frac"]["move"] == "toward" and v["critical_frac"]["explains"]
     assert v["fig4_slope"]["move"] == "away" and not v["fig4_slope"]["explains"]
     assert v["fig3_median_lo"]["move"] == "unchanged" and not v["fig3_median_lo"]["explains"]
+    # both inside Fig. 3's band (0.7-0.85): as far from the paper's number, so it does not move relative to it
+    inside = _claims({("fig3_median_lo", 64): 0.71, ("fig3_median_hi", 64): 0.75},
+                     {("fig3_median_lo", 64): 0.73, ("fig3_median_hi", 64): 0.77})
+    assert {r["move"] for r in views.verdicts(inside)} == {"unchanged"}
+    assert "moves away" not in views.summary(inside)
     # at the paper's number exactly (0.06 L): reached, so explained
     eq = _claims({("critical_frac", 64): 0.8}, {("critical_frac", 64): 0.06})
     assert views.verdicts(eq)[0]["explains"]

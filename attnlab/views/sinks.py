@@ -181,9 +181,9 @@ def distance_to_paper(q: str, v: float) -> float:
 def verdicts(res: Result) -> list[dict]:
     """Per claim: the values with all heads and without the sink heads (critical N: every L; the others: the
     longest L), the heads left without them, whether removing the sink heads moves it toward the paper's number
-    ("toward", "away", "unchanged"; "untested" where a value is not measured: a critical N on fewer heads than the
-    KS test needs to reject at all), and whether it reaches it ("explains": the claim holds without them but not
-    with them)."""
+    ("toward", "away", "unchanged": as far from it, as two values inside Fig. 3's band are; "untested" where a value
+    is not measured: a critical N on fewer heads than the KS test needs to reject at all), and whether it reaches it
+    ("explains": the claim holds without them but not with them)."""
     out = []
     Ls = sorted({r["L"] for r in res.select(quantity="critical_frac")})
     groups = [("critical N / L", "critical_frac", Ls), ("Fig. 3's band", "fig3_median_lo", None),
@@ -194,8 +194,9 @@ def verdicts(res: Result) -> list[dict]:
         for L in (lengths or [None]):
             a, w = _value(res, q, "all heads", L), _value(res, q, "without sink heads", L)
             da, dw = distance_to_paper(q, a), distance_to_paper(q, w)
-            move = ("untested" if not (np.isfinite(a) and np.isfinite(w)) else
-                    "unchanged" if abs(w - a) < 1e-9 else "toward" if dw < da else "away")
+            move = ("untested" if not (np.isfinite(a) and np.isfinite(w)) else   # as far from the paper's number:
+                    "unchanged" if abs(w - a) < 1e-9 or dw == da else               # both inside Fig. 3's band
+                    "toward" if dw < da else "away")
             L = L or max(r["L"] for r in res.select(quantity=q))
             out.append({"claim": label, "quantity": q, "L": L, "all": a, "without": w, "move": move,
                         "heads_without": res.select(quantity=q, subset="without sink heads", L=L)[0]["n_heads"],
