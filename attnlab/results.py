@@ -95,22 +95,40 @@ DEFAULT_WORKER_BYTES = 6 << 30          # a model outside the model table (a fol
 # (`Trace` cut per kind, each with its visible-key mask): Gemma 3's six figures at L = 1,024 peaked at 5.35 GB where one
 # copy predicts 4.1 GB (`core.costs`); three copies cover it. Streamed (L = 8,192: 7.06 GB), one block's estimate does.
 KINDS_COPIES = 3
+# the readings (`figures.READING_FIGURES`, which the book's window and the chapters' "build" part compute) hold, beside
+# the window's captured weights ([layers x heads, L, L] float32), their scans' float64 [layers x heads, l, l] arrays at
+# their longest length l = `readings.MAX_LENGTH` (512): the running x_i.s of the top order and of each random order, the
+# x_i.o and x_i.m products, the Gram matrices (`critical_n.RunningTopN`). Reconstructed from one measured peak, not
+# derived: SmolLM2's thm1_readings at L = 1,024 peaked at 8.81 GB where the figures' estimate says 5.5 GB
+# (`core.costs`); eight such arrays cover it.
+READINGS_ARRAYS = 8
 
 
-def worker_memory(model: str, length: int) -> int:
-    """Bytes a one-thread worker computing `model`'s Results at window length `length` may need (the estimate above);
-    `DEFAULT_WORKER_BYTES` for a model the table does not size."""
+def worker_memory(model: str, length: int, readings: bool = False) -> int:
+    """Bytes a one-thread worker computing `model`'s Results at window length `length` may need (the estimate above),
+    with the readings where `readings`; `DEFAULT_WORKER_BYTES` for a model the table does not size."""
     from attnlab.core import model_table
+    from attnlab.normalization.readings import MAX_LENGTH as READINGS_LENGTH
     from attnlab.normalization.streaming import CAPTURE_BUDGET, POOLED_LIMIT
 
     entry = model_table.entry(model)
     if entry is None or not entry.n_params:
         return DEFAULT_WORKER_BYTES
     L = min(length, entry.max_positions)
-    attention = 2 * entry.n_layers * entry.n_heads * L * L * 4
+    heads = entry.n_layers * entry.n_heads
+    attention = 2 * heads * L * L * 4
     copies = KINDS_COPIES if entry.sliding_window else 1
     held = attention * copies if attention <= POOLED_LIMIT else 1.5 * CAPTURE_BUDGET
+    if readings:
+        window, longest = min(PAPER_LENGTH, entry.max_positions), min(READINGS_LENGTH, entry.max_positions)
+        held = max(held, heads * window * window * 4 + READINGS_ARRAYS * heads * longest * longest * 8)
     return int(MEMORY_MARGIN * (RUNTIME_BYTES + 4 * entry.n_params + held))
+
+
+def computes_readings(task: Task) -> bool:
+    """Whether `task` may compute the readings (`figures.READING_FIGURES`): the book's window (not quick), and the
+    chapters' own Results of the build's model (their "build" part reads thm1_readings, computes `reading_windows`)."""
+    return task.window is None and not task.quick and (not task.chapters or "build" in task.chapters)
 
 
 def memory_bytes() -> int:
@@ -133,7 +151,8 @@ def local_workers(tasks: Sequence[Task]) -> int:
 
 def plan_memory(tasks: Sequence[Task]) -> int:
     """The largest `worker_memory` over `tasks` (a worker may meet any of them)."""
-    return max((worker_memory(t.model, t.length or PAPER_LENGTH) for t in tasks), default=DEFAULT_WORKER_BYTES)
+    return max((worker_memory(t.model, t.length or PAPER_LENGTH, computes_readings(t)) for t in tasks),
+               default=DEFAULT_WORKER_BYTES)
 
 
 def fill(task: Task, loaded: Optional[dict] = None) -> dict:

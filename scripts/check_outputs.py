@@ -145,14 +145,6 @@ def numbers_only(a: list[dict], b: list[dict]) -> bool:
     return shape(a) == shape(b)
 
 
-def cpu_class() -> str:
-    """ATen's CPU capability here ('AVX512', 'AVX2', 'DEFAULT'): the machines whose float32 kernels sum alike (the
-    golden probes, tests/test_golden.py, have per-class files for the same reason)."""
-    import torch
-
-    return torch.backends.cpu.get_cpu_capability()
-
-
 def package_digest() -> str:
     """The digest of the package's code and libraries that keys the book's execution cache
     (scripts/attnlab_book.py `_package_digest`)."""
@@ -327,7 +319,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cpu", default="", help=argparse.SUPPRESS)           # tests: the class of this build
     parser.add_argument("--package", default="", help=argparse.SUPPRESS)       # tests: the package's digest
     args = parser.parse_args(argv)
+    if not args.cpu:
+        from attnlab.core.util import cpu_class
     cpu = args.cpu or cpu_class()
+    package = args.package or (package_digest() if args.refresh or args.cpu_variant else "")   # (once, not per chapter)
     variants = args.book.parent / "tests" / "outputs"               # the per-class variants (NAME.<class>.json)
     problems, lines, other_cpu = [], [], set()
     for reference in sorted(args.book.glob("[0-9][0-9]_*.ipynb")):
@@ -337,7 +332,7 @@ def main(argv: list[str]) -> int:
             continue
         if args.refresh:
             try:
-                n = refresh(reference, executed, cpu, args.package or package_digest(), variants)
+                n = refresh(reference, executed, cpu, package, variants)
                 size = reference.stat().st_size
                 lines.append(f"{reference.name}: {n} code cells' outputs refreshed (model: "
                              f"{', '.join(sorted(models(_read(executed)))) or 'none named'}; CPU {cpu}), "
@@ -349,7 +344,7 @@ def main(argv: list[str]) -> int:
                 problems.append(str(exc))
             continue
         if args.cpu_variant:
-            n, found = cpu_variant(reference, executed, cpu, args.package or package_digest(), variants)
+            n, found = cpu_variant(reference, executed, cpu, package, variants)
             lines += [f"{reference.name}: {n} cells' outputs recorded as CPU {cpu}'s"] if n else []
             problems += found
             continue

@@ -18,8 +18,10 @@ import time
 from pathlib import Path
 
 import nbformat
-from check_outputs import MAX_BYTES, META, cpu_class, package_digest, stored
+from check_outputs import MAX_BYTES, META, package_digest, stored
 from nbclient import NotebookClient
+
+from attnlab.core.util import cpu_class
 
 BOOK = Path(__file__).resolve().parent.parent / "book"
 

@@ -12,7 +12,7 @@ GB = 1e9
 # L (the pooled fig2c where it runs, the streamed ones where the pooled ones refuse L)
 @pytest.mark.parametrize("cost", COSTS, ids=lambda c: f"{c.model}-{c.length}-{c.what.replace(' ', '+')}")
 def test_the_memory_estimate_covers_each_measured_peak_and_the_dearest_closely(cost):
-    estimate = results.worker_memory(cost.model, cost.length) / GB
+    estimate = results.worker_memory(cost.model, cost.length, cost.readings) / GB
     what = f"{cost.model} at L = {cost.length} ({cost.what})"
     assert cost.peak_gb <= estimate, f"{what}: estimate {estimate:.2f} GB < peak {cost.peak_gb} GB"
     assert not cost.dearest or estimate <= 1.5 * cost.peak_gb, f"{what}: {estimate:.2f} GB for {cost.peak_gb} GB"
@@ -22,6 +22,21 @@ def test_an_unsized_model_gets_the_default_and_a_plan_its_dearest_task(tmp_path)
     assert results.worker_memory(str(tmp_path), 512) == results.DEFAULT_WORKER_BYTES
     tasks = results.plan(["tiny-gpt2", "smollm2"], windows=1, lengths=[64, 1024])
     assert results.plan_memory(tasks) == results.worker_memory("smollm2", 1024)
+
+
+def test_a_task_that_computes_the_readings_is_sized_for_them():
+    """SmolLM2's thm1_readings peaked at 8.81 GB where the figures' estimate gave 5.5 GB: a cluster sized by it would
+    have put two such workers on a 16 GB machine. The book's window (and the build's chapter task) computes the
+    readings; a window of `windows.BOOK_WINDOWS`, a quick run and another model's chapter task do not."""
+    book = results.plan(["smollm2"])
+    assert [results.computes_readings(t) for t in book] == [True]
+    assert results.plan_memory(book) == results.worker_memory("smollm2", 1024, readings=True) > \
+        results.worker_memory("smollm2", 1024)
+    assert not any(results.computes_readings(t) for t in results.plan(["smollm2"], windows=1))
+    assert not any(results.computes_readings(t) for t in results.plan(["smollm2"], quick=True))
+    chapters = results._chapter_tasks("smollm2", ["smollm2", "minilm"], "cpu")
+    got = {t.model: results.computes_readings(t) for t in chapters}
+    assert got.pop("smollm2") and got and not any(got.values())
 
 
 def test_lengths_make_one_task_per_window_and_length():

@@ -241,10 +241,9 @@ GOLDEN_CPU = "AVX512"
 
 def cpu_class() -> str:
     """'' on the CPU class that wrote the golden files, else ATen's capability in lower case ('avx2')."""
-    import torch
+    from attnlab.core.util import cpu_class as capability
 
-    capability = torch.backends.cpu.get_cpu_capability()
-    return "" if capability == GOLDEN_CPU else capability.lower()
+    return "" if capability() == GOLDEN_CPU else capability().lower()
 
 
 PROBED = sorted(set(PROBED) | {"sink_shares", "sink_claims"})          # attention sinks (tools.sinks)

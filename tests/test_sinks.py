@@ -117,6 +117,21 @@ def test_verdicts_say_which_way_a_claim_moves_and_whether_sinks_explain_it():
     assert "sinks explain it: yes" in views.summary(eq)
 
 
+def test_a_claim_that_holds_with_every_head_needs_no_explaining():
+    """Gemma 3's Fig. 3 medians are inside the paper's band with all heads: the sinks explain nothing there, and the
+    sentence said "no" as if the claim failed. A claim missed at some lengths only is judged where it misses."""
+    inside = _claims({("fig3_median_lo", 512): 0.77, ("fig3_median_hi", 512): 0.79},
+                     {("fig3_median_lo", 512): 0.77, ("fig3_median_hi", 512): 0.80})
+    assert all(r["holds"] and not r["explains"] for r in views.verdicts(inside))
+    assert "sinks explain it: not needed (it holds with every head)" in views.summary(inside)
+    mixed = _claims({("critical_frac", 64): 0.05, ("critical_frac", 128): 0.8},
+                    {("critical_frac", 64): 0.05, ("critical_frac", 128): 0.04})
+    assert "sinks explain it: yes" in views.summary(mixed)
+    missed = _claims({("critical_frac", 64): 0.05, ("critical_frac", 128): 0.8},
+                     {("critical_frac", 64): 0.05, ("critical_frac", 128): 0.5})
+    assert "sinks explain it: no" in views.summary(missed)
+
+
 def test_a_critical_n_on_too_few_heads_is_not_a_verdict():
     """Gemma 3's full layers keep 2-4 heads without their sink heads, too few for the KS test to reject at alpha
     0.01 (`fewest_heads`: 5): their critical N is not measured (NaN), and the sentence says so instead of "sinks

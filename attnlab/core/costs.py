@@ -22,6 +22,7 @@ class Cost:
     quiet: bool                 # nothing else ran on the machine (else its wall time is up to 3x a quiet one's)
     measured: str               # the date, and BENCHMARKS.md's section
     dearest: bool = False       # the model's dearest run at this L (the memory estimate must sit close above it)
+    readings: bool = False      # it computed the readings (`results.worker_memory(..., readings=True)` sizes it)
 
 
 FIG12A = "fig1 fig2a"
@@ -35,6 +36,8 @@ COSTS: tuple[Cost, ...] = (
     Cost("smollm2", FIG12A, 8192, 6.52, 316.0, None, True, "2026-11-27, Long context", dearest=True),
     Cost("smollm2", "fig2c", 2048, 9.9, 135.0, None, True, "2026-11-26, SmolLM2 (causal, 270 heads)", dearest=True),
     Cost("smollm2", SIX, 1024, 5.49, 183.5, None, True, "2026-11-26, SmolLM2 (causal, 270 heads)", dearest=True),
+    Cost("smollm2", "thm1_readings", 1024, 8.81, 1219.7, 892.4, False, "2026-11-30, Twenty-second session",
+         dearest=True, readings=True),
     Cost("gemma3", SIX, 1024, 5.35, 491.0, 246.5, False, "2026-11-29, Gemma 3 270M ... measured again"),
     Cost("gemma3", SIX, 1024, 5.56, 70.1, 124.9, True, "2026-11-29, Seventeenth session (d1's band)"),
     Cost("gemma3", FIG12A, 4096, 11.82, 656.0, 414.3, False, "2026-11-29, Gemma 3 270M ... measured again"),

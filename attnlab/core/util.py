@@ -275,6 +275,13 @@ auto_threads = THREADS.auto_threads
 recheck_threads = THREADS.recheck_threads
 
 
+def cpu_class() -> str:
+    """ATen's CPU capability here ('AVX512', 'AVX2', 'DEFAULT'): machines of one class sum float32 products and
+    vector kernels alike, so their last digits agree (the golden probes, tests/test_golden.py, and the book's stored
+    outputs, scripts/check_outputs.py, keep a variant per class)."""
+    return torch.backends.cpu.get_cpu_capability()
+
+
 def allowed_cpus() -> int:
     """CPUs this process may run on (its affinity mask; os.cpu_count() where there is none)."""
     try:

@@ -182,8 +182,9 @@ def verdicts(res: Result) -> list[dict]:
     """Per claim: the values with all heads and without the sink heads (critical N: every L; the others: the
     longest L), the heads left without them, whether removing the sink heads moves it toward the paper's number
     ("toward", "away", "unchanged": as far from it, as two values inside Fig. 3's band are; "untested" where a value
-    is not measured: a critical N on fewer heads than the KS test needs to reject at all), and whether it reaches it
-    ("explains": the claim holds without them but not with them)."""
+    is not measured: a critical N on fewer heads than the KS test needs to reject at all), whether the claim holds
+    with every head ("holds": at the paper's number already) and whether removing them reaches it ("explains": the
+    claim holds without them but not with them)."""
     out = []
     Ls = sorted({r["L"] for r in res.select(quantity="critical_frac")})
     groups = [("critical N / L", "critical_frac", Ls), ("Fig. 3's band", "fig3_median_lo", None),
@@ -200,7 +201,7 @@ def verdicts(res: Result) -> list[dict]:
             L = L or max(r["L"] for r in res.select(quantity=q))
             out.append({"claim": label, "quantity": q, "L": L, "all": a, "without": w, "move": move,
                         "heads_without": res.select(quantity=q, subset="without sink heads", L=L)[0]["n_heads"],
-                        "explains": bool(move != "untested" and da > 0 and dw == 0)})
+                        "holds": bool(da == 0), "explains": bool(move != "untested" and da > 0 and dw == 0)})
     return out
 
 
@@ -209,9 +210,16 @@ MOVES = {"toward": "moves toward", "away": "moves away from", "unchanged": "does
 
 
 def _explained(rows: list[dict]) -> str:
-    """'yes' / 'no' over the rows measured; 'cannot tell' when none is."""
+    """Over the rows measured where the claim misses with every head: 'yes' when removing the sink heads reaches
+    the paper's number at each, else 'no'; 'not needed' when the claim holds with every head wherever measured;
+    'cannot tell' when no row is measured."""
     tested = [r for r in rows if r["move"] != "untested"]
-    return "cannot tell" if not tested else "yes" if all(r["explains"] for r in tested) else "no"
+    missed = [r for r in tested if not r["holds"]]
+    if not tested:
+        return "cannot tell"
+    if not missed:
+        return "not needed (it holds with every head)"
+    return "yes" if all(r["explains"] for r in missed) else "no"
 
 
 def _few(rows: list[dict]) -> str:
