@@ -96,11 +96,11 @@ DEFAULT_WORKER_BYTES = 6 << 30          # a model outside the model table (a fol
 # copy predicts 4.1 GB (`core.costs`); three copies cover it. Streamed (L = 8,192: 7.06 GB), one block's estimate does.
 KINDS_COPIES = 3
 # the readings (`figures.READING_FIGURES`, which the book's window and the chapters' "build" part compute) hold, beside
-# the window's captured weights ([layers x heads, L, L] float32), their scans' float64 [layers x heads, l, l] arrays at
-# their longest length l = `readings.MAX_LENGTH` (512): the running x_i.s of the top order and of each random order, the
-# x_i.o and x_i.m products, the Gram matrices (`critical_n.RunningTopN`). Reconstructed from one measured peak, not
-# derived: SmolLM2's thm1_readings at L = 1,024 peaked at 8.81 GB where the figures' estimate says 5.5 GB
-# (`core.costs`); eight such arrays cover it.
+# the window's attention tensors, their scans' float64 [layers x heads, l, l] arrays at their longest length l =
+# `readings.MAX_LENGTH` (512): the running x_i.s of the top order and of each random order, the x_i.o and x_i.m
+# products, the Gram matrices (`critical_n.RunningTopN`). Reconstructed from measured peaks, not derived: SmolLM2's
+# book window (six figures, readings, perplexity, diagnose, comparison) peaked at 10.74 GB and its thm1_readings alone
+# at 8.81 GB where the figures' estimate says 5.5 GB (`core.costs`); eight such arrays cover them.
 READINGS_ARRAYS = 8
 
 
@@ -121,7 +121,7 @@ def worker_memory(model: str, length: int, readings: bool = False) -> int:
     held = attention * copies if attention <= POOLED_LIMIT else 1.5 * CAPTURE_BUDGET
     if readings:
         window, longest = min(PAPER_LENGTH, entry.max_positions), min(READINGS_LENGTH, entry.max_positions)
-        held = max(held, heads * window * window * 4 + READINGS_ARRAYS * heads * longest * longest * 8)
+        held = max(held, 2 * heads * window * window * 4 + READINGS_ARRAYS * heads * longest * longest * 8)
     return int(MEMORY_MARGIN * (RUNTIME_BYTES + 4 * entry.n_params + held))
 
 

@@ -25,9 +25,10 @@ def test_an_unsized_model_gets_the_default_and_a_plan_its_dearest_task(tmp_path)
 
 
 def test_a_task_that_computes_the_readings_is_sized_for_them():
-    """SmolLM2's thm1_readings peaked at 8.81 GB where the figures' estimate gave 5.5 GB: a cluster sized by it would
-    have put two such workers on a 16 GB machine. The book's window (and the build's chapter task) computes the
-    readings; a window of `windows.BOOK_WINDOWS`, a quick run and another model's chapter task do not."""
+    """SmolLM2's book window peaked at 10.74 GB (its thm1_readings alone 8.81) where the estimate gave 5.5 GB: a
+    cluster sized by it would have put two such workers on a 16 GB machine. The book's window (and the build's
+    chapter task) computes the readings; a window of `windows.BOOK_WINDOWS`, a quick run and another model's chapter
+    task do not."""
     book = results.plan(["smollm2"])
     assert [results.computes_readings(t) for t in book] == [True]
     assert results.plan_memory(book) == results.worker_memory("smollm2", 1024, readings=True) > \

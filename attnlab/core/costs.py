@@ -27,6 +27,7 @@ class Cost:
 
 FIG12A = "fig1 fig2a"
 SIX = "fig1 fig2a fig2b fig2c fig3 fig4"
+BOOK_WINDOW = "the book's window (`results compute`)"     # every figure and reading, perplexity, diagnose, comparison
 
 COSTS: tuple[Cost, ...] = (
     Cost("gpt2-random", FIG12A, 1024, 2.60, 15.2, None, True, "2026-11-27, Long context"),
@@ -37,6 +38,8 @@ COSTS: tuple[Cost, ...] = (
     Cost("smollm2", "fig2c", 2048, 9.9, 135.0, None, True, "2026-11-26, SmolLM2 (causal, 270 heads)", dearest=True),
     Cost("smollm2", SIX, 1024, 5.49, 183.5, None, True, "2026-11-26, SmolLM2 (causal, 270 heads)", dearest=True),
     Cost("smollm2", "thm1_readings", 1024, 8.81, 1219.7, 892.4, False, "2026-11-30, Twenty-second session",
+         readings=True),
+    Cost("smollm2", BOOK_WINDOW, 1024, 10.74, 2203.3, 2296.4, False, "2026-11-30, Twenty-second session",
          dearest=True, readings=True),
     Cost("gemma3", SIX, 1024, 5.35, 491.0, 246.5, False, "2026-11-29, Gemma 3 270M ... measured again"),
     Cost("gemma3", SIX, 1024, 5.56, 70.1, 124.9, True, "2026-11-29, Seventeenth session (d1's band)"),
