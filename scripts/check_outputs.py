@@ -319,8 +319,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cpu", default="", help=argparse.SUPPRESS)           # tests: the class of this build
     parser.add_argument("--package", default="", help=argparse.SUPPRESS)       # tests: the package's digest
     args = parser.parse_args(argv)
-    if not args.cpu:
-        from attnlab.core.util import cpu_class
+    from attnlab.core.util import cpu_class
+
     cpu = args.cpu or cpu_class()
     package = args.package or (package_digest() if args.refresh or args.cpu_variant else "")   # (once, not per chapter)
     variants = args.book.parent / "tests" / "outputs"               # the per-class variants (NAME.<class>.json)
